@@ -1,0 +1,56 @@
+# Everything installs itself: a fresh machine needs only python3, make and the package registries.
+PYTHON ?= python3
+VENV := .venv
+VENV_LATEST := .venv-latest
+UV := $(VENV)/bin/uv
+PY := $(VENV)/bin/python
+PY_LATEST := $(VENV_LATEST)/bin/python
+PYTEST_ARGS ?=
+
+.PHONY: install install-latest lint typecheck test test-ref test-latest test-long demo bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check uv
+	$(UV) pip install --python $(PY) --quiet -e '.[dev,cli,english]' 'pydantic-ai-slim==2.62.0'
+	touch $@
+
+$(VENV_LATEST)/.installed: pyproject.toml $(VENV)/.installed
+	$(PYTHON) -m venv $(VENV_LATEST)
+	$(UV) pip install --python $(PY_LATEST) --quiet --upgrade -e '.[test,cli,english]' pydantic-ai-slim
+	touch $@
+
+install: $(VENV)/.installed
+install-latest: $(VENV_LATEST)/.installed
+
+lint: install
+	$(VENV)/bin/ruff check eventlog search capability tests bench
+	$(VENV)/bin/ruff format --check eventlog search capability tests bench
+
+typecheck: install
+	$(VENV)/bin/basedpyright eventlog search capability
+
+# pydantic-ai-slim as the reference pins it (2.62.0), with the reference installed.
+test-ref: install
+	$(PY) -c 'import pydantic_ai, importlib.metadata as m; print("pydantic-ai-slim", m.version("pydantic-ai-slim"))'
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# The newest pydantic-ai-slim; tests that need the reference skip.
+test-latest: install-latest
+	$(PY_LATEST) -c 'import importlib.metadata as m; print("pydantic-ai-slim", m.version("pydantic-ai-slim"))'
+	$(PY_LATEST) -m pytest -q $(PYTEST_ARGS)
+
+test: lint typecheck test-ref test-latest
+
+# The long crash and fuzz loops (minutes).
+test-long: install
+	EVENTLOG_LONG=1 $(PY) -m pytest -q -m slow $(PYTEST_ARGS)
+
+demo: install
+	$(VENV)/bin/eventlog demo
+
+bench: install
+	$(PY) bench/bench_log.py
+
+clean:
+	rm -rf $(VENV) $(VENV_LATEST) .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,861 @@
+"""The log's logic, written once over the `_storage` transaction protocols.
+
+Every backend runs these functions inside its own transactions, so appends,
+records, replay, management and verification behave identically everywhere and
+one conformance suite covers them all.
+
+Layout (all keys bytewise ordered; `ck(x)` is an id's UTF-8 bytes plus a NUL, which
+ids may not contain, so prefixes never collide):
+
+- ENTRIES    seq8 -> msgpack body + 32-byte chain hash
+- BY_CONV    ck(conversation) + seq8 -> ''
+- BY_RUN     ck(run) + seq8 -> ''
+- RUNS       run id -> RunRecord (msgpack)
+- RUN_ORDER  start seq8 -> run id
+- CONV_RUNS  ck(conversation) + start seq8 -> run id
+- CONVS      conversation id -> ConversationRecord (msgpack)
+- IDEM       idempotency scope + key -> seq8
+- META       b'format' -> format version
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import UTC, datetime
+from typing import Any, Final
+
+import msgspec
+import pydantic
+from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
+
+from eventlog._storage import ReadTxn, Table, WriteTxn
+from eventlog.entries import (
+    CONVERSATION_KINDS,
+    KINDS,
+    RUN_KINDS,
+    CompactionInfo,
+    ConversationRecord,
+    Entry,
+    ForkInfo,
+    NewEntry,
+    RunFinishedInfo,
+    RunRecord,
+    RunStartedInfo,
+    TitleInfo,
+    ToolEffectInfo,
+    VerifyProblem,
+    VerifyReport,
+)
+from eventlog.errors import (
+    ConversationNotFound,
+    CorruptEntryError,
+    InvalidArgumentError,
+    InvalidPayloadError,
+    RunNotFound,
+    StoreVersionError,
+)
+
+FORMAT_VERSION: Final = 1
+"""The on-disk format this code writes; a store with a larger number is refused."""
+
+MAX_ID_BYTES: Final = 200
+"""Longest id or idempotency key, in UTF-8 bytes (LMDB keys are at most 511 bytes)."""
+
+HASH_SIZE: Final = 32
+_SEQ = struct.Struct('>Q')
+
+
+class _Body(msgspec.Struct, array_like=True, frozen=True):
+    """The hashed part of a stored entry."""
+
+    seq: int
+    conversation_id: str
+    run_id: str | None
+    kind: str
+    timestamp: datetime
+    parent: int | None
+    idempotency_key: str | None
+    inherited: bool
+    payload: bytes
+
+
+_body_encoder = msgspec.msgpack.Encoder()
+_body_decoder = msgspec.msgpack.Decoder(_Body)
+_run_encoder = msgspec.msgpack.Encoder()
+_run_decoder = msgspec.msgpack.Decoder(RunRecord)
+_conv_decoder = msgspec.msgpack.Decoder(ConversationRecord)
+_json_encoder = msgspec.json.Encoder()
+_started_decoder = msgspec.json.Decoder(RunStartedInfo)
+_finished_decoder = msgspec.json.Decoder(RunFinishedInfo)
+_compaction_decoder = msgspec.json.Decoder(CompactionInfo)
+_tool_decoder = msgspec.json.Decoder(ToolEffectInfo)
+_title_decoder = msgspec.json.Decoder(TitleInfo)
+_fork_decoder = msgspec.json.Decoder(ForkInfo)
+
+
+def seq_key(seq: int) -> bytes:
+    """The 8-byte big-endian key of a `seq`."""
+    return _SEQ.pack(seq)
+
+
+def key_seq(key: bytes) -> int:
+    """The `seq` at the end of an index key."""
+    return _SEQ.unpack_from(key, len(key) - 8)[0]
+
+
+def ck(identifier: str) -> bytes:
+    """An id as a key prefix: UTF-8 plus a NUL terminator."""
+    return identifier.encode() + b'\x00'
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+# --- validation -------------------------------------------------------------------------------
+
+
+def check_id(value: object, what: str) -> str:
+    """Return `value` if it is a usable id, else raise `InvalidArgumentError`."""
+    if not isinstance(value, str):
+        raise InvalidArgumentError(f'{what} must be a string, got {type(value).__name__}')
+    if not value:
+        raise InvalidArgumentError(f'{what} must not be empty')
+    if len(value.encode('utf-8', 'surrogatepass')) > MAX_ID_BYTES:
+        raise InvalidArgumentError(f'{what} is longer than {MAX_ID_BYTES} bytes of UTF-8: {value[:40]!r}...')
+    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in value):
+        raise InvalidArgumentError(f'{what} must not contain control characters: {value!r}')
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        raise InvalidArgumentError(f'{what} must be valid Unicode (no lone surrogates): {value!r}') from None
+    return value
+
+
+def check_seq(value: object, what: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise InvalidArgumentError(f'{what} must be a positive integer seq, got {value!r}')
+    return value
+
+
+def validate_messages(payloads: Sequence[bytes]) -> None:
+    """Raise `InvalidPayloadError` unless every payload is one message pydantic-ai can read."""
+    if not payloads:
+        return
+    try:
+        decoded = ModelMessagesTypeAdapter.validate_json(b'[' + b','.join(payloads) + b']')
+    except (pydantic.ValidationError, ValueError):
+        decoded = None
+    if decoded is not None and len(decoded) == len(payloads):
+        return
+    for payload in payloads:
+        try:
+            one = ModelMessagesTypeAdapter.validate_json(b'[' + payload + b']')
+        except (pydantic.ValidationError, ValueError) as exc:
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise InvalidPayloadError(
+                f'message payload is not a pydantic-ai message ({first}): {payload[:80]!r}'
+            ) from None
+        if len(one) != 1:
+            raise InvalidPayloadError(f'message payload must hold exactly one message: {payload[:80]!r}')
+    raise InvalidPayloadError('message payloads do not form a list of messages')  # pragma: no cover
+
+
+def _decode_info(decoder: msgspec.json.Decoder[Any], payload: bytes, kind: str) -> Any:
+    try:
+        return decoder.decode(payload)
+    except msgspec.DecodeError as exc:
+        raise InvalidPayloadError(f'{kind} payload is not valid: {exc}') from None
+
+
+# --- decoding ---------------------------------------------------------------------------------
+
+
+def check_format(txn: ReadTxn) -> int | None:
+    """The store's format version, refusing one newer than this code."""
+    raw = txn.get(Table.META, b'format')
+    if raw is None:
+        return None
+    try:
+        version = int(raw.decode())
+    except ValueError:
+        raise StoreVersionError(f'the store records an unreadable format version {raw[:20]!r}') from None
+    if version > FORMAT_VERSION:
+        raise StoreVersionError(
+            f'the store was written in format {version}, and this version of pydantic-ai-eventlog '
+            f'reads format {FORMAT_VERSION} at most; upgrade pydantic-ai-eventlog to open it'
+        )
+    return version
+
+
+def init_format(txn: WriteTxn) -> None:
+    if check_format(txn) is None:
+        txn.put(Table.META, b'format', str(FORMAT_VERSION).encode())
+
+
+def decode_body(seq: int, value: bytes) -> _Body:
+    try:
+        body = _body_decoder.decode(memoryview(value)[: len(value) - HASH_SIZE])
+    except msgspec.DecodeError as exc:
+        raise CorruptEntryError(f'entry {seq} cannot be decoded: {exc}') from None
+    if body.seq != seq:
+        raise CorruptEntryError(f'entry stored at seq {seq} says it is seq {body.seq}')
+    return body
+
+
+def to_entry(body: _Body, value: bytes) -> Entry:
+    return Entry(
+        seq=body.seq,
+        conversation_id=body.conversation_id,
+        run_id=body.run_id,
+        kind=body.kind,
+        timestamp=body.timestamp,
+        parent=body.parent,
+        idempotency_key=body.idempotency_key,
+        inherited=body.inherited,
+        payload=body.payload,
+        hash=bytes(value[-HASH_SIZE:]),
+    )
+
+
+def get_entry(txn: ReadTxn, seq: int) -> Entry | None:
+    value = txn.get(Table.ENTRIES, seq_key(seq))
+    if value is None:
+        return None
+    return to_entry(decode_body(seq, value), value)
+
+
+def _get_body(txn: ReadTxn, seq: int) -> _Body | None:
+    value = txn.get(Table.ENTRIES, seq_key(seq))
+    return None if value is None else decode_body(seq, value)
+
+
+def get_run(txn: ReadTxn, run_id: str) -> RunRecord | None:
+    raw = txn.get(Table.RUNS, run_id.encode())
+    return None if raw is None else _run_decoder.decode(raw)
+
+
+def get_conversation(txn: ReadTxn, conversation_id: str) -> ConversationRecord | None:
+    raw = txn.get(Table.CONVS, conversation_id.encode())
+    return None if raw is None else _conv_decoder.decode(raw)
+
+
+def last_seq(txn: ReadTxn) -> int:
+    item = txn.last(Table.ENTRIES)
+    return 0 if item is None else key_seq(item[0])
+
+
+def chain_hash(prev: bytes, body_bytes: bytes) -> bytes:
+    return hashlib.blake2b(prev + body_bytes, digest_size=HASH_SIZE).digest()
+
+
+# --- appending --------------------------------------------------------------------------------
+
+
+class _Batch:
+    """Records touched by one write transaction, written back once at its end."""
+
+    def __init__(self, txn: WriteTxn) -> None:
+        self.txn = txn
+        self.runs: dict[str, RunRecord] = {}
+        self.convs: dict[str, ConversationRecord] = {}
+        self.idem: dict[bytes, int] = {}
+        self.next_seq = last_seq(txn) + 1
+
+    def run(self, run_id: str) -> RunRecord | None:
+        record = self.runs.get(run_id)
+        if record is None:
+            record = get_run(self.txn, run_id)
+            if record is not None:
+                self.runs[run_id] = record
+        return record
+
+    def conv(self, conversation_id: str) -> ConversationRecord | None:
+        record = self.convs.get(conversation_id)
+        if record is None:
+            record = get_conversation(self.txn, conversation_id)
+            if record is not None:
+                self.convs[conversation_id] = record
+        return record
+
+    def entry_conversation(self, seq: int) -> str | None:
+        body = _get_body(self.txn, seq)
+        return None if body is None else body.conversation_id
+
+    def flush(self) -> None:
+        for run_id, record in self.runs.items():
+            self.txn.put(Table.RUNS, run_id.encode(), _run_encoder.encode(record))
+        for conversation_id, conv in self.convs.items():
+            self.txn.put(Table.CONVS, conversation_id.encode(), _run_encoder.encode(conv))
+
+
+def _idem_scope(entry: NewEntry) -> bytes:
+    if entry.run_id is not None:
+        return ck(entry.run_id)
+    return b'\x00' + ck(entry.conversation_id)
+
+
+def _check_new_entry(entry: object) -> NewEntry:
+    if not isinstance(entry, NewEntry):
+        raise InvalidArgumentError(f'append takes NewEntry objects, got {type(entry).__name__}')
+    check_id(entry.conversation_id, 'conversation_id')
+    if not isinstance(entry.kind, str) or entry.kind not in KINDS:  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise InvalidArgumentError(f'unknown entry kind {entry.kind!r}; expected one of {sorted(KINDS)}')
+    if entry.kind in RUN_KINDS:
+        if entry.run_id is None:
+            raise InvalidArgumentError(f'a {entry.kind} entry needs a run_id')
+        check_id(entry.run_id, 'run_id')
+    elif entry.run_id is not None:
+        raise InvalidArgumentError(f'a {entry.kind} entry describes a conversation and takes no run_id')
+    if not isinstance(entry.payload, bytes):  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise InvalidPayloadError(f'payload must be bytes, got {type(entry.payload).__name__}')
+    if entry.idempotency_key is not None:
+        check_id(entry.idempotency_key, 'idempotency_key')
+    if entry.parent is not None:
+        check_seq(entry.parent, 'parent')
+    if entry.timestamp is not None and (
+        not isinstance(entry.timestamp, datetime)  # pyright: ignore[reportUnnecessaryIsInstance]
+        or entry.timestamp.tzinfo is None
+    ):
+        raise InvalidArgumentError('timestamp must be a timezone-aware datetime')
+    if not isinstance(entry.inherited, bool):  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise InvalidArgumentError('inherited must be a bool')
+    if entry.inherited and entry.kind != 'message':
+        raise InvalidArgumentError('only message entries can be marked inherited')
+    return entry
+
+
+def _new_conversation(conversation_id: str, seq: int, ts: datetime) -> ConversationRecord:
+    return ConversationRecord(
+        conversation_id=conversation_id, created_at=ts, updated_at=ts, first_seq=seq, last_seq=seq
+    )
+
+
+def _reopen(
+    batch: _Batch, old: ConversationRecord | None, conversation_id: str, seq: int, ts: datetime
+) -> ConversationRecord:
+    """A fresh record for a new conversation, or one reusing a deleted conversation's id.
+
+    The chain goes on from the tombstone, so `verify` still covers the whole id.
+    """
+    conv = _new_conversation(conversation_id, seq, ts)
+    if old is not None:
+        conv.head_hash = old.head_hash
+    batch.convs[conversation_id] = conv
+    return conv
+
+
+def _write_entry(batch: _Batch, body: _Body, conv: ConversationRecord, idem_key: bytes | None) -> bytes:
+    txn = batch.txn
+    body_bytes = _body_encoder.encode(body)
+    digest = chain_hash(conv.head_hash, body_bytes)
+    skey = seq_key(body.seq)
+    txn.put(Table.ENTRIES, skey, body_bytes + digest)
+    txn.put(Table.BY_CONV, ck(body.conversation_id) + skey, b'')
+    if body.run_id is not None:
+        txn.put(Table.BY_RUN, ck(body.run_id) + skey, b'')
+    if idem_key is not None:
+        txn.put(Table.IDEM, idem_key, skey)
+        batch.idem[idem_key] = body.seq
+    conv.head_hash = digest
+    conv.last_seq = body.seq
+    conv.updated_at = body.timestamp
+    conv.entry_count += 1
+    conv.payload_bytes += len(body.payload)
+    batch.next_seq = body.seq + 1
+    return digest
+
+
+def append_entries(
+    txn: WriteTxn,
+    entries: Sequence[NewEntry],
+    *,
+    allow_internal: bool = False,
+    seq_hints: Sequence[int] | None = None,
+) -> list[int]:
+    """Append `entries` in order inside `txn`; return each entry's `seq`.
+
+    Validation happens before anything is written, so a bad entry anywhere in the batch
+    leaves the store unchanged (the caller's transaction is aborted on error as well).
+    """
+    checked = [_check_new_entry(entry) for entry in entries]
+    unvalidated = [e.payload for e in checked if e.kind == 'message' and not e.prevalidated]
+    validate_messages(unvalidated)
+    batch = _Batch(txn)
+    now = utcnow()
+    seqs: list[int] = []
+    for index, entry in enumerate(checked):
+        idem_key = None
+        if entry.idempotency_key is not None:
+            idem_key = _idem_scope(entry) + entry.idempotency_key.encode()
+            existing = batch.idem.get(idem_key)
+            if existing is None:
+                raw = txn.get(Table.IDEM, idem_key)
+                existing = None if raw is None else key_seq(raw)
+            if existing is not None:
+                seqs.append(existing)
+                continue
+        seq = batch.next_seq
+        if seq_hints is not None and seq_hints[index] > seq:
+            seq = seq_hints[index]
+        ts = entry.timestamp or now
+        parent = _apply(batch, entry, seq, ts, allow_internal=allow_internal)
+        conv = batch.conv(entry.conversation_id)
+        assert conv is not None
+        body = _Body(
+            seq=seq,
+            conversation_id=entry.conversation_id,
+            run_id=entry.run_id,
+            kind=entry.kind,
+            timestamp=ts,
+            parent=parent,
+            idempotency_key=entry.idempotency_key,
+            inherited=entry.inherited,
+            payload=entry.payload,
+        )
+        _write_entry(batch, body, conv, idem_key)
+        seqs.append(seq)
+    batch.flush()
+    return seqs
+
+
+def _apply(batch: _Batch, entry: NewEntry, seq: int, ts: datetime, *, allow_internal: bool) -> int | None:
+    """Check `entry` against the records, update them, and return the entry's parent."""
+    kind = entry.kind
+    conv_id = entry.conversation_id
+    conv = batch.conv(conv_id)
+    if kind in CONVERSATION_KINDS:
+        return _apply_conversation_kind(batch, entry, conv, seq, ts, allow_internal=allow_internal)
+    run_id = entry.run_id
+    assert run_id is not None
+    run = batch.run(run_id)
+    if kind == 'run_started':
+        if run is not None:
+            raise InvalidArgumentError(f'run {run_id!r} has already started (in conversation {run.conversation_id!r})')
+        info: RunStartedInfo = _decode_info(_started_decoder, entry.payload, kind)
+        if entry.parent is not None:
+            _check_parent(batch, entry.parent, seq)
+        if conv is None or conv.deleted:
+            conv = _reopen(batch, conv, conv_id, seq, ts)
+        run = RunRecord(
+            run_id=run_id,
+            conversation_id=conv_id,
+            parent_run_id=info.parent_run_id,
+            agent_name=info.agent_name,
+            metadata=dict(info.metadata),
+            started_at=ts,
+            start_seq=seq,
+            branch_parent=entry.parent,
+            last_seq=seq,
+            entry_count=1,
+        )
+        batch.runs[run_id] = run
+        conv.run_count += 1
+        batch.txn.put(Table.RUN_ORDER, seq_key(seq), run_id.encode())
+        batch.txn.put(Table.CONV_RUNS, ck(conv_id) + seq_key(seq), run_id.encode())
+        return entry.parent
+    if run is None:
+        raise RunNotFound(f'run {run_id!r} has not started: append a run_started entry first')
+    if run.conversation_id != conv_id:
+        raise InvalidArgumentError(f'run {run_id!r} belongs to conversation {run.conversation_id!r}, not {conv_id!r}')
+    if run.status != 'running':
+        raise InvalidArgumentError(f'run {run_id!r} has finished ({run.status}); nothing more can be appended to it')
+    if entry.parent is not None and entry.parent != run.last_seq:
+        raise InvalidArgumentError("only a run's first entry takes a parent; later entries follow the run")
+    assert conv is not None
+    if kind == 'message':
+        run.message_count += 1
+        conv.message_count += 1
+    elif kind == 'run_finished':
+        finished: RunFinishedInfo = _decode_info(_finished_decoder, entry.payload, kind)
+        run.status = finished.status
+        run.error = finished.error
+        run.usage = dict(finished.usage)
+        run.finished_at = ts
+    elif kind == 'compaction':
+        compaction: CompactionInfo = _decode_info(_compaction_decoder, entry.payload, kind)
+        validate_messages([bytes(raw) for raw in compaction.summary])
+        conv.compaction_count += 1
+    elif kind == 'tool_effect':
+        _decode_info(_tool_decoder, entry.payload, kind)
+    parent = run.last_seq
+    run.last_seq = seq
+    run.entry_count += 1
+    return parent
+
+
+def _check_parent(batch: _Batch, parent: int, seq: int) -> None:
+    if parent >= seq or batch.entry_conversation(parent) is None:
+        raise InvalidArgumentError(f'parent {parent} is not an entry of this log')
+
+
+def _apply_conversation_kind(
+    batch: _Batch, entry: NewEntry, conv: ConversationRecord | None, seq: int, ts: datetime, *, allow_internal: bool
+) -> int | None:
+    kind = entry.kind
+    conv_id = entry.conversation_id
+    if kind == 'forked_from':
+        info: ForkInfo = _decode_info(_fork_decoder, entry.payload, kind)
+        if conv is not None and not conv.deleted:
+            raise InvalidArgumentError(f'conversation {conv_id!r} already exists; a fork needs a new id')
+        if entry.parent != info.seq:
+            raise InvalidArgumentError('a forked_from entry must have the fork point as its parent')
+        if batch.entry_conversation(info.seq) != info.conversation_id or info.seq >= seq:
+            raise InvalidArgumentError(f'entry {info.seq} is not in conversation {info.conversation_id!r}')
+        conv = _reopen(batch, conv, conv_id, seq, ts)
+        conv.forked_from = info
+        return entry.parent
+    if entry.parent is not None:
+        raise InvalidArgumentError(f'a {kind} entry takes no parent')
+    if kind == 'deleted':
+        if not allow_internal:
+            raise InvalidArgumentError('use delete_conversation() to delete a conversation')
+        conv = _new_conversation(conv_id, seq, ts)
+        conv.deleted = True
+        batch.convs[conv_id] = conv
+        return None
+    if conv is None or conv.deleted:
+        raise ConversationNotFound(f'no conversation {conv_id!r} in this log')
+    if kind == 'title':
+        info_title: TitleInfo = _decode_info(_title_decoder, entry.payload, kind)
+        conv.title = info_title.title
+    elif kind == 'archived':
+        conv.archived = True
+    else:
+        conv.archived = False
+    return None
+
+
+# --- reading ----------------------------------------------------------------------------------
+
+
+def iter_entries(
+    txn: ReadTxn,
+    *,
+    conversation_id: str | None = None,
+    run_id: str | None = None,
+    kinds: frozenset[str] | None = None,
+    after_seq: int = 0,
+) -> Iterator[Entry]:
+    """Entries in `seq` order, filtered; the narrowest index is used."""
+    start = seq_key(after_seq + 1)
+    if run_id is not None:
+        prefix = ck(run_id)
+        keys: Iterable[bytes] = (k for k, _ in txn.scan(Table.BY_RUN, prefix=prefix, start=prefix + start))
+    elif conversation_id is not None:
+        prefix = ck(conversation_id)
+        keys = (k for k, _ in txn.scan(Table.BY_CONV, prefix=prefix, start=prefix + start))
+    else:
+        for key, value in txn.scan(Table.ENTRIES, start=start):
+            body = decode_body(key_seq(key), value)
+            if kinds is None or body.kind in kinds:
+                yield to_entry(body, value)
+        return
+    for key in keys:
+        seq = key_seq(key)
+        value = txn.get(Table.ENTRIES, seq_key(seq))
+        if value is None:
+            continue
+        body = decode_body(seq, value)
+        if conversation_id is not None and body.conversation_id != conversation_id:
+            continue
+        if kinds is None or body.kind in kinds:
+            yield to_entry(body, value)
+
+
+def _run_bodies(txn: ReadTxn, run_id: str, upto: int) -> list[_Body]:
+    prefix = ck(run_id)
+    out: list[_Body] = []
+    for key, _ in txn.scan(Table.BY_RUN, prefix=prefix):
+        seq = key_seq(key)
+        if seq > upto:
+            break
+        body = _get_body(txn, seq)
+        if body is not None:
+            out.append(body)
+    return out
+
+
+def branch_bodies(txn: ReadTxn, tip: int | None) -> list[_Body]:
+    """Every entry on the branch that ends at `tip`, oldest first.
+
+    A branch is followed run by run: the entries of the tip's run up to the tip, then
+    the branch the run continued from (its `run_started` parent), and so on.
+    """
+    segments: list[list[_Body]] = []
+    point = tip
+    while point is not None:
+        body = _get_body(txn, point)
+        if body is None:
+            break  # the rest of the branch was deleted with its conversation
+        if body.run_id is not None:
+            run = get_run(txn, body.run_id)
+            if run is None:
+                break
+            segments.append(_run_bodies(txn, body.run_id, point))
+            nxt = run.branch_parent
+        else:
+            segments.append([body])
+            nxt = body.parent
+        if nxt is not None and nxt >= point:
+            raise CorruptEntryError(f'entry {point} points forward to {nxt}')
+        point = nxt
+    out: list[_Body] = []
+    for segment in reversed(segments):
+        out.extend(segment)
+    return out
+
+
+def run_message_payloads(txn: ReadTxn, run_id: str) -> list[bytes]:
+    """The run's full record: what it inherited, then what it added."""
+    run = get_run(txn, run_id)
+    if run is None:
+        raise RunNotFound(f'no run {run_id!r} in this log')
+    return [b.payload for b in branch_bodies(txn, run.last_seq) if b.kind == 'message']
+
+
+def run_message_seqs(txn: ReadTxn, run_id: str) -> list[tuple[int, str, bytes]]:
+    """(seq, owning run, payload) of each message in the run's full record."""
+    run = get_run(txn, run_id)
+    if run is None:
+        return []
+    return [(b.seq, b.run_id or '', b.payload) for b in branch_bodies(txn, run.last_seq) if b.kind == 'message']
+
+
+def _conv_or_raise(txn: ReadTxn, conversation_id: str) -> ConversationRecord:
+    conv = get_conversation(txn, conversation_id)
+    if conv is None or conv.deleted:
+        raise ConversationNotFound(f'no conversation {conversation_id!r} in this log')
+    return conv
+
+
+def _inherited_prefix(txn: ReadTxn, conversation_id: str) -> list[_Body]:
+    """Entries the conversation's history starts from that live in another conversation."""
+    prefix = ck(conversation_id)
+    for _, run_id in txn.scan(Table.CONV_RUNS, prefix=prefix):
+        run = get_run(txn, run_id.decode())
+        if run is not None and run.branch_parent is not None:
+            parent = _get_body(txn, run.branch_parent)
+            if parent is not None and parent.conversation_id != conversation_id:
+                return branch_bodies(txn, run.branch_parent)
+        break
+    conv = get_conversation(txn, conversation_id)
+    if conv is not None and conv.forked_from is not None:
+        return branch_bodies(txn, conv.forked_from.seq)
+    return []
+
+
+def transcript_payloads(txn: ReadTxn, conversation_id: str) -> list[bytes]:
+    """Every original message of the conversation once, in order (inherited history first)."""
+    _conv_or_raise(txn, conversation_id)
+    out = [b.payload for b in _inherited_prefix(txn, conversation_id) if b.kind == 'message']
+    out.extend(e.payload for e in iter_entries(txn, conversation_id=conversation_id, kinds=frozenset({'message'})))
+    return out
+
+
+def _context_tip(txn: ReadTxn, conversation_id: str) -> int | None:
+    conv = _conv_or_raise(txn, conversation_id)
+    item = txn.last(Table.CONV_RUNS, ck(conversation_id))
+    if item is not None:
+        run = get_run(txn, item[1].decode())
+        if run is not None:
+            return run.last_seq
+    if conv.forked_from is not None:
+        return conv.forked_from.seq
+    return None
+
+
+def fold_context(bodies: Sequence[_Body]) -> list[bytes]:
+    """Message payloads of a branch with each compaction's summary in place of what it replaced."""
+    live: list[tuple[int, list[bytes]]] = []
+    for body in bodies:
+        if body.kind == 'message':
+            live.append((body.seq, [body.payload]))
+        elif body.kind == 'compaction':
+            info: CompactionInfo = _compaction_decoder.decode(body.payload)
+            replaced = set(info.replaced)
+            position = next((i for i, (seq, _) in enumerate(live) if seq in replaced), len(live))
+            kept_before = [item for item in live[:position] if item[0] not in replaced]
+            kept_after = [item for item in live[position:] if item[0] not in replaced]
+            summary = [bytes(raw) for raw in info.summary]
+            live = [*kept_before, (body.seq, summary), *kept_after]
+    return [payload for _, payloads in live for payload in payloads]
+
+
+def context_payloads(txn: ReadTxn, conversation_id: str) -> list[bytes]:
+    """What an agent continuing the conversation would start from."""
+    return fold_context(branch_bodies(txn, _context_tip(txn, conversation_id)))
+
+
+def list_runs(txn: ReadTxn, *, conversation_id: str | None = None, parent_run_id: str | None = None) -> list[RunRecord]:
+    if conversation_id is not None:
+        items = txn.scan(Table.CONV_RUNS, prefix=ck(conversation_id))
+    else:
+        items = txn.scan(Table.RUN_ORDER)
+    out: list[RunRecord] = []
+    for _, run_id in items:
+        run = get_run(txn, run_id.decode())
+        if run is None:
+            continue
+        if parent_run_id is not None and run.parent_run_id != parent_run_id:
+            continue
+        out.append(run)
+    return out
+
+
+def list_conversations(txn: ReadTxn, *, include_archived: bool = False) -> list[ConversationRecord]:
+    out = [_conv_decoder.decode(raw) for _, raw in txn.scan(Table.CONVS)]
+    out = [c for c in out if not c.deleted and (include_archived or not c.archived)]
+    out.sort(key=lambda c: c.first_seq)
+    return out
+
+
+def decode_payloads(payloads: Sequence[bytes]) -> list[ModelMessage]:
+    """Decode message payloads in one pydantic-ai call."""
+    if not payloads:
+        return []
+    return ModelMessagesTypeAdapter.validate_json(join_payloads(payloads))
+
+
+def join_payloads(payloads: Sequence[bytes]) -> bytes:
+    """Message payloads as the JSON `ModelMessagesTypeAdapter.dump_json` gives for the list."""
+    return b'[' + b','.join(payloads) + b']'
+
+
+# --- management -------------------------------------------------------------------------------
+
+
+def fork(txn: WriteTxn, conversation_id: str, at_seq: int | None, new_id: str | None) -> str:
+    _conv_or_raise(txn, conversation_id)
+    if at_seq is None:
+        point = _context_tip(txn, conversation_id)
+        if point is None:
+            raise InvalidArgumentError(f'conversation {conversation_id!r} has no history to fork')
+    else:
+        point = check_seq(at_seq, 'at_seq')
+        if txn.get(Table.BY_CONV, ck(conversation_id) + seq_key(point)) is None:
+            raise InvalidArgumentError(f'entry {point} is not an entry of conversation {conversation_id!r}')
+    target = check_id(new_id, 'new conversation id') if new_id is not None else str(uuid.uuid4())
+    entry = NewEntry(
+        conversation_id=target,
+        kind='forked_from',
+        payload=_json_encoder.encode(ForkInfo(conversation_id=conversation_id, seq=point)),
+        parent=point,
+    )
+    append_entries(txn, [entry])
+    return target
+
+
+def delete_conversation(txn: WriteTxn, conversation_id: str) -> int:
+    """Remove the conversation's entries and derived data; leave a content-free tombstone."""
+    _conv_or_raise(txn, conversation_id)
+    prefix = ck(conversation_id)
+    run_ids = [run_id.decode() for _, run_id in txn.scan(Table.CONV_RUNS, prefix=prefix)]
+    for run_id in run_ids:
+        run = get_run(txn, run_id)
+        rprefix = ck(run_id)
+        for key in [k for k, _ in txn.scan(Table.BY_RUN, prefix=rprefix)]:
+            txn.delete(Table.BY_RUN, key)
+        for key in [k for k, _ in txn.scan(Table.IDEM, prefix=rprefix)]:
+            txn.delete(Table.IDEM, key)
+        if run is not None:
+            txn.delete(Table.RUN_ORDER, seq_key(run.start_seq))
+        txn.delete(Table.RUNS, run_id.encode())
+    for key in [k for k, _ in txn.scan(Table.CONV_RUNS, prefix=prefix)]:
+        txn.delete(Table.CONV_RUNS, key)
+    for key in [k for k, _ in txn.scan(Table.IDEM, prefix=b'\x00' + prefix)]:
+        txn.delete(Table.IDEM, key)
+    removed = 0
+    for key in [k for k, _ in txn.scan(Table.BY_CONV, prefix=prefix)]:
+        txn.delete(Table.ENTRIES, key[-8:])
+        txn.delete(Table.BY_CONV, key)
+        removed += 1
+    txn.delete(Table.CONVS, conversation_id.encode())
+    append_entries(txn, [NewEntry(conversation_id=conversation_id, kind='deleted')], allow_internal=True)
+    return removed
+
+
+# --- verification -----------------------------------------------------------------------------
+
+
+def verify(txn: ReadTxn) -> VerifyReport:
+    """Walk every conversation's hash chain; report the first bad entry of each."""
+    heads: dict[str, bytes] = {}
+    problems: dict[str, VerifyProblem] = {}
+    corrupt: list[int] = []
+    checked = 0
+    for key, value in txn.scan(Table.ENTRIES):
+        checked += 1
+        seq = key_seq(key)
+        try:
+            body = decode_body(seq, value)
+        except CorruptEntryError:
+            corrupt.append(seq)
+            continue
+        conv_id = body.conversation_id
+        if conv_id in problems:
+            continue
+        prev = b'' if body.kind == 'deleted' else heads.get(conv_id, b'')
+        digest = chain_hash(prev, bytes(value[: len(value) - HASH_SIZE]))
+        if len(value) < HASH_SIZE or digest != value[-HASH_SIZE:]:
+            problems[conv_id] = VerifyProblem(
+                conv_id, seq, 'hash mismatch: the entry was altered, or an entry before it was removed or reordered'
+            )
+            continue
+        if txn.get(Table.BY_CONV, ck(conv_id) + key) is None:
+            problems[conv_id] = VerifyProblem(conv_id, seq, 'entry is missing from its conversation index')
+            continue
+        heads[conv_id] = digest
+    for seq in corrupt:
+        conv_id = _conversation_of(txn, seq) or '?'
+        if conv_id not in problems:
+            problems[conv_id] = VerifyProblem(conv_id, seq, 'entry cannot be decoded')
+    convs = {c.conversation_id: c for c in (_conv_decoder.decode(raw) for _, raw in txn.scan(Table.CONVS))}
+    for conv_id, conv in convs.items():
+        if conv_id in problems:
+            continue
+        if heads.get(conv_id, b'') != conv.head_hash:
+            problems[conv_id] = VerifyProblem(
+                conv_id, conv.last_seq, 'the chain ends early: the latest entries are missing'
+            )
+            continue
+        for key, _ in txn.scan(Table.BY_CONV, prefix=ck(conv_id)):
+            if txn.get(Table.ENTRIES, key[-8:]) is None:
+                problems[conv_id] = VerifyProblem(conv_id, key_seq(key), 'entry is missing')
+                break
+    for conv_id in heads:
+        if conv_id not in convs and conv_id not in problems:
+            problems[conv_id] = VerifyProblem(conv_id, 0, 'entries exist for a conversation with no record')
+    ordered = sorted(problems.values(), key=lambda p: (p.conversation_id, p.seq))
+    return VerifyReport(
+        ok=not ordered, entries_checked=checked, conversations_checked=len(set(convs) | set(heads)), problems=ordered
+    )
+
+
+def _conversation_of(txn: ReadTxn, seq: int) -> str | None:
+    suffix = seq_key(seq)
+    for key, _ in txn.scan(Table.BY_CONV):
+        if key.endswith(suffix):
+            return key[: len(key) - 9].decode()
+    return None
+
+
+def encode_body_of(entry: Any) -> bytes:
+    """The hashed bytes of an entry described by any object with the entry's fields."""
+    payload = entry.payload
+    return _body_encoder.encode(
+        _Body(
+            seq=entry.seq,
+            conversation_id=entry.conversation_id,
+            run_id=entry.run_id,
+            kind=entry.kind,
+            timestamp=entry.timestamp,
+            parent=entry.parent,
+            idempotency_key=entry.idempotency_key,
+            inherited=entry.inherited,
+            payload=bytes(payload) if payload else b'',
+        )
+    )

@@ -1,0 +1,335 @@
+"""The entry model: what the log stores, and the records derived from it.
+
+An `Entry` is the unit of the log. Callers describe what to append with a `NewEntry`
+(no `seq`, no hash: the log assigns both) and read back `Entry` objects. Message
+payloads are pydantic-ai's own JSON for one message, so replay is byte-exact; the
+payloads of the other kinds are small msgspec structs defined here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Final, Literal
+
+import msgspec
+from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
+
+__all__ = [
+    'CONVERSATION_KINDS',
+    'KINDS',
+    'RUN_KINDS',
+    'CompactionInfo',
+    'ConversationRecord',
+    'Entry',
+    'ForkInfo',
+    'Kind',
+    'NewEntry',
+    'RunFinishedInfo',
+    'RunRecord',
+    'RunStartedInfo',
+    'RunStatus',
+    'TitleInfo',
+    'ToolEffectInfo',
+    'ToolEffectStatus',
+    'VerifyProblem',
+    'VerifyReport',
+    'compaction_entry',
+    'encode_message',
+    'message_entry',
+    'run_finished_entry',
+    'run_started_entry',
+    'tool_effect_entry',
+]
+
+Kind = Literal[
+    'message',
+    'run_started',
+    'run_finished',
+    'compaction',
+    'tool_effect',
+    'title',
+    'archived',
+    'unarchived',
+    'forked_from',
+    'deleted',
+]
+"""Every kind of entry the log knows."""
+
+RUN_KINDS: Final = frozenset({'message', 'run_started', 'run_finished', 'compaction', 'tool_effect'})
+"""Kinds that belong to a run: they carry a `run_id` and sit on the run's branch."""
+
+CONVERSATION_KINDS: Final = frozenset({'title', 'archived', 'unarchived', 'forked_from', 'deleted'})
+"""Kinds that describe a conversation as a whole and carry no `run_id`."""
+
+KINDS: Final = RUN_KINDS | CONVERSATION_KINDS
+
+RunStatus = Literal['running', 'completed', 'failed', 'cancelled']
+"""The life of a run: `running` until a `run_finished` entry says how it ended."""
+
+ToolEffectStatus = Literal['started', 'completed', 'failed']
+"""Where a tool call stood when its `tool_effect` entry was written."""
+
+
+class Entry(msgspec.Struct, frozen=True, kw_only=True):
+    """One committed entry of the log, exactly as stored."""
+
+    seq: int
+    """Global position in the log, strictly increasing, assigned at append."""
+    conversation_id: str
+    run_id: str | None
+    kind: str
+    timestamp: datetime
+    parent: int | None
+    """The `seq` of the entry this one follows on its branch, or `None` at a root."""
+    idempotency_key: str | None
+    inherited: bool
+    """True for a message handed in as history that the log had never seen before."""
+    payload: bytes
+    hash: bytes
+    """Chains this entry to the previous entry of its conversation (see `verify`)."""
+
+    def message(self) -> ModelMessage:
+        """Decode a `message` entry's payload into a pydantic-ai message."""
+        return ModelMessagesTypeAdapter.validate_json(b'[' + self.payload + b']')[0]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NewEntry:
+    """An entry to append; the log assigns `seq`, the hash and (unless given) the timestamp."""
+
+    conversation_id: str
+    kind: str
+    run_id: str | None = None
+    payload: bytes = b''
+    parent: int | None = None
+    """Only for a run's first entry (its branch point) or a `forked_from` entry; the log
+    links every later entry of a run to the run's previous entry itself."""
+    idempotency_key: str | None = None
+    """A second append with the same (`run_id`, key) writes nothing and returns the first `seq`."""
+    inherited: bool = False
+    timestamp: datetime | None = None
+    prevalidated: bool = field(default=False, repr=False)
+    """Set by `message_entry`, whose payload pydantic-ai itself produced; skips re-validation."""
+
+
+class RunStartedInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Payload of a `run_started` entry."""
+
+    agent_name: str | None = None
+    parent_run_id: str | None = None
+    metadata: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+class RunFinishedInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Payload of a `run_finished` entry."""
+
+    status: Literal['completed', 'failed', 'cancelled']
+    error: str | None = None
+    usage: dict[str, int] = msgspec.field(default_factory=dict)
+
+
+class CompactionInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """Payload of a `compaction` entry: a summary that replaced part of the live context.
+
+    `replaced` lists the `seq`s of the message entries (or of earlier `compaction`
+    entries, meaning their summaries) that the summary stands in for. `summary` holds
+    the summary messages as pydantic-ai JSON objects, one per message.
+    """
+
+    replaced: list[int]
+    summary: list[msgspec.Raw]
+
+
+class ToolEffectInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Payload of a `tool_effect` entry."""
+
+    tool_call_id: str
+    tool_name: str
+    status: ToolEffectStatus
+    error: str | None = None
+
+
+class TitleInfo(msgspec.Struct, frozen=True):
+    """Payload of a `title` entry."""
+
+    title: str
+
+
+class ForkInfo(msgspec.Struct, frozen=True):
+    """Payload of a `forked_from` entry: where the new conversation's history comes from."""
+
+    conversation_id: str
+    seq: int
+
+
+class RunRecord(msgspec.Struct, kw_only=True):
+    """A run as derived from its entries, kept current with every append."""
+
+    run_id: str
+    conversation_id: str
+    parent_run_id: str | None = None
+    agent_name: str | None = None
+    metadata: dict[str, str] = msgspec.field(default_factory=dict)
+    started_at: datetime
+    finished_at: datetime | None = None
+    status: RunStatus = 'running'
+    error: str | None = None
+    usage: dict[str, int] = msgspec.field(default_factory=dict)
+    start_seq: int
+    """The `seq` of the run's `run_started` entry (start order)."""
+    branch_parent: int | None = None
+    """The `seq` the run continues from (the tip of the history it inherited)."""
+    last_seq: int
+    message_count: int = 0
+    entry_count: int = 0
+
+
+class ConversationRecord(msgspec.Struct, kw_only=True):
+    """A conversation as derived from its entries, kept current with every append."""
+
+    conversation_id: str
+    title: str | None = None
+    created_at: datetime
+    updated_at: datetime
+    archived: bool = False
+    deleted: bool = False
+    forked_from: ForkInfo | None = None
+    entry_count: int = 0
+    message_count: int = 0
+    run_count: int = 0
+    compaction_count: int = 0
+    payload_bytes: int = 0
+    first_seq: int
+    last_seq: int
+    head_hash: bytes = b''
+
+
+class VerifyProblem(msgspec.Struct, frozen=True):
+    """The first bad entry found in one conversation."""
+
+    conversation_id: str
+    seq: int
+    reason: str
+
+
+class VerifyReport(msgspec.Struct, frozen=True, kw_only=True):
+    """What `verify` found: `ok` only when every chain is intact."""
+
+    ok: bool
+    entries_checked: int
+    conversations_checked: int
+    problems: list[VerifyProblem]
+
+
+_json_encoder = msgspec.json.Encoder()
+
+
+def encode_message(message: ModelMessage) -> bytes:
+    """One message as pydantic-ai serializes it inside `ModelMessagesTypeAdapter` output."""
+    return ModelMessagesTypeAdapter.dump_json([message])[1:-1]
+
+
+def message_entry(
+    message: ModelMessage,
+    *,
+    conversation_id: str,
+    run_id: str,
+    idempotency_key: str | None = None,
+    inherited: bool = False,
+    parent: int | None = None,
+) -> NewEntry:
+    """A `message` entry for one pydantic-ai message."""
+    return NewEntry(
+        conversation_id=conversation_id,
+        run_id=run_id,
+        kind='message',
+        payload=encode_message(message),
+        idempotency_key=idempotency_key,
+        inherited=inherited,
+        parent=parent,
+        prevalidated=True,
+    )
+
+
+def run_started_entry(
+    *,
+    conversation_id: str,
+    run_id: str,
+    agent_name: str | None = None,
+    parent_run_id: str | None = None,
+    metadata: Mapping[str, str] | None = None,
+    parent: int | None = None,
+    idempotency_key: str | None = None,
+) -> NewEntry:
+    """A `run_started` entry; `parent` is the tip of the history the run continues."""
+    info = RunStartedInfo(agent_name=agent_name, parent_run_id=parent_run_id, metadata=dict(metadata or {}))
+    return NewEntry(
+        conversation_id=conversation_id,
+        run_id=run_id,
+        kind='run_started',
+        payload=_json_encoder.encode(info),
+        parent=parent,
+        idempotency_key=idempotency_key,
+    )
+
+
+def run_finished_entry(
+    *,
+    conversation_id: str,
+    run_id: str,
+    status: Literal['completed', 'failed', 'cancelled'],
+    error: str | None = None,
+    usage: Mapping[str, int] | None = None,
+    idempotency_key: str | None = None,
+) -> NewEntry:
+    """A `run_finished` entry."""
+    info = RunFinishedInfo(status=status, error=error, usage=dict(usage or {}))
+    return NewEntry(
+        conversation_id=conversation_id,
+        run_id=run_id,
+        kind='run_finished',
+        payload=_json_encoder.encode(info),
+        idempotency_key=idempotency_key,
+    )
+
+
+def tool_effect_entry(
+    *,
+    conversation_id: str,
+    run_id: str,
+    tool_call_id: str,
+    tool_name: str,
+    status: ToolEffectStatus,
+    error: str | None = None,
+    idempotency_key: str | None = None,
+) -> NewEntry:
+    """A `tool_effect` entry for one tool call."""
+    info = ToolEffectInfo(tool_call_id=tool_call_id, tool_name=tool_name, status=status, error=error)
+    return NewEntry(
+        conversation_id=conversation_id,
+        run_id=run_id,
+        kind='tool_effect',
+        payload=_json_encoder.encode(info),
+        idempotency_key=idempotency_key,
+    )
+
+
+def compaction_entry(
+    *,
+    conversation_id: str,
+    run_id: str,
+    replaced: list[int],
+    summary: list[ModelMessage],
+    idempotency_key: str | None = None,
+) -> NewEntry:
+    """A `compaction` entry: `summary` stands in for the entries `replaced` in the live context."""
+    info = CompactionInfo(replaced=list(replaced), summary=[msgspec.Raw(encode_message(m)) for m in summary])
+    return NewEntry(
+        conversation_id=conversation_id,
+        run_id=run_id,
+        kind='compaction',
+        payload=_json_encoder.encode(info),
+        idempotency_key=idempotency_key,
+    )

@@ -1,0 +1,66 @@
+"""Typed errors raised by the event log.
+
+Every error a caller can cause is an `EventLogError`, so an application can catch one
+class; the subclasses say what went wrong. Nothing committed before an error is ever
+lost: a failed call changes nothing.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    'ConversationNotFound',
+    'CorruptEntryError',
+    'EventLogError',
+    'InvalidArgumentError',
+    'InvalidPayloadError',
+    'LogClosedError',
+    'NotFoundError',
+    'RunNotFound',
+    'StorageError',
+    'StoreLocationError',
+    'StoreVersionError',
+]
+
+
+class EventLogError(Exception):
+    """Base class of every error the event log raises."""
+
+
+class InvalidArgumentError(EventLogError, ValueError):
+    """An id, kind, option or other argument is not acceptable; nothing was written."""
+
+
+class InvalidPayloadError(InvalidArgumentError):
+    """A payload is not bytes, or a message payload is not one pydantic-ai message."""
+
+
+class NotFoundError(EventLogError, LookupError):
+    """A conversation, run or entry the call names does not exist."""
+
+
+class ConversationNotFound(NotFoundError):
+    """No conversation with this id exists in the log."""
+
+
+class RunNotFound(NotFoundError):
+    """No run with this id exists in the log."""
+
+
+class StoreLocationError(EventLogError):
+    """The store's path cannot hold a store: it is a file, or not readable and writable."""
+
+
+class StoreVersionError(EventLogError):
+    """The store was written in a format this version does not understand (a newer one)."""
+
+
+class StorageError(EventLogError):
+    """The storage engine failed (disk full, I/O error, lock table full); nothing was committed."""
+
+
+class CorruptEntryError(EventLogError):
+    """An entry's stored bytes cannot be decoded; `verify` names such entries."""
+
+
+class LogClosedError(EventLogError):
+    """The log was closed; open a new one to continue."""

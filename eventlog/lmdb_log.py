@@ -1,0 +1,284 @@
+"""`LmdbEventLog`: the log in an LMDB environment on disk.
+
+LMDB gives the log what it needs with nothing to wrap away: one writer at a time
+across all processes (its lock file), readers that never block, copy-on-write pages
+that leave nothing to recover after a crash, and a synced commit per transaction.
+Each append call is one write transaction; a batch is one transaction too.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TypeVar, cast
+
+import lmdb
+
+from eventlog import _engine as engine
+from eventlog._storage import TABLE_NAMES, ReadTxn, Table, WriteTxn, prefix_end
+from eventlog.errors import LogClosedError, StorageError, StoreLocationError, StoreVersionError
+from eventlog.log import EventLogBase
+
+__all__ = ['LmdbEventLog']
+
+T = TypeVar('T')
+
+DEFAULT_MAP_SIZE = 64 * 1024 * 1024
+"""Initial map size; the map doubles by itself whenever it fills."""
+
+_MAX_DBS = 32
+"""Named databases the environment can hold: the log's tables plus room for projections."""
+
+
+class _LmdbTxn:
+    """The `_storage` transaction protocols over one LMDB transaction."""
+
+    __slots__ = ('_dbs', '_txn')
+
+    def __init__(self, txn: lmdb.Transaction, dbs: dict[Table, lmdb._Database]) -> None:
+        self._txn = txn
+        self._dbs = dbs
+
+    def get(self, table: Table, key: bytes) -> bytes | None:
+        return cast('bytes | None', self._txn.get(key, db=self._dbs[table]))
+
+    def scan(
+        self, table: Table, *, prefix: bytes = b'', start: bytes | None = None, reverse: bool = False
+    ) -> Iterator[tuple[bytes, bytes]]:
+        cursor = self._txn.cursor(db=self._dbs[table])
+        if not reverse:
+            first = prefix if start is None else max(prefix, start)
+            if not cursor.set_range(first):
+                return
+            for key, value in cast('Iterator[tuple[bytes, bytes]]', iter(cursor)):
+                if not key.startswith(prefix):
+                    return
+                yield key, value
+            return
+        positioned: bool
+        if start is not None:
+            if cursor.set_range(start):
+                positioned = cursor.key() == start or cursor.prev()
+            else:
+                positioned = cursor.last()
+        else:
+            upper = prefix_end(prefix)
+            if upper is not None and cursor.set_range(upper):
+                positioned = cursor.prev()
+            else:
+                positioned = cursor.last()
+        if not positioned:
+            return
+        for key, value in cast('Iterator[tuple[bytes, bytes]]', cursor.iterprev()):
+            if not key.startswith(prefix):
+                if key < prefix:
+                    return
+                continue
+            yield key, value
+
+    def last(self, table: Table, prefix: bytes = b'') -> tuple[bytes, bytes] | None:
+        return next(self.scan(table, prefix=prefix, reverse=True), None)
+
+    def put(self, table: Table, key: bytes, value: bytes) -> None:
+        self._txn.put(key, value, db=self._dbs[table])
+
+    def delete(self, table: Table, key: bytes) -> None:
+        self._txn.delete(key, db=self._dbs[table])
+
+
+class _SharedEnv:
+    """One LMDB environment per store per process (LMDB forbids opening it twice).
+
+    Growing the map needs every transaction of this process closed, so readers and the
+    writer register here and a resize waits for them.
+    """
+
+    def __init__(self, env: lmdb.Environment, dbs: dict[Table, lmdb._Database]) -> None:
+        self.env = env
+        self.dbs = dbs
+        self.refs = 0
+        self.active = 0
+        self.resizing = False
+        self.cond = threading.Condition()
+        self.write_lock = threading.Lock()
+
+    def enter(self) -> None:
+        with self.cond:
+            while self.resizing:
+                self.cond.wait()
+            self.active += 1
+
+    def leave(self) -> None:
+        with self.cond:
+            self.active -= 1
+            self.cond.notify_all()
+
+    def resize(self, new_size: int) -> None:
+        """Set the map size (0: adopt the size another process set) once no transaction is open."""
+        with self.cond:
+            self.resizing = True
+            try:
+                while self.active:
+                    self.cond.wait()
+                self.env.set_mapsize(new_size)
+            finally:
+                self.resizing = False
+                self.cond.notify_all()
+
+
+_registry: dict[tuple[int, int], _SharedEnv] = {}
+_registry_lock = threading.Lock()
+
+
+def _prepare_directory(path: Path) -> None:
+    try:
+        if path.exists():
+            if not path.is_dir():
+                raise StoreLocationError(f'{path} exists and is not a directory; an LmdbEventLog store is a directory')
+        else:
+            path.mkdir(mode=0o700, parents=True)
+            os.chmod(path, 0o700)
+    except StoreLocationError:
+        raise
+    except OSError as exc:
+        raise StoreLocationError(f'cannot create the store directory {path}: {exc.strerror or exc}') from None
+    if not os.access(path, os.R_OK | os.W_OK | os.X_OK):
+        raise StoreLocationError(f'the store directory {path} is not readable and writable by this process')
+
+
+def _open_shared(path: Path, map_size: int, sync: bool) -> _SharedEnv:
+    st = path.stat()
+    key = (st.st_dev, st.st_ino)
+    with _registry_lock:
+        shared = _registry.get(key)
+        if shared is None:
+            try:
+                env = lmdb.open(
+                    str(path),
+                    map_size=map_size,
+                    max_dbs=_MAX_DBS,
+                    subdir=True,
+                    sync=sync,
+                    metasync=sync,
+                    lock=True,
+                    mode=0o600,
+                    readahead=False,
+                    max_readers=256,
+                )
+            except lmdb.Error as exc:
+                raise StoreLocationError(f'cannot open an LMDB store at {path}: {exc}') from None
+            try:
+                env.reader_check()
+                dbs = _open_tables(env)
+            except BaseException:
+                env.close()
+                raise
+            shared = _SharedEnv(env, dbs)
+            _registry[key] = shared
+        shared.refs += 1
+        return shared
+
+
+def _open_tables(env: lmdb.Environment) -> dict[Table, lmdb._Database]:
+    try:
+        dbs = {table: env.open_db(name, create=True) for table, name in TABLE_NAMES.items()}
+    except lmdb.Error as exc:
+        raise StoreLocationError(f'cannot open the store tables: {exc}') from None
+    with env.begin(write=True) as txn:
+        wrapped = _LmdbTxn(txn, dbs)
+        try:
+            engine.init_format(wrapped)
+        except StoreVersionError:
+            txn.abort()
+            raise
+    return dbs
+
+
+class LmdbEventLog(EventLogBase):
+    """An `EventLog` in an LMDB directory, shared safely by threads and processes.
+
+    Args:
+        path: The store's directory; created (readable by the owner only) if absent.
+        sync: Flush every commit to disk before the call returns (the default). With
+            `sync=False` a machine crash may lose the latest commits, never corrupt the store.
+        map_size: The initial size of the memory map; it grows by itself when full.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, sync: bool = True, map_size: int = DEFAULT_MAP_SIZE) -> None:
+        if not isinstance(path, (str, os.PathLike)):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise StoreLocationError(f'the store path must be a string or a path, got {type(path).__name__}')
+        self.path = Path(path)
+        self.sync = sync
+        _prepare_directory(self.path)
+        self._shared = _open_shared(self.path, map_size, sync)
+        self._closed = False
+
+    @property
+    def env(self) -> lmdb.Environment:
+        """The LMDB environment, for projections that keep their own tables in the same store."""
+        self._check_open()
+        return self._shared.env
+
+    def _read_sync(self, fn: Callable[[ReadTxn], T]) -> T:
+        return self.run_in_txn(lambda txn: fn(_LmdbTxn(txn, self._shared.dbs)), write=False)
+
+    def _write_sync(self, fn: Callable[[WriteTxn], T]) -> T:
+        return self.run_in_txn(lambda txn: fn(_LmdbTxn(txn, self._shared.dbs)), write=True)
+
+    def run_in_txn(self, fn: Callable[[lmdb.Transaction], T], *, write: bool) -> T:
+        """Run `fn` in an LMDB transaction: committed if it returns (when `write`), aborted if it
+        raises; retried after growing the map when it fills. For projections over this store."""
+        if self._closed:
+            raise LogClosedError('LmdbEventLog is closed')
+        shared = self._shared
+        lock = shared.write_lock if write else None
+        while True:
+            if lock is not None:
+                lock.acquire()
+            shared.enter()
+            grow = 0
+            try:
+                with shared.env.begin(write=write) as txn:
+                    return fn(txn)
+            except lmdb.MapFullError:
+                grow = max(shared.env.info()['map_size'] * 2, DEFAULT_MAP_SIZE)
+            except lmdb.MapResizedError:
+                grow = -1
+            except lmdb.Error as exc:
+                raise _storage_error(exc) from None
+            finally:
+                shared.leave()
+                if lock is not None:
+                    lock.release()
+            shared.resize(0 if grow < 0 else grow)
+
+    def disk_size(self) -> int:
+        """Bytes the store's data file takes on disk."""
+        return os.stat(self.path / 'data.mdb').st_blocks * 512
+
+    def close(self) -> None:
+        """Close this handle; the environment closes with the process's last handle on it."""
+        if self._closed:
+            return
+        self._closed = True
+        with _registry_lock:
+            shared = self._shared
+            shared.refs -= 1
+            if shared.refs == 0:
+                for key, value in list(_registry.items()):
+                    if value is shared:
+                        del _registry[key]
+                shared.env.close()
+
+
+def _storage_error(exc: lmdb.Error) -> StorageError:
+    if isinstance(exc, lmdb.DiskError) or getattr(exc, 'errno', None) == errno.ENOSPC or 'No space' in str(exc):
+        return StorageError(f'the disk is full; nothing was written ({exc})')
+    if isinstance(exc, lmdb.ReadersFullError):
+        return StorageError(f'too many readers hold the store open ({exc})')
+    if isinstance(exc, (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.InvalidError)):
+        return StorageError(f'the store file is damaged ({exc}); restore it from an export or a backup')
+    return StorageError(f'the storage engine failed: {exc}')

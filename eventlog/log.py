@@ -1,0 +1,434 @@
+"""The `EventLog` protocol and the behaviour every backend shares.
+
+A backend only says how to run a function inside a read or a write transaction
+(`_read_sync`, `_write_sync`); everything else (validation, records, replay,
+management, export, verification) lives in `_engine` and is identical for all
+backends. Short calls run inline; bulk work (long replays, exports, imports,
+verification, deletes) runs in a worker thread so the event loop never waits on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Protocol, Self, TypeVar, runtime_checkable
+
+import msgspec
+from pydantic_ai.messages import ModelMessage
+
+from eventlog import _engine as engine
+from eventlog import _transfer as transfer
+from eventlog._storage import ReadTxn, WriteTxn
+from eventlog.entries import ConversationRecord, Entry, NewEntry, RunRecord, TitleInfo, VerifyReport
+from eventlog.errors import ConversationNotFound, InvalidArgumentError, LogClosedError
+
+__all__ = ['EventLog', 'EventLogBase']
+
+T = TypeVar('T')
+
+_BULK_THRESHOLD = 2000
+"""Replays longer than this many entries run in a worker thread."""
+
+
+@runtime_checkable
+class EventLog(Protocol):
+    """An append-only log of agent entries, keyed by conversation and run."""
+
+    async def append(self, entry: NewEntry) -> int:
+        """Append one entry in its own transaction; return its `seq`."""
+        ...
+
+    async def append_many(self, entries: Sequence[NewEntry]) -> list[int]:
+        """Append entries in order in one transaction (all or none); return their `seq`s."""
+        ...
+
+    async def last_seq(self) -> int:
+        """The largest `seq` in the log (0 when empty)."""
+        ...
+
+    async def get_entry(self, seq: int) -> Entry | None:
+        """One entry by `seq`, or `None`."""
+        ...
+
+    async def get_run(self, run_id: str) -> RunRecord | None:
+        """A run's record, or `None`."""
+        ...
+
+    async def get_conversation(self, conversation_id: str) -> ConversationRecord | None:
+        """A conversation's record, or `None` (also for a deleted one)."""
+        ...
+
+    async def list_runs(
+        self, *, conversation_id: str | None = None, parent_run_id: str | None = None
+    ) -> list[RunRecord]:
+        """Runs in start order, optionally of one conversation or one parent run."""
+        ...
+
+    async def list_conversations(self, *, include_archived: bool = False) -> list[ConversationRecord]:
+        """Conversations in creation order; archived ones only when asked."""
+        ...
+
+    async def run_messages(self, run_id: str) -> list[ModelMessage]:
+        """The run's full record: what it inherited, then what it added."""
+        ...
+
+    async def run_messages_json(self, run_id: str) -> bytes:
+        """`run_messages` as the exact bytes `ModelMessagesTypeAdapter.dump_json` gives for it."""
+        ...
+
+    async def transcript(self, conversation_id: str) -> list[ModelMessage]:
+        """Every original message of the conversation once, in order."""
+        ...
+
+    async def context(self, conversation_id: str) -> list[ModelMessage]:
+        """What an agent continuing the conversation starts from (compaction summaries folded in)."""
+        ...
+
+    async def entries(
+        self,
+        *,
+        conversation_id: str | None = None,
+        run_id: str | None = None,
+        kinds: Iterable[str] | None = None,
+        after_seq: int = 0,
+        limit: int | None = None,
+    ) -> list[Entry]:
+        """Entries in `seq` order, filtered; `after_seq` lets a follower resume."""
+        ...
+
+    async def branch(self, tip: int) -> list[Entry]:
+        """Every entry on the branch ending at `tip`, oldest first."""
+        ...
+
+    async def fork(
+        self, conversation_id: str, *, at_seq: int | None = None, new_conversation_id: str | None = None
+    ) -> str:
+        """Start a new conversation whose history is this one's up to `at_seq`; return its id."""
+        ...
+
+    async def set_title(self, conversation_id: str, title: str) -> int:
+        """Give a conversation a title."""
+        ...
+
+    async def archive(self, conversation_id: str) -> int:
+        """Hide a conversation from listings (its entries stay)."""
+        ...
+
+    async def unarchive(self, conversation_id: str) -> int:
+        """Show an archived conversation in listings again."""
+        ...
+
+    async def delete_conversation(self, conversation_id: str) -> int:
+        """Remove a conversation's entries for good, leaving a tombstone; return how many were removed."""
+        ...
+
+    async def export(
+        self, destination: str | Path | IO[bytes], *, conversation_ids: Sequence[str] | None = None
+    ) -> int:
+        """Write entries as JSON Lines; return how many entries were written."""
+        ...
+
+    async def import_(self, source: str | Path | IO[bytes]) -> int:
+        """Read an export into this log; return how many entries were written."""
+        ...
+
+    async def verify(self) -> VerifyReport:
+        """Walk every hash chain and report the first bad entry of each conversation."""
+        ...
+
+    def close(self) -> None:
+        """Release the log's resources; later calls raise `LogClosedError`."""
+        ...
+
+
+class EventLogBase(ABC):
+    """The `EventLog` API on top of two transaction primitives."""
+
+    _closed: bool = False
+
+    @abstractmethod
+    def _read_sync(self, fn: Callable[[ReadTxn], T]) -> T:
+        """Run `fn` in a read transaction."""
+
+    @abstractmethod
+    def _write_sync(self, fn: Callable[[WriteTxn], T]) -> T:
+        """Run `fn` in a write transaction that commits when it returns and aborts when it raises."""
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosedError(f'{type(self).__name__} is closed')
+
+    async def _read(self, fn: Callable[[ReadTxn], T], *, bulk: bool = False) -> T:
+        self._check_open()
+        if bulk:
+            return await asyncio.to_thread(self._read_sync, fn)
+        return self._read_sync(fn)
+
+    async def _write(self, fn: Callable[[WriteTxn], T], *, bulk: bool = False) -> T:
+        self._check_open()
+        if bulk:
+            return await asyncio.to_thread(self._write_sync, fn)
+        return self._write_sync(fn)
+
+    # -- appending ----------------------------------------------------------------------------
+
+    async def append(self, entry: NewEntry) -> int:
+        """Append one entry in its own transaction; return its `seq`."""
+        return (await self._write(lambda txn: engine.append_entries(txn, [entry])))[0]
+
+    async def append_many(self, entries: Sequence[NewEntry]) -> list[int]:
+        """Append entries in order in one transaction (all or none); return their `seq`s."""
+        batch = list(entries)
+        if not batch:
+            return []
+        return await self._write(lambda txn: engine.append_entries(txn, batch), bulk=len(batch) > _BULK_THRESHOLD)
+
+    # -- records ------------------------------------------------------------------------------
+
+    async def last_seq(self) -> int:
+        """The largest `seq` in the log (0 when empty)."""
+        return await self._read(engine.last_seq)
+
+    async def get_entry(self, seq: int) -> Entry | None:
+        """One entry by `seq`, or `None`."""
+        engine.check_seq(seq, 'seq')
+        return await self._read(lambda txn: engine.get_entry(txn, seq))
+
+    async def get_run(self, run_id: str) -> RunRecord | None:
+        """A run's record, or `None`."""
+        engine.check_id(run_id, 'run_id')
+        return await self._read(lambda txn: engine.get_run(txn, run_id))
+
+    async def get_conversation(self, conversation_id: str) -> ConversationRecord | None:
+        """A conversation's record, or `None` (also for a deleted one)."""
+        engine.check_id(conversation_id, 'conversation_id')
+        record = await self._read(lambda txn: engine.get_conversation(txn, conversation_id))
+        return None if record is None or record.deleted else record
+
+    async def list_runs(
+        self, *, conversation_id: str | None = None, parent_run_id: str | None = None
+    ) -> list[RunRecord]:
+        """Runs in start order, optionally of one conversation or one parent run."""
+        if conversation_id is not None:
+            engine.check_id(conversation_id, 'conversation_id')
+        if parent_run_id is not None:
+            engine.check_id(parent_run_id, 'parent_run_id')
+        return await self._read(
+            lambda txn: engine.list_runs(txn, conversation_id=conversation_id, parent_run_id=parent_run_id),
+            bulk=conversation_id is None,
+        )
+
+    async def list_conversations(self, *, include_archived: bool = False) -> list[ConversationRecord]:
+        """Conversations in creation order; archived ones only when asked."""
+        return await self._read(
+            lambda txn: engine.list_conversations(txn, include_archived=include_archived), bulk=True
+        )
+
+    # -- replay -------------------------------------------------------------------------------
+
+    async def _payloads(self, fn: Callable[[ReadTxn], list[bytes]], size_hint: int) -> list[bytes]:
+        return await self._read(fn, bulk=size_hint > _BULK_THRESHOLD)
+
+    async def _run_size(self, run_id: str) -> int:
+        engine.check_id(run_id, 'run_id')
+        run = await self._read(lambda txn: engine.get_run(txn, run_id))
+        return 0 if run is None else run.last_seq - run.start_seq
+
+    async def run_message_payloads(self, run_id: str) -> list[bytes]:
+        """Each message of the run's full record as its stored pydantic-ai JSON."""
+        size = await self._run_size(run_id)
+        return await self._payloads(lambda txn: engine.run_message_payloads(txn, run_id), size)
+
+    async def run_messages(self, run_id: str) -> list[ModelMessage]:
+        """The run's full record: what it inherited, then what it added."""
+        payloads = await self.run_message_payloads(run_id)
+        if len(payloads) > _BULK_THRESHOLD:
+            return await asyncio.to_thread(engine.decode_payloads, payloads)
+        return engine.decode_payloads(payloads)
+
+    async def run_messages_json(self, run_id: str) -> bytes:
+        """`run_messages` as the exact bytes `ModelMessagesTypeAdapter.dump_json` gives for it."""
+        return engine.join_payloads(await self.run_message_payloads(run_id))
+
+    async def transcript_payloads(self, conversation_id: str) -> list[bytes]:
+        """`transcript` as stored pydantic-ai JSON, one item per message."""
+        engine.check_id(conversation_id, 'conversation_id')
+        return await self._read(lambda txn: engine.transcript_payloads(txn, conversation_id), bulk=True)
+
+    async def transcript(self, conversation_id: str) -> list[ModelMessage]:
+        """Every original message of the conversation once, in order (inherited history first)."""
+        return await asyncio.to_thread(engine.decode_payloads, await self.transcript_payloads(conversation_id))
+
+    async def transcript_json(self, conversation_id: str) -> bytes:
+        """`transcript` as the bytes `ModelMessagesTypeAdapter.dump_json` gives for it."""
+        return engine.join_payloads(await self.transcript_payloads(conversation_id))
+
+    async def context_payloads(self, conversation_id: str) -> list[bytes]:
+        """`context` as stored pydantic-ai JSON, one item per message."""
+        engine.check_id(conversation_id, 'conversation_id')
+        return await self._read(lambda txn: engine.context_payloads(txn, conversation_id), bulk=True)
+
+    async def context(self, conversation_id: str) -> list[ModelMessage]:
+        """What an agent continuing the conversation starts from: the latest run's record,
+        with each compaction summary in place of the originals it replaced."""
+        return await asyncio.to_thread(engine.decode_payloads, await self.context_payloads(conversation_id))
+
+    async def entries(
+        self,
+        *,
+        conversation_id: str | None = None,
+        run_id: str | None = None,
+        kinds: Iterable[str] | None = None,
+        after_seq: int = 0,
+        limit: int | None = None,
+    ) -> list[Entry]:
+        """Entries in `seq` order, filtered; `after_seq` lets a follower resume where it stopped."""
+        if conversation_id is not None:
+            engine.check_id(conversation_id, 'conversation_id')
+        if run_id is not None:
+            engine.check_id(run_id, 'run_id')
+        kind_set = None if kinds is None else frozenset(kinds)
+        if kind_set is not None and not kind_set <= engine.KINDS:
+            raise InvalidArgumentError(f'unknown kinds {sorted(kind_set - engine.KINDS)}')
+        if not isinstance(after_seq, int) or after_seq < 0:  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise InvalidArgumentError(f'after_seq must be a non-negative integer, got {after_seq!r}')
+        if limit is not None and (not isinstance(limit, int) or limit < 0):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise InvalidArgumentError(f'limit must be a non-negative integer, got {limit!r}')
+
+        def read(txn: ReadTxn) -> list[Entry]:
+            out: list[Entry] = []
+            it = engine.iter_entries(
+                txn, conversation_id=conversation_id, run_id=run_id, kinds=kind_set, after_seq=after_seq
+            )
+            for entry in it:
+                if limit is not None and len(out) >= limit:
+                    break
+                out.append(entry)
+            return out
+
+        return await self._read(read, bulk=limit is None or limit > _BULK_THRESHOLD)
+
+    async def branch(self, tip: int) -> list[Entry]:
+        """Every entry on the branch ending at `tip`, oldest first."""
+        engine.check_seq(tip, 'tip')
+
+        def read(txn: ReadTxn) -> list[Entry]:
+            return [entry for body in engine.branch_bodies(txn, tip) if (entry := engine.get_entry(txn, body.seq))]
+
+        return await self._read(read, bulk=True)
+
+    # -- management ---------------------------------------------------------------------------
+
+    async def fork(
+        self, conversation_id: str, *, at_seq: int | None = None, new_conversation_id: str | None = None
+    ) -> str:
+        """Start a new conversation whose history is this one's up to `at_seq` (default: its
+        latest context), by reference; return the new conversation's id."""
+        engine.check_id(conversation_id, 'conversation_id')
+        return await self._write(lambda txn: engine.fork(txn, conversation_id, at_seq, new_conversation_id))
+
+    async def set_title(self, conversation_id: str, title: str) -> int:
+        """Give a conversation a title; return the `title` entry's `seq`."""
+        if not isinstance(title, str) or len(title) > 1000:  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise InvalidArgumentError('title must be a string of at most 1000 characters')
+        payload = msgspec.json.encode(TitleInfo(title))
+        return await self.append(NewEntry(conversation_id=conversation_id, kind='title', payload=payload))
+
+    async def archive(self, conversation_id: str) -> int:
+        """Leave a conversation out of listings (its entries stay); return the entry's `seq`."""
+        return await self.append(NewEntry(conversation_id=conversation_id, kind='archived'))
+
+    async def unarchive(self, conversation_id: str) -> int:
+        """List an archived conversation again; return the entry's `seq`."""
+        return await self.append(NewEntry(conversation_id=conversation_id, kind='unarchived'))
+
+    async def delete_conversation(self, conversation_id: str) -> int:
+        """Remove a conversation's entries and derived data for good, leaving a content-free
+        tombstone; return how many entries were removed.
+
+        Conversations forked from it keep their own entries but lose the history they
+        referenced in it.
+        """
+        engine.check_id(conversation_id, 'conversation_id')
+        return await self._write(lambda txn: engine.delete_conversation(txn, conversation_id), bulk=True)
+
+    # -- export, import, verify ---------------------------------------------------------------
+
+    async def export(
+        self, destination: str | Path | IO[bytes], *, conversation_ids: Sequence[str] | None = None
+    ) -> int:
+        """Write entries as JSON Lines (all, or the named conversations and the history they
+        reference); return how many entries were written."""
+        ids = None if conversation_ids is None else [engine.check_id(c, 'conversation_id') for c in conversation_ids]
+
+        def write_to(stream: IO[bytes]) -> int:
+            def run(txn: ReadTxn) -> int:
+                count = -1
+                for line in transfer.export_lines(txn, ids):
+                    stream.write(line)
+                    count += 1
+                return count
+
+            return self._read_sync(run)
+
+        def work() -> int:
+            if isinstance(destination, (str, Path)):
+                with open(destination, 'wb') as fh:
+                    return write_to(fh)
+            return write_to(destination)
+
+        self._check_open()
+        return await asyncio.to_thread(work)
+
+    async def import_(self, source: str | Path | IO[bytes]) -> int:
+        """Read an export into this log; return how many entries were written.
+
+        The whole export is parsed and its hash chains checked first; a conversation that
+        already exists here is refused. Nothing is written unless everything is accepted.
+        """
+
+        def work() -> int:
+            if isinstance(source, (str, Path)):
+                with open(source, 'rb') as fh:
+                    lines = transfer.read_export(fh)
+            else:
+                lines = transfer.read_export(source)
+            return self._write_sync(lambda txn: transfer.import_lines(txn, lines))
+
+        self._check_open()
+        return await asyncio.to_thread(work)
+
+    async def verify(self) -> VerifyReport:
+        """Walk every conversation's hash chain; `ok` only when all are intact, else the first
+        altered, reordered or missing entry of each broken conversation."""
+        return await self._read(engine.verify, bulk=True)
+
+    async def require_conversation(self, conversation_id: str) -> ConversationRecord:
+        """A conversation's record, or `ConversationNotFound`."""
+        record = await self.get_conversation(conversation_id)
+        if record is None:
+            raise ConversationNotFound(f'no conversation {conversation_id!r} in this log')
+        return record
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Release the log's resources; later calls raise `LogClosedError`."""
+        self._closed = True
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()

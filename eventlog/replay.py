@@ -1,0 +1,36 @@
+"""`ReplayHistorySource`: the search layer's history source, by plain replay of entries."""
+
+from __future__ import annotations
+
+from pydantic_ai.messages import ModelMessage
+
+from eventlog.entries import RunRecord
+from eventlog.errors import InvalidArgumentError, RunNotFound
+from eventlog.log import EventLogBase
+
+__all__ = ['ReplayHistorySource']
+
+
+class ReplayHistorySource:
+    """Runs and their exact original messages, read straight from an event log.
+
+    It satisfies the search layer's `HistorySource` protocol (and, structurally, the
+    reference's), so either side's search can read it. There is nothing to reconcile:
+    each message was appended once, and a run's record is the branch it continues
+    followed by what it added. Compaction summaries are separate entries and never
+    appear here.
+    """
+
+    def __init__(self, log: EventLogBase) -> None:
+        self.log = log
+
+    async def list_runs(self) -> list[RunRecord]:
+        """Every run in the log, in start order."""
+        return await self.log.list_runs()
+
+    async def run_history(self, *, run_id: str) -> list[ModelMessage]:
+        """The run's original messages in order; `[]` for a run id the log does not hold."""
+        try:
+            return await self.log.run_messages(run_id)
+        except (RunNotFound, InvalidArgumentError):
+            return []
