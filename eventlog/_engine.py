@@ -435,7 +435,7 @@ def _apply(batch: _Batch, entry: NewEntry, seq: int, ts: datetime, *, allow_inte
     if kind == 'run_started':
         if run is not None:
             raise InvalidArgumentError(f'run {run_id!r} has already started (in conversation {run.conversation_id!r})')
-        info: RunStartedInfo = _decode_info(_started_decoder, entry.payload, kind)
+        info: RunStartedInfo = _decode_info(_started_decoder, entry.payload or b'{}', kind)
         if entry.parent is not None:
             _check_parent(batch, entry.parent, seq)
         if conv is None or conv.deleted:
@@ -843,9 +843,8 @@ def _conversation_of(txn: ReadTxn, seq: int) -> str | None:
     return None
 
 
-def encode_body_of(entry: Any) -> bytes:
-    """The hashed bytes of an entry described by any object with the entry's fields."""
-    payload = entry.payload
+def encode_body_of(entry: Any, payload: bytes) -> bytes:
+    """The hashed bytes of an entry described by any object with the entry's other fields."""
     return _body_encoder.encode(
         _Body(
             seq=entry.seq,
@@ -856,6 +855,6 @@ def encode_body_of(entry: Any) -> bytes:
             parent=entry.parent,
             idempotency_key=entry.idempotency_key,
             inherited=entry.inherited,
-            payload=bytes(payload) if payload else b'',
+            payload=payload,
         )
     )

@@ -38,7 +38,8 @@ class ExportedEntry(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     parent: int | None = None
     idempotency_key: str | None = None
     inherited: bool = False
-    payload: msgspec.Raw | None = None
+    payload: msgspec.Raw
+    """The payload's JSON as stored; `null` for an empty payload."""
     hash: str
 
 
@@ -89,7 +90,7 @@ def _exported(entry: Entry) -> ExportedEntry:
         parent=entry.parent,
         idempotency_key=entry.idempotency_key,
         inherited=entry.inherited,
-        payload=msgspec.Raw(entry.payload) if entry.payload else None,
+        payload=msgspec.Raw(entry.payload or b'null'),
         hash=entry.hash.hex(),
     )
 
@@ -121,7 +122,7 @@ def read_export(stream: IO[bytes]) -> list[ExportedEntry]:
             raise InvalidArgumentError(f'line {number}: entries are out of order (seq {line.seq} after {last})')
         last = line.seq
         prev = b'' if line.kind == 'deleted' else heads.get(line.conversation_id, b'')
-        body = engine.encode_body_of(line)
+        body = engine.encode_body_of(line, payload_of(line))
         digest = engine.chain_hash(prev, body)
         if digest.hex() != line.hash:
             raise InvalidArgumentError(
@@ -151,7 +152,7 @@ def import_lines(txn: WriteTxn, lines: list[ExportedEntry]) -> int:
             conversation_id=line.conversation_id,
             run_id=line.run_id,
             kind=line.kind,
-            payload=bytes(line.payload) if line.payload is not None else b'',
+            payload=payload_of(line),
             parent=parent if line.kind in ('run_started', 'forked_from') else None,
             idempotency_key=line.idempotency_key,
             inherited=line.inherited,
@@ -166,6 +167,12 @@ def import_lines(txn: WriteTxn, lines: list[ExportedEntry]) -> int:
         mapping[line.seq] = seq
         written += 1
     return written
+
+
+def payload_of(line: ExportedEntry) -> bytes:
+    """The stored payload bytes an export line carries."""
+    raw = bytes(line.payload)
+    return b'' if raw == b'null' else raw
 
 
 def _retarget_fork(entry: NewEntry, parent: int) -> NewEntry:
