@@ -783,9 +783,8 @@ def delete_conversation(txn: WriteTxn, conversation_id: str) -> int:
 
 def verify(txn: ReadTxn) -> VerifyReport:
     """Walk every conversation's hash chain; report the first bad entry of each."""
-    heads: dict[str, bytes] = {}
+    heads: dict[str, tuple[int, bytes]] = {}
     problems: dict[str, VerifyProblem] = {}
-    corrupt: list[int] = []
     checked = 0
     for key, value in txn.scan(Table.ENTRIES):
         checked += 1
@@ -793,46 +792,68 @@ def verify(txn: ReadTxn) -> VerifyReport:
         try:
             body = decode_body(seq, value)
         except CorruptEntryError:
-            corrupt.append(seq)
+            conv_of = _conversation_of(txn, seq) or '?'
+            problems.setdefault(conv_id := conv_of, VerifyProblem(conv_id, seq, 'the entry cannot be decoded'))
             continue
         conv_id = body.conversation_id
         if conv_id in problems:
             continue
-        prev = b'' if body.kind == 'deleted' else heads.get(conv_id, b'')
+        prev_seq, prev = heads.get(conv_id, (0, b''))
+        if body.kind == 'deleted':
+            prev = b''
         digest = chain_hash(prev, bytes(value[: len(value) - HASH_SIZE]))
-        if len(value) < HASH_SIZE or digest != value[-HASH_SIZE:]:
-            problems[conv_id] = VerifyProblem(
-                conv_id, seq, 'hash mismatch: the entry was altered, or an entry before it was removed or reordered'
-            )
+        if len(value) <= HASH_SIZE or digest != value[-HASH_SIZE:]:
+            problems[conv_id] = _explain_break(txn, body, prev_seq)
             continue
         if txn.get(Table.BY_CONV, ck(conv_id) + key) is None:
-            problems[conv_id] = VerifyProblem(conv_id, seq, 'entry is missing from its conversation index')
+            problems[conv_id] = VerifyProblem(conv_id, seq, 'the entry is missing from its conversation index')
             continue
-        heads[conv_id] = digest
-    for seq in corrupt:
-        conv_id = _conversation_of(txn, seq) or '?'
-        if conv_id not in problems:
-            problems[conv_id] = VerifyProblem(conv_id, seq, 'entry cannot be decoded')
+        heads[conv_id] = (seq, digest)
     convs = {c.conversation_id: c for c in (_conv_decoder.decode(raw) for _, raw in txn.scan(Table.CONVS))}
     for conv_id, conv in convs.items():
         if conv_id in problems:
             continue
-        if heads.get(conv_id, b'') != conv.head_hash:
+        head_seq, head = heads.get(conv_id, (0, b''))
+        if head != conv.head_hash:
+            missing = _first_missing(txn, conv_id, head_seq, None)
             problems[conv_id] = VerifyProblem(
-                conv_id, conv.last_seq, 'the chain ends early: the latest entries are missing'
+                conv_id,
+                missing or conv.last_seq,
+                'the chain ends early: the latest entries were removed',
             )
-            continue
-        for key, _ in txn.scan(Table.BY_CONV, prefix=ck(conv_id)):
-            if txn.get(Table.ENTRIES, key[-8:]) is None:
-                problems[conv_id] = VerifyProblem(conv_id, key_seq(key), 'entry is missing')
-                break
     for conv_id in heads:
         if conv_id not in convs and conv_id not in problems:
-            problems[conv_id] = VerifyProblem(conv_id, 0, 'entries exist for a conversation with no record')
+            problems[conv_id] = VerifyProblem(
+                conv_id, heads[conv_id][0], 'entries exist for a conversation with no record'
+            )
     ordered = sorted(problems.values(), key=lambda p: (p.conversation_id, p.seq))
     return VerifyReport(
         ok=not ordered, entries_checked=checked, conversations_checked=len(set(convs) | set(heads)), problems=ordered
     )
+
+
+def _explain_break(txn: ReadTxn, body: _Body, prev_seq: int) -> VerifyProblem:
+    """Name the first bad entry when `body` does not chain to the entry before it."""
+    conv_id = body.conversation_id
+    missing = _first_missing(txn, conv_id, prev_seq, body.seq)
+    if missing is not None:
+        return VerifyProblem(conv_id, missing, 'the entry was removed')
+    parent = body.parent
+    if parent is not None and parent > prev_seq and txn.get(Table.ENTRIES, seq_key(parent)) is None:
+        return VerifyProblem(conv_id, parent, 'the entry was removed (with its index keys)')
+    return VerifyProblem(conv_id, body.seq, 'hash mismatch: the entry was altered, reordered, or one before it removed')
+
+
+def _first_missing(txn: ReadTxn, conversation_id: str, after: int, before: int | None) -> int | None:
+    """The first indexed seq of the conversation in (after, before) whose entry is gone."""
+    prefix = ck(conversation_id)
+    for key, _ in txn.scan(Table.BY_CONV, prefix=prefix, start=prefix + seq_key(after + 1)):
+        seq = key_seq(key)
+        if before is not None and seq >= before:
+            break
+        if txn.get(Table.ENTRIES, key[-8:]) is None:
+            return seq
+    return None
 
 
 def _conversation_of(txn: ReadTxn, seq: int) -> str | None:

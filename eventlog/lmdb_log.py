@@ -19,7 +19,7 @@ import lmdb
 
 from eventlog import _engine as engine
 from eventlog._storage import TABLE_NAMES, ReadTxn, Table, WriteTxn, prefix_end
-from eventlog.errors import LogClosedError, StorageError, StoreLocationError, StoreVersionError
+from eventlog.errors import LogClosedError, StorageError, StoreLocationError
 from eventlog.log import EventLogBase
 
 __all__ = ['LmdbEventLog']
@@ -60,16 +60,10 @@ class _LmdbTxn:
             return
         positioned: bool
         if start is not None:
-            if cursor.set_range(start):
-                positioned = cursor.key() == start or cursor.prev()
-            else:
-                positioned = cursor.last()
+            positioned = cursor.key() == start or cursor.prev() if cursor.set_range(start) else cursor.last()
         else:
             upper = prefix_end(prefix)
-            if upper is not None and cursor.set_range(upper):
-                positioned = cursor.prev()
-            else:
-                positioned = cursor.last()
+            positioned = cursor.prev() if upper is not None and cursor.set_range(upper) else cursor.last()
         if not positioned:
             return
         for key, value in cast('Iterator[tuple[bytes, bytes]]', cursor.iterprev()):
@@ -183,18 +177,19 @@ def _open_shared(path: Path, map_size: int, sync: bool) -> _SharedEnv:
 
 
 def _open_tables(env: lmdb.Environment) -> dict[Table, lmdb._Database]:
-    try:
-        dbs = {table: env.open_db(name, create=True) for table, name in TABLE_NAMES.items()}
-    except lmdb.Error as exc:
-        raise StoreLocationError(f'cannot open the store tables: {exc}') from None
-    with env.begin(write=True) as txn:
-        wrapped = _LmdbTxn(txn, dbs)
+    """Open (creating if needed) the log's tables and check the store's format version."""
+    while True:
         try:
-            engine.init_format(wrapped)
-        except StoreVersionError:
-            txn.abort()
-            raise
-    return dbs
+            dbs = {table: env.open_db(name, create=True) for table, name in TABLE_NAMES.items()}
+            with env.begin(write=True) as txn:
+                engine.init_format(_LmdbTxn(txn, dbs))
+            return dbs
+        except lmdb.MapResizedError:
+            env.set_mapsize(0)  # another process grew the map; adopt its size and try again
+        except lmdb.MapFullError:
+            env.set_mapsize(env.info()['map_size'] * 2)
+        except lmdb.Error as exc:
+            raise StoreLocationError(f'cannot open the store tables: {exc}') from None
 
 
 class LmdbEventLog(EventLogBase):
