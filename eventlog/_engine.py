@@ -244,8 +244,11 @@ def get_conversation(txn: ReadTxn, conversation_id: str) -> ConversationRecord |
 
 
 def last_seq(txn: ReadTxn) -> int:
+    """The largest `seq` ever assigned (entries removed by a delete keep their numbers used)."""
+    raw = txn.get(Table.META, b'last_seq')
+    assigned = 0 if raw is None else key_seq(raw)
     item = txn.last(Table.ENTRIES)
-    return 0 if item is None else key_seq(item[0])
+    return max(assigned, 0 if item is None else key_seq(item[0]))
 
 
 def chain_hash(prev: bytes, body_bytes: bytes) -> bytes:
@@ -286,6 +289,7 @@ class _Batch:
         return None if body is None else body.conversation_id
 
     def flush(self) -> None:
+        self.txn.put(Table.META, b'last_seq', seq_key(self.next_seq - 1))
         for run_id, record in self.runs.items():
             self.txn.put(Table.RUNS, run_id.encode(), _run_encoder.encode(record))
         for conversation_id, conv in self.convs.items():
@@ -633,18 +637,18 @@ def _conv_or_raise(txn: ReadTxn, conversation_id: str) -> ConversationRecord:
 
 
 def _inherited_prefix(txn: ReadTxn, conversation_id: str) -> list[_Body]:
-    """Entries the conversation's history starts from that live in another conversation."""
-    prefix = ck(conversation_id)
-    for _, run_id in txn.scan(Table.CONV_RUNS, prefix=prefix):
-        run = get_run(txn, run_id.decode())
+    """Entries the conversation's history starts from that live in another conversation:
+    the fork point's branch for a fork, else the branch its first run continued from."""
+    conv = get_conversation(txn, conversation_id)
+    if conv is not None and conv.forked_from is not None:
+        return branch_bodies(txn, conv.forked_from.seq)
+    first = next(txn.scan(Table.CONV_RUNS, prefix=ck(conversation_id)), None)
+    if first is not None:
+        run = get_run(txn, first[1].decode())
         if run is not None and run.branch_parent is not None:
             parent = _get_body(txn, run.branch_parent)
             if parent is not None and parent.conversation_id != conversation_id:
                 return branch_bodies(txn, run.branch_parent)
-        break
-    conv = get_conversation(txn, conversation_id)
-    if conv is not None and conv.forked_from is not None:
-        return branch_bodies(txn, conv.forked_from.seq)
     return []
 
 
