@@ -1,3 +1,5 @@
 """The front doors: pydantic-ai capabilities over the event log, and the command line."""
 
-__all__: list[str] = []
+from capability.search import TOOL_NAME, ConversationSearch, ScopeDefaultWarning, SearchScope
+
+__all__ = ['TOOL_NAME', 'ConversationSearch', 'ScopeDefaultWarning', 'SearchScope']

@@ -1,0 +1,137 @@
+"""The seam between the search engine and an index.
+
+The engine asks a `SearchBackend` for the `Corpus` of one search (the documents in scope),
+then asks that corpus for ranked hits and for the messages around each hit. The in-memory
+backend (`search.memory_index`) rebuilds the corpus from a `HistorySource` on every search;
+a persistent index answers the same questions from storage.
+
+A corpus has one document per stored message, each message counted once: when runs are
+threaded (a run starts with a copy of its predecessor's history), the copy belongs to the
+run that first held it. A run's kept messages are contiguous in its record, `[start, end)`
+by position, and positions are those of the run's full record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol, overload, runtime_checkable
+
+import numpy as np
+from numpy.typing import NDArray
+from pydantic_ai.messages import ModelMessage
+
+from search.analyzers import Analyzer
+
+__all__ = ['Corpus', 'Hit', 'RankedHits', 'RunSpan', 'SearchBackend']
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """One matching message."""
+
+    run_id: str
+    """The run whose record holds the message."""
+
+    position: int
+    """The message's position in that run's full record (0 is its first message)."""
+
+    score: float
+    """Its BM25 score, above zero."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunSpan:
+    """The part of one run's record that is in the corpus."""
+
+    run_id: str
+    """The run."""
+
+    conversation_id: str | None
+    """The conversation it belongs to, if any."""
+
+    start: int
+    """Position of the first message of the run in the corpus (messages before it belong to earlier runs)."""
+
+    end: int
+    """One past the position of the run's last message."""
+
+
+@runtime_checkable
+class Corpus(Protocol):
+    """The documents one search ranks: one per in-scope message, each counted once."""
+
+    @property
+    def document_count(self) -> int:
+        """How many messages are in scope (the `N` of BM25, and the size the answer reports)."""
+        ...
+
+    async def rank(self, terms: Sequence[str], *, k1: float, b: float) -> Sequence[Hit]:
+        """Every document scoring above zero for `terms` (distinct, in query order), best first.
+
+        Equal scores keep corpus order: runs in start order, then positions.
+        """
+        ...
+
+    async def span(self, run_id: str) -> RunSpan:
+        """Where the corpus's share of `run_id` lies; only asked about runs a hit named."""
+        ...
+
+    async def messages(self, run_id: str, start: int, end: int) -> list[tuple[int, ModelMessage]]:
+        """The run's corpus messages at positions in `[start, end)`, as `(position, message)` in order."""
+        ...
+
+
+@runtime_checkable
+class SearchBackend(Protocol):
+    """Opens the corpus of one search."""
+
+    async def open_corpus(self, *, conversation_id: str | None, run_id: str | None, analyzer: Analyzer) -> Corpus:
+        """The corpus of the runs in scope.
+
+        Args:
+            conversation_id: Only runs of this conversation; `None` for every run.
+            run_id: Only this run (after the conversation filter); `None` for every run in scope.
+                With a run id, the run's whole record is its corpus.
+            analyzer: How documents and queries become terms. A persistent index built with
+                another analyzer must refuse (raise) rather than rank with mismatched terms.
+        """
+        ...
+
+
+class RankedHits(Sequence[Hit]):
+    """Ranked hits held as arrays and turned into `Hit`s only when read.
+
+    A common term can match most of a large corpus, while an answer reads a handful of hits.
+    """
+
+    __slots__ = ('_doc_ids', '_locate', '_scores')
+
+    def __init__(
+        self,
+        doc_ids: NDArray[np.int64],
+        scores: NDArray[np.float64],
+        locate: Callable[[int], tuple[str, int]],
+    ) -> None:
+        """Wrap `score_postings`'s result; `locate` maps a document id to `(run_id, position)`."""
+        self._doc_ids = doc_ids
+        self._scores = scores
+        self._locate = locate
+
+    def __len__(self) -> int:
+        """How many documents matched."""
+        return int(self._doc_ids.shape[0])
+
+    @overload
+    def __getitem__(self, index: int) -> Hit: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Hit]: ...
+
+    def __getitem__(self, index: int | slice) -> Hit | Sequence[Hit]:
+        """The hit(s) at `index`."""
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        doc_id = int(self._doc_ids[index])
+        run_id, position = self._locate(doc_id)
+        return Hit(run_id=run_id, position=position, score=float(self._scores[index]))
