@@ -21,6 +21,7 @@ from pydantic_ai.exceptions import UserError
 from pydantic_ai.tools import AgentDepsT
 from pydantic_ai.toolsets import AgentToolset, FunctionToolset
 
+from eventlog import LmdbEventLog, ReplayHistorySource
 from search import (
     Analyzer,
     HistorySource,
@@ -32,8 +33,18 @@ from search import (
     resolve_analyzer,
     validate_search_options,
 )
+from search.lmdb_index import LmdbIndex
 
-__all__ = ['TOOL_NAME', 'ConversationSearch', 'ScopeDefaultWarning', 'SearchScope']
+__all__ = ['TOOL_NAME', 'ConversationSearch', 'ScopeDefaultWarning', 'SearchScope', 'backend_for']
+
+
+def backend_for(source: HistorySource | SearchBackend, analyzer: Analyzer) -> HistorySource | SearchBackend:
+    """The persistent index when `source` replays an LMDB log (searches then read only the
+    postings of the query's terms); otherwise `source` itself, indexed in memory per search."""
+    if isinstance(source, ReplayHistorySource) and isinstance(source.log, LmdbEventLog):
+        return LmdbIndex(source.log, analyzer)
+    return source
+
 
 TOOL_NAME = 'search_conversation_history'
 """The name of the tool the model calls."""
@@ -210,7 +221,7 @@ class ConversationSearch(AbstractCapability[AgentDepsT]):
             bm25_b=self.bm25_b,
             analyzer=resolve_analyzer(self.analyzer),
         )
-        return SearchEngine(self.source, options)
+        return SearchEngine(backend_for(self.source, options.analyzer), options)
 
     def get_toolset(self) -> AgentToolset[AgentDepsT] | None:
         """The toolset holding `search_conversation_history`."""

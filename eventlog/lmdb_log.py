@@ -250,6 +250,20 @@ class LmdbEventLog(EventLogBase):
                     lock.release()
             shared.resize(0 if grow < 0 else grow)
 
+    def open_table(self, name: bytes) -> lmdb._Database:
+        """A named table of this store for a projection (created if absent); names of the
+        log's own tables are refused."""
+        if name in TABLE_NAMES.values():
+            raise ValueError(f"{name!r} is one of the log's own tables")
+        self._check_open()
+        shared = self._shared
+        with shared.write_lock:
+            shared.enter()
+            try:
+                return shared.env.open_db(name, create=True)
+            finally:
+                shared.leave()
+
     def disk_size(self) -> int:
         """Bytes the store's data file takes on disk."""
         return os.stat(self.path / 'data.mdb').st_blocks * 512

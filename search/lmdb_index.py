@@ -1,0 +1,580 @@
+"""`LmdbIndex`: a persistent BM25 index kept inside an `LmdbEventLog`'s store.
+
+The index is a projection of the log (DESIGN invariant 6). It follows the log by
+position: it remembers the last `seq` it applied and, before answering a search, applies
+whatever was appended since, from any process, in one write transaction. Dropping its
+tables and rebuilding gives the same index.
+
+Documents are the reference's: one per message, each counted once per conversation. A
+run's own messages are its documents; history a run continues from another conversation
+(a fork, or a run started elsewhere) is indexed again as that run's, because it is part
+of the conversation's record. Positions are positions in the run's full record.
+
+Tables (LMDB named databases, all prefixed `ix.`):
+
+- `ix.meta`     analyzer name, position, format
+- `ix.post`     ck(conv) + flag + term + NUL + block -> packed (doc id, tf, length) triples;
+                flag `o` for a run's own messages, `c` for copies of history from elsewhere
+- `ix.stats`    ck(conv) -> (documents, total length, own documents, own total length)
+- `ix.runs`     run id -> (conversation, start seq, prefix length, own count, first position)
+- `ix.convruns` ck(conv) + run id -> ''
+- `ix.pos`      ck(run) + position -> seq of the message shown at that position
+- `ix.held`     ck(conv) + seq -> '' (messages the conversation's corpus already holds)
+- `ix.copies`   ck(source conv) + ck(conv) -> '' (conversations holding copies of another's messages)
+
+A document id is `start seq of its run << 32 | position`, so ids sort in corpus order
+(runs in start order, then positions), which is how BM25 ties are ordered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import struct
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from typing import Final
+
+import lmdb
+import msgspec
+import numpy as np
+from numpy.typing import NDArray
+from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
+
+from eventlog import Entry, LmdbEventLog, RunRecord
+from eventlog.errors import EventLogError
+from eventlog.projection import LogReader, run_projection
+from search.analyzers import Analyzer, resolve_analyzer
+from search.backend import Corpus, Hit, RankedHits, RunSpan
+from search.bm25 import TermPostings, average_length, score_postings
+from search.memory_index import MemoryCorpus
+from search.render import index_text
+
+__all__ = ['IndexAnalyzerMismatch', 'IndexState', 'LmdbIndex']
+
+INDEX_FORMAT: Final = 1
+_BLOCK: Final = 64
+"""Postings per block: small enough that rewriting the last block on append stays cheap."""
+_MAX_TERM_BYTES: Final = 200
+_CATCH_UP_BATCH: Final = 5000
+"""Entries applied per write transaction while catching up."""
+_THREAD_BACKLOG: Final = 500
+"""A backlog larger than this is applied in a worker thread."""
+
+_SEQ = struct.Struct('>Q')
+_POS = struct.Struct('>I')
+_BLOCK_NO = struct.Struct('>I')
+_TABLES = ('meta', 'post', 'stats', 'runs', 'convruns', 'pos', 'held', 'copies')
+
+
+class IndexAnalyzerMismatch(EventLogError):
+    """The index was built with another analyzer; rebuild it (`LmdbIndex.rebuild`) to switch."""
+
+
+class IndexState(msgspec.Struct, frozen=True):
+    """Where an index stands."""
+
+    analyzer: str | None
+    position: int
+    """The last `seq` applied."""
+    log_position: int
+    """The log's last `seq`; the index is current when both are equal."""
+    documents: int
+
+
+class _Run(msgspec.Struct, array_like=True):
+    conversation_id: str
+    start_seq: int
+    prefix: int
+    own: int
+    first: int
+
+
+class _Stats(msgspec.Struct, array_like=True):
+    docs: int = 0
+    length: int = 0
+    own_docs: int = 0
+    own_length: int = 0
+
+
+_run_dec = msgspec.msgpack.Decoder(_Run)
+_stats_dec = msgspec.msgpack.Decoder(_Stats)
+_enc = msgspec.msgpack.Encoder()
+_ALL = b'\x00all'
+
+
+def _ck(identifier: str) -> bytes:
+    return identifier.encode() + b'\x00'
+
+
+def _term_key(term: str) -> bytes:
+    raw = term.encode()
+    if len(raw) > _MAX_TERM_BYTES:
+        return b'#' + hashlib.blake2b(raw, digest_size=16).hexdigest().encode()
+    return raw
+
+
+def _doc_id(start_seq: int, position: int) -> int:
+    return (start_seq << 32) | position
+
+
+def _prefix_end(prefix: bytes) -> bytes:
+    return prefix[:-1] + bytes([prefix[-1] + 1])
+
+
+class _Writer:
+    """Applies entries to the index inside one write transaction."""
+
+    def __init__(self, index: LmdbIndex, txn: lmdb.Transaction, reader: LogReader) -> None:
+        self.ix = index
+        self.txn = txn
+        self.reader = reader
+        self.runs: dict[str, _Run] = {}
+        self.stats: dict[bytes, _Stats] = {}
+
+    # -- small helpers --------------------------------------------------------------------------
+
+    def run(self, run_id: str) -> _Run | None:
+        cached = self.runs.get(run_id)
+        if cached is None:
+            raw = self.txn.get(run_id.encode(), db=self.ix.db['runs'])
+            if raw is not None:
+                cached = _run_dec.decode(raw)
+                self.runs[run_id] = cached
+        return cached
+
+    def stat(self, key: bytes) -> _Stats:
+        cached = self.stats.get(key)
+        if cached is None:
+            raw = self.txn.get(key, db=self.ix.db['stats'])
+            cached = _Stats() if raw is None else _stats_dec.decode(raw)
+            self.stats[key] = cached
+        return cached
+
+    def flush(self, position: int) -> None:
+        for run_id, run in self.runs.items():
+            self.txn.put(run_id.encode(), _enc.encode(run), db=self.ix.db['runs'])
+        for key, stats in self.stats.items():
+            self.txn.put(key, _enc.encode(stats), db=self.ix.db['stats'])
+        self.txn.put(b'position', _SEQ.pack(position), db=self.ix.db['meta'])
+
+    def add_doc(
+        self, conversation_id: str, flag: bytes, doc_id: int, payload: bytes, run_id: str, position: int, seq: int
+    ) -> None:
+        message = ModelMessagesTypeAdapter.validate_json(b'[' + payload + b']')[0]
+        counts = Counter(self.ix.analyzer.tokens(index_text(message)))
+        length = counts.total()
+        conv_key = _ck(conversation_id)
+        post = self.ix.db['post']
+        cursor = self.txn.cursor(db=post)
+        for term, tf in counts.items():
+            prefix = conv_key + flag + _term_key(term) + b'\x00'
+            block_no = 0
+            block = b''
+            if cursor.set_range(_prefix_end(prefix)):
+                found = cursor.prev()
+            else:
+                found = cursor.last()
+            if found:
+                key = bytes(cursor.key())
+                if key.startswith(prefix) and len(key) == len(prefix) + 4:
+                    block_no = _BLOCK_NO.unpack_from(key, len(prefix))[0]
+                    block = bytes(cursor.value())
+            triple = np.array([doc_id, tf, length], dtype=np.int64).tobytes()
+            if len(block) >= _BLOCK * 24:
+                block_no += 1
+                block = b''
+            self.txn.put(prefix + _BLOCK_NO.pack(block_no), block + triple, db=post)
+        self.txn.put(conv_key + _SEQ.pack(seq), b'', db=self.ix.db['held'])
+        self.txn.put(_ck(run_id) + _POS.pack(position), _SEQ.pack(seq), db=self.ix.db['pos'])
+        stats = self.stat(conv_key)
+        stats.docs += 1
+        stats.length += length
+        if flag == b'o':
+            stats.own_docs += 1
+            stats.own_length += length
+            every = self.stat(_ALL)
+            every.docs += 1
+            every.length += length
+
+    def held(self, conversation_id: str, seq: int) -> bool:
+        return self.txn.get(_ck(conversation_id) + _SEQ.pack(seq), db=self.ix.db['held']) is not None
+
+    # -- applying entries ---------------------------------------------------------------------
+
+    def apply(self, entry: Entry) -> None:
+        if entry.kind == 'run_started':
+            self.start_run(entry)
+        elif entry.kind == 'message':
+            self.add_message(entry)
+        elif entry.kind == 'deleted':
+            self.drop_conversation(entry.conversation_id, reindex_before=entry.seq)
+
+    def start_run(self, entry: Entry) -> None:
+        assert entry.run_id is not None
+        conv = entry.conversation_id
+        prefix = self.reader.branch_messages(entry.parent)
+        first = len(prefix)
+        for position, (seq, _, _) in enumerate(prefix):
+            if not self.held(conv, seq):
+                first = position
+                break
+        run = _Run(conversation_id=conv, start_seq=entry.seq, prefix=len(prefix), own=0, first=first)
+        self.runs[entry.run_id] = run
+        self.txn.put(_ck(conv) + entry.run_id.encode(), b'', db=self.ix.db['convruns'])
+        for position in range(first, len(prefix)):
+            seq, source_conv, payload = prefix[position]
+            self.add_doc(conv, b'c', _doc_id(entry.seq, position), payload, entry.run_id, position, seq)
+            if source_conv != conv:
+                self.txn.put(_ck(source_conv) + _ck(conv), b'', db=self.ix.db['copies'])
+
+    def add_message(self, entry: Entry) -> None:
+        assert entry.run_id is not None
+        run = self.run(entry.run_id)
+        if run is None:  # pragma: no cover - every run starts with an indexed run_started entry
+            return
+        position = run.prefix + run.own
+        run.own += 1
+        self.add_doc(
+            entry.conversation_id,
+            b'o',
+            _doc_id(run.start_seq, position),
+            entry.payload,
+            entry.run_id,
+            position,
+            entry.seq,
+        )
+
+    def _delete_prefix(self, table: str, prefix: bytes) -> list[bytes]:
+        db = self.ix.db[table]
+        cursor = self.txn.cursor(db=db)
+        removed: list[bytes] = []
+        if cursor.set_range(prefix):
+            while True:
+                key = bytes(cursor.key())
+                if not key.startswith(prefix):
+                    break
+                removed.append(key)
+                if not cursor.delete():
+                    break
+        return removed
+
+    def drop_conversation(self, conversation_id: str, *, reindex_before: int | None) -> None:
+        """Remove a conversation from the index; re-index those that held copies of its messages."""
+        conv_key = _ck(conversation_id)
+        for key in self._delete_prefix('convruns', conv_key):
+            run_id = key[len(conv_key) :].decode()
+            self._delete_prefix('pos', _ck(run_id))
+            self.txn.delete(run_id.encode(), db=self.ix.db['runs'])
+            self.runs.pop(run_id, None)
+        self._delete_prefix('post', conv_key)
+        self._delete_prefix('held', conv_key)
+        stats = self.stat(conv_key)
+        every = self.stat(_ALL)
+        every.docs -= stats.own_docs
+        every.length -= stats.own_length
+        self.stats.pop(conv_key, None)
+        self.txn.delete(conv_key, db=self.ix.db['stats'])
+        if reindex_before is None:
+            return
+        dependents = [key[len(conv_key) :].rstrip(b'\x00').decode() for key in self._delete_prefix('copies', conv_key)]
+        for dependent in dependents:
+            if dependent == conversation_id:
+                continue
+            self.drop_conversation(dependent, reindex_before=None)
+            for entry in self.reader.conversation_entries(dependent, before=reindex_before):
+                self.apply(entry)
+
+
+class LmdbIndex:
+    """A persistent search index over an `LmdbEventLog`, usable as a `SearchBackend`.
+
+    Args:
+        log: The log to index; the index lives in the same store.
+        analyzer: How messages and queries become terms. The first index built in a store
+            records its analyzer; a different one is refused until `rebuild(analyzer)`.
+    """
+
+    def __init__(self, log: LmdbEventLog, analyzer: str | Analyzer = 'default') -> None:
+        self.log = log
+        self.analyzer: Analyzer = resolve_analyzer(analyzer)
+        self.db = {name: log.open_table(f'ix.{name}'.encode()) for name in _TABLES}
+        self._lock = threading.Lock()
+        stored = self._stored_analyzer()
+        if stored is not None and stored != self.analyzer.name:
+            raise IndexAnalyzerMismatch(
+                f'the search index of this store was built with the {stored!r} analyzer, not {self.analyzer.name!r}; '
+                f'rebuild it with that analyzer first (`eventlog reindex --analyzer {self.analyzer.name}`)'
+            )
+
+    def _stored_analyzer(self) -> str | None:
+        raw = run_projection(self.log, lambda txn, _: txn.get(b'analyzer', db=self.db['meta']), write=False)
+        return None if raw is None else bytes(raw).decode()
+
+    # -- keeping current ----------------------------------------------------------------------
+
+    def state(self) -> IndexState:
+        """The index's analyzer, position, document count, and the log's position."""
+
+        def read(txn: lmdb.Transaction, reader: LogReader) -> IndexState:
+            analyzer = txn.get(b'analyzer', db=self.db['meta'])
+            position = txn.get(b'position', db=self.db['meta'])
+            stats = txn.get(_ALL, db=self.db['stats'])
+            return IndexState(
+                analyzer=None if analyzer is None else bytes(analyzer).decode(),
+                position=0 if position is None else _SEQ.unpack(bytes(position))[0],
+                log_position=reader.last_seq(),
+                documents=0 if stats is None else _stats_dec.decode(bytes(stats)).docs,
+            )
+
+        return run_projection(self.log, read, write=False)
+
+    def catch_up(self, progress: Callable[[int, int], None] | None = None) -> int:
+        """Apply every entry appended since the index's position; return how many were read.
+
+        `progress(done, total)` is called after each batch.
+        """
+        with self._lock:
+            done = 0
+            while True:
+                applied, remaining = run_projection(self.log, self._apply_batch, write=True)
+                done += applied
+                if progress is not None:
+                    progress(done, done + remaining)
+                if applied == 0 or remaining == 0:
+                    return done
+
+    def _apply_batch(self, txn: lmdb.Transaction, reader: LogReader) -> tuple[int, int]:
+        meta = self.db['meta']
+        stored = txn.get(b'analyzer', db=meta)
+        if stored is None:
+            txn.put(b'analyzer', self.analyzer.name.encode(), db=meta)
+            txn.put(b'format', str(INDEX_FORMAT).encode(), db=meta)
+        elif bytes(stored).decode() != self.analyzer.name:
+            raise IndexAnalyzerMismatch(
+                f'the search index of this store was built with the {bytes(stored).decode()!r} analyzer, '
+                f'not {self.analyzer.name!r}; rebuild it first'
+            )
+        raw = txn.get(b'position', db=meta)
+        position = 0 if raw is None else _SEQ.unpack(bytes(raw))[0]
+        last = reader.last_seq()
+        if position >= last:
+            return 0, 0
+        writer = _Writer(self, txn, reader)
+        applied = 0
+        new_position = position
+        for entry in reader.entries_after(position):
+            writer.apply(entry)
+            applied += 1
+            new_position = entry.seq
+            if applied >= _CATCH_UP_BATCH:
+                break
+        if applied < _CATCH_UP_BATCH:
+            new_position = last
+        writer.flush(new_position)
+        return applied, (0 if new_position >= last else last - new_position)
+
+    def rebuild(
+        self, analyzer: str | Analyzer | None = None, progress: Callable[[int, int], None] | None = None
+    ) -> int:
+        """Drop the index and build it again from the entries (optionally with another analyzer)."""
+        if analyzer is not None:
+            self.analyzer = resolve_analyzer(analyzer)
+
+        def drop(txn: lmdb.Transaction, _: LogReader) -> None:
+            for db in self.db.values():
+                txn.drop(db, delete=False)
+
+        with self._lock:
+            run_projection(self.log, drop, write=True)
+        return self.catch_up(progress)
+
+    async def _current(self) -> None:
+        state = self.state()
+        if state.position >= state.log_position:
+            return
+        if state.log_position - state.position > _THREAD_BACKLOG:
+            await asyncio.to_thread(self.catch_up)
+        else:
+            self.catch_up()
+
+    # -- searching ----------------------------------------------------------------------------
+
+    async def open_corpus(self, *, conversation_id: str | None, run_id: str | None, analyzer: Analyzer) -> Corpus:
+        """The corpus of one search, after applying everything appended so far."""
+        if analyzer.name != self.analyzer.name:
+            raise IndexAnalyzerMismatch(
+                f'this search uses the {analyzer.name!r} analyzer but the index was built with '
+                f'{self.analyzer.name!r}; rebuild the index with {analyzer.name!r} first'
+            )
+        if run_id is not None:
+            return await self._run_corpus(conversation_id, run_id, analyzer)
+        await self._current()
+        key = _ALL if conversation_id is None else _ck(conversation_id)
+
+        def read(txn: lmdb.Transaction, _: LogReader) -> _Stats:
+            raw = txn.get(key, db=self.db['stats'])
+            return _Stats() if raw is None else _stats_dec.decode(bytes(raw))
+
+        stats = run_projection(self.log, read, write=False)
+        count = stats.docs
+        length = stats.length
+        return _LmdbCorpus(self, conversation_id, count, length)
+
+    async def _run_corpus(self, conversation_id: str | None, run_id: str, analyzer: Analyzer) -> Corpus:
+        """A single run's whole record, indexed in memory as the reference does for `run_id`."""
+        record = await self.log.get_run(run_id) if _valid_id(run_id) else None
+        if record is None or (conversation_id is not None and record.conversation_id != conversation_id):
+            return await MemoryCorpus.build(_NoRuns(), conversation_id=None, run_id=None, analyzer=analyzer)
+        return await MemoryCorpus.build(_OneRun(self.log, record), conversation_id=None, run_id=None, analyzer=analyzer)
+
+
+def _valid_id(value: str) -> bool:
+    return 0 < len(value.encode('utf-8', 'surrogatepass')) <= 200 and not any(ord(c) < 0x20 for c in value)
+
+
+class _NoRuns:
+    async def list_runs(self) -> list[_RunInfo]:
+        return []
+
+    async def run_history(self, *, run_id: str) -> list[ModelMessage]:
+        return []
+
+
+class _RunInfo(msgspec.Struct, frozen=True):
+    run_id: str
+    conversation_id: str | None
+
+
+class _OneRun:
+    def __init__(self, log: LmdbEventLog, record: RunRecord) -> None:
+        self._log = log
+        self._info = _RunInfo(record.run_id, record.conversation_id)
+
+    async def list_runs(self) -> list[_RunInfo]:
+        return [self._info]
+
+    async def run_history(self, *, run_id: str) -> list[ModelMessage]:
+        return await self._log.run_messages(run_id)
+
+
+class _LmdbCorpus:
+    """One search's view of the persistent index."""
+
+    def __init__(self, index: LmdbIndex, conversation_id: str | None, count: int, length: int) -> None:
+        self._ix = index
+        self._conversation_id = conversation_id
+        self._count = count
+        self._length = length
+
+    @property
+    def document_count(self) -> int:
+        """Messages in scope."""
+        return self._count
+
+    def _postings(self, txn: lmdb.Transaction, terms: Sequence[str]) -> dict[str, TermPostings]:
+        db = self._ix.db['post']
+        if self._conversation_id is not None:
+            prefixes = [_ck(self._conversation_id) + b'o', _ck(self._conversation_id) + b'c']
+        else:
+            prefixes = [key + b'o' for key in self._conversations(txn)]
+        out: dict[str, TermPostings] = {}
+        cursor = txn.cursor(db=db)
+        for term in terms:
+            chunks: list[bytes] = []
+            tkey = _term_key(term) + b'\x00'
+            for base in prefixes:
+                prefix = base + tkey
+                if not cursor.set_range(prefix):
+                    continue
+                for key, value in _iter_prefix(cursor, prefix):
+                    del key
+                    chunks.append(value)
+            if chunks:
+                triples: NDArray[np.int64] = np.frombuffer(b''.join(chunks), dtype=np.int64).reshape(-1, 3)
+                out[term] = TermPostings(
+                    np.ascontiguousarray(triples[:, 0]),
+                    np.ascontiguousarray(triples[:, 1]),
+                    np.ascontiguousarray(triples[:, 2]),
+                )
+        return out
+
+    def _conversations(self, txn: lmdb.Transaction) -> list[bytes]:
+        cursor = txn.cursor(db=self._ix.db['stats'])
+        out: list[bytes] = []
+        if cursor.first():
+            for key, _ in _iter_prefix(cursor, b''):
+                if key != _ALL:
+                    out.append(key)
+        return out
+
+    async def rank(self, terms: Sequence[str], *, k1: float, b: float) -> Sequence[Hit]:
+        """Every in-scope message scoring above zero for `terms`, best first."""
+        postings = run_projection(self._ix.log, lambda txn, _: self._postings(txn, terms), write=False)
+        doc_ids, scores = score_postings(
+            terms, postings, n_docs=self._count, avgdl=average_length(self._length, self._count), k1=k1, b=b
+        )
+        names: dict[int, str] = {}
+
+        def locate(doc_id: int) -> tuple[str, int]:
+            start = doc_id >> 32
+            name = names.get(start)
+            if name is None:
+                name = run_projection(self._ix.log, lambda _, reader: reader.run_at(start), write=False) or '?'
+                names[start] = name
+            return name, doc_id & 0xFFFFFFFF
+
+        return RankedHits(doc_ids, scores, locate)
+
+    async def span(self, run_id: str) -> RunSpan:
+        """Where the run's share of the corpus lies."""
+
+        def read(txn: lmdb.Transaction, _: LogReader) -> _Run | None:
+            raw = txn.get(run_id.encode(), db=self._ix.db['runs'])
+            return None if raw is None else _run_dec.decode(bytes(raw))
+
+        run = run_projection(self._ix.log, read, write=False)
+        if run is None:
+            raise KeyError(run_id)
+        # Across the whole store, history a run continued is held by the runs that wrote it;
+        # only within one conversation can it be this run's (a fork, or a run started elsewhere).
+        first = run.first if self._conversation_id is not None else run.prefix
+        return RunSpan(run_id, run.conversation_id, first, run.prefix + run.own)
+
+    async def messages(self, run_id: str, start: int, end: int) -> list[tuple[int, ModelMessage]]:
+        """The run's corpus messages at positions in `[start, end)`."""
+        span = await self.span(run_id)
+        start = max(start, span.start)
+        if end <= start:
+            return []
+
+        def read(txn: lmdb.Transaction, reader: LogReader) -> list[tuple[int, bytes]]:
+            prefix = _ck(run_id)
+            cursor = txn.cursor(db=self._ix.db['pos'])
+            out: list[tuple[int, bytes]] = []
+            if not cursor.set_range(prefix + _POS.pack(max(start, 0))):
+                return out
+            for key, value in _iter_prefix(cursor, prefix):
+                position = _POS.unpack_from(key, len(prefix))[0]
+                if position >= end:
+                    break
+                entry = reader.entry(_SEQ.unpack(value)[0])
+                if entry is not None:
+                    out.append((position, entry.payload))
+            return out
+
+        found = run_projection(self._ix.log, read, write=False)
+        if not found:
+            return []
+        decoded = ModelMessagesTypeAdapter.validate_json(b'[' + b','.join(p for _, p in found) + b']')
+        return [(position, message) for (position, _), message in zip(found, decoded, strict=True)]
+
+
+def _iter_prefix(cursor: lmdb.Cursor, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+    """Items from the cursor's position on while their key starts with `prefix`."""
+    for key, value in cursor:
+        key_bytes = bytes(key)
+        if not key_bytes.startswith(prefix):
+            return
+        yield key_bytes, bytes(value)
