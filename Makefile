@@ -44,7 +44,7 @@ test: lint typecheck test-ref test-latest
 
 # The long crash and fuzz loops (minutes).
 test-long: install
-	EVENTLOG_LONG=1 $(PY) -m pytest -q -m slow $(PYTEST_ARGS)
+	EVENTLOG_LONG=1 $(PY) -m pytest -q --timeout=3600 tests/log/test_log_properties.py tests/log/test_log_lmdb.py $(PYTEST_ARGS)
 
 demo: install
 	$(VENV)/bin/eventlog demo

@@ -66,6 +66,11 @@ class LogReader:
         """One entry."""
         return engine.get_entry(self._txn, seq)
 
+    def payload(self, seq: int) -> bytes | None:
+        """One entry's payload, without building the whole entry."""
+        value = self._txn.get(Table.ENTRIES, engine.seq_key(seq))
+        return None if value is None else engine.decode_body(seq, value).payload
+
     def branch_messages(self, tip: int | None) -> list[BranchMessage]:
         """The messages on the branch ending at `tip`, oldest first."""
         bodies = engine.branch_bodies(self._txn, tip)

@@ -124,7 +124,11 @@ def score_postings(
     present = [(term, postings[term]) for term in query_terms if term in postings and len(postings[term]) > 0]
     if not present or avgdl == 0:
         return _EMPTY_IDS, _EMPTY_SCORES
-    candidates: NDArray[np.int64] = np.unique(np.concatenate([term_postings.doc_ids for _, term_postings in present]))
+    merged = np.sort(np.concatenate([term_postings.doc_ids for _, term_postings in present]))
+    distinct = np.empty(len(merged), dtype=np.bool_)
+    distinct[:1] = True
+    np.not_equal(merged[1:], merged[:-1], out=distinct[1:])
+    candidates: NDArray[np.int64] = merged[distinct]
     scores: NDArray[np.float64] = np.zeros(len(candidates), dtype=np.float64)
     saturation = k1 + 1.0
     floor = 1.0 - b

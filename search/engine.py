@@ -20,8 +20,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from pydantic_ai.messages import ModelMessage
+
 from search.analyzers import Analyzer, DefaultAnalyzer
-from search.backend import Corpus, Hit, SearchBackend
+from search.backend import Corpus, Hit, RunSpan, SearchBackend
 from search.bm25 import DEFAULT_B, DEFAULT_K1, unique_terms
 from search.memory_index import HistorySourceBackend
 from search.render import display_lines, make_locator
@@ -260,30 +262,49 @@ class SearchEngine:
         return '\n\n'.join([header, *numbered])
 
     async def _result_blocks(self, corpus: Corpus, hits: Sequence[Hit], terms: list[str]) -> list[str]:
-        """One block per shown match: a header line, then the new messages of its window."""
+        """One block per shown match: a header line, then the new messages of its window.
+
+        Windows are planned first and their messages fetched together, so a corpus that can
+        read many windows at once (`messages_many`) does it in one pass.
+        """
         options = self.options
         locate = make_locator(options.analyzer, frozenset(terms))
         shown: set[tuple[str, int]] = set()
-        blocks: list[str] = []
+        spans: dict[str, RunSpan] = {}
+        plans: list[tuple[Hit, RunSpan, int, int, set[int]]] = []
         for hit in hits:
-            if len(blocks) == options.max_matches:
+            if len(plans) == options.max_matches:
                 break
             if (hit.run_id, hit.position) in shown:
                 continue
-            span = await corpus.span(hit.run_id)
+            span = spans.get(hit.run_id)
+            if span is None:
+                span = spans[hit.run_id] = await corpus.span(hit.run_id)
             start = max(span.start, hit.position - options.context_lines)
             end = min(span.end, hit.position + options.context_lines + 1)
+            fresh = {position for position in range(start, end) if (hit.run_id, position) not in shown}
+            shown.update((hit.run_id, position) for position in range(start, end))
+            plans.append((hit, span, start, end, fresh))
+        windows = await _fetch_windows(corpus, [(hit.run_id, start, end) for hit, _, start, end, _ in plans])
+        blocks: list[str] = []
+        for (hit, span, _, _, fresh), window in zip(plans, windows, strict=True):
             lines: list[str] = []
-            for position, message in await corpus.messages(hit.run_id, start, end):
-                if (hit.run_id, position) in shown:
+            for position, message in window:
+                if position not in fresh:
                     continue
-                shown.add((hit.run_id, position))
                 rendered = display_lines(message, locate) or ['(no text in this message)']
                 lines.append(f'[{position}] {_indent_continuation(rendered)}')
-            shown.update((hit.run_id, position) for position in range(start, end))
             conversation = (
                 f'conversation {span.conversation_id}' if span.conversation_id is not None else 'no conversation id'
             )
             heading = f'score {hit.score:.1f} | run {hit.run_id} | {conversation}'
             blocks.append('\n'.join([heading, *lines]))
         return blocks
+
+
+async def _fetch_windows(corpus: Corpus, windows: list[tuple[str, int, int]]) -> list[list[tuple[int, ModelMessage]]]:
+    """The messages of each `(run_id, start, end)` window, in one call when the corpus can."""
+    many = getattr(corpus, 'messages_many', None)
+    if many is not None:
+        return await many(windows)
+    return [await corpus.messages(run_id, start, end) for run_id, start, end in windows]

@@ -64,6 +64,7 @@ _THREAD_BACKLOG: Final = 500
 
 _SEQ = struct.Struct('>Q')
 _POS = struct.Struct('>I')
+_TRIPLE = struct.Struct('<qqq')
 _BLOCK_NO = struct.Struct('>I')
 _TABLES = ('meta', 'post', 'stats', 'runs', 'convruns', 'pos', 'held', 'copies')
 
@@ -132,6 +133,8 @@ class _Writer:
         self.reader = reader
         self.runs: dict[str, _Run] = {}
         self.stats: dict[bytes, _Stats] = {}
+        self.pending: dict[bytes, list[bytes]] = {}
+        """Postings gathered in this transaction, written per term by `write_postings`."""
 
     # -- small helpers --------------------------------------------------------------------------
 
@@ -152,7 +155,28 @@ class _Writer:
             self.stats[key] = cached
         return cached
 
+    def write_postings(self) -> None:
+        """Append the postings gathered so far to their terms' last blocks (one write per term)."""
+        post = self.ix.db['post']
+        cursor = self.txn.cursor(db=post)
+        for prefix, triples in self.pending.items():
+            block_no = 0
+            block = b''
+            found = cursor.prev() if cursor.set_range(_prefix_end(prefix)) else cursor.last()
+            if found:
+                key = bytes(cursor.key())
+                if key.startswith(prefix) and len(key) == len(prefix) + 4:
+                    block_no = _BLOCK_NO.unpack_from(key, len(prefix))[0]
+                    block = bytes(cursor.value())
+            data = block + b''.join(triples)
+            size = _BLOCK * _TRIPLE.size
+            for offset in range(0, len(data), size):
+                self.txn.put(prefix + _BLOCK_NO.pack(block_no), data[offset : offset + size], db=post)
+                block_no += 1
+        self.pending.clear()
+
     def flush(self, position: int) -> None:
+        self.write_postings()
         for run_id, run in self.runs.items():
             self.txn.put(run_id.encode(), _enc.encode(run), db=self.ix.db['runs'])
         for key, stats in self.stats.items():
@@ -166,26 +190,15 @@ class _Writer:
         counts = Counter(self.ix.analyzer.tokens(index_text(message)))
         length = counts.total()
         conv_key = _ck(conversation_id)
-        post = self.ix.db['post']
-        cursor = self.txn.cursor(db=post)
+        pending = self.pending
         for term, tf in counts.items():
             prefix = conv_key + flag + _term_key(term) + b'\x00'
-            block_no = 0
-            block = b''
-            if cursor.set_range(_prefix_end(prefix)):
-                found = cursor.prev()
+            triple = _TRIPLE.pack(doc_id, tf, length)
+            chunk = pending.get(prefix)
+            if chunk is None:
+                pending[prefix] = [triple]
             else:
-                found = cursor.last()
-            if found:
-                key = bytes(cursor.key())
-                if key.startswith(prefix) and len(key) == len(prefix) + 4:
-                    block_no = _BLOCK_NO.unpack_from(key, len(prefix))[0]
-                    block = bytes(cursor.value())
-            triple = np.array([doc_id, tf, length], dtype=np.int64).tobytes()
-            if len(block) >= _BLOCK * 24:
-                block_no += 1
-                block = b''
-            self.txn.put(prefix + _BLOCK_NO.pack(block_no), block + triple, db=post)
+                chunk.append(triple)
         self.txn.put(conv_key + _SEQ.pack(seq), b'', db=self.ix.db['held'])
         self.txn.put(_ck(run_id) + _POS.pack(position), _SEQ.pack(seq), db=self.ix.db['pos'])
         stats = self.stat(conv_key)
@@ -262,6 +275,7 @@ class _Writer:
 
     def drop_conversation(self, conversation_id: str, *, reindex_before: int | None) -> None:
         """Remove a conversation from the index; re-index those that held copies of its messages."""
+        self.write_postings()
         conv_key = _ck(conversation_id)
         for key in self._delete_prefix('convruns', conv_key):
             run_id = key[len(conv_key) :].decode()
@@ -467,6 +481,7 @@ class _LmdbCorpus:
         self._conversation_id = conversation_id
         self._count = count
         self._length = length
+        self._spans: dict[str, RunSpan] = {}
 
     @property
     def document_count(self) -> int:
@@ -492,7 +507,7 @@ class _LmdbCorpus:
                     del key
                     chunks.append(value)
             if chunks:
-                triples: NDArray[np.int64] = np.frombuffer(b''.join(chunks), dtype=np.int64).reshape(-1, 3)
+                triples: NDArray[np.int64] = np.frombuffer(b''.join(chunks), dtype='<i8').astype(np.int64, copy=False).reshape(-1, 3)
                 out[term] = TermPostings(
                     np.ascontiguousarray(triples[:, 0]),
                     np.ascontiguousarray(triples[:, 1]),
@@ -529,6 +544,9 @@ class _LmdbCorpus:
 
     async def span(self, run_id: str) -> RunSpan:
         """Where the run's share of the corpus lies."""
+        cached = self._spans.get(run_id)
+        if cached is not None:
+            return cached
 
         def read(txn: lmdb.Transaction, _: LogReader) -> _Run | None:
             raw = txn.get(run_id.encode(), db=self._ix.db['runs'])
@@ -540,35 +558,44 @@ class _LmdbCorpus:
         # Across the whole store, history a run continued is held by the runs that wrote it;
         # only within one conversation can it be this run's (a fork, or a run started elsewhere).
         first = run.first if self._conversation_id is not None else run.prefix
-        return RunSpan(run_id, run.conversation_id, first, run.prefix + run.own)
+        span = self._spans[run_id] = RunSpan(run_id, run.conversation_id, first, run.prefix + run.own)
+        return span
 
     async def messages(self, run_id: str, start: int, end: int) -> list[tuple[int, ModelMessage]]:
         """The run's corpus messages at positions in `[start, end)`."""
-        span = await self.span(run_id)
-        start = max(start, span.start)
-        if end <= start:
-            return []
+        return (await self.messages_many([(run_id, start, end)]))[0]
 
-        def read(txn: lmdb.Transaction, reader: LogReader) -> list[tuple[int, bytes]]:
-            prefix = _ck(run_id)
+    async def messages_many(self, windows: Sequence[tuple[str, int, int]]) -> list[list[tuple[int, ModelMessage]]]:
+        """The corpus messages of several `(run_id, start, end)` windows, read and decoded together."""
+        spans = {run_id: await self.span(run_id) for run_id, _, _ in windows}
+
+        def read(txn: lmdb.Transaction, reader: LogReader) -> list[list[tuple[int, bytes]]]:
             cursor = txn.cursor(db=self._ix.db['pos'])
-            out: list[tuple[int, bytes]] = []
-            if not cursor.set_range(prefix + _POS.pack(max(start, 0))):
-                return out
-            for key, value in _iter_prefix(cursor, prefix):
-                position = _POS.unpack_from(key, len(prefix))[0]
-                if position >= end:
-                    break
-                entry = reader.entry(_SEQ.unpack(value)[0])
-                if entry is not None:
-                    out.append((position, entry.payload))
+            out: list[list[tuple[int, bytes]]] = []
+            for run_id, start, end in windows:
+                found: list[tuple[int, bytes]] = []
+                out.append(found)
+                start = max(start, spans[run_id].start)
+                if end <= start:
+                    continue
+                prefix = _ck(run_id)
+                if not cursor.set_range(prefix + _POS.pack(start)):
+                    continue
+                for key, value in _iter_prefix(cursor, prefix):
+                    position = _POS.unpack_from(key, len(prefix))[0]
+                    if position >= end:
+                        break
+                    payload = reader.payload(_SEQ.unpack(value)[0])
+                    if payload is not None:
+                        found.append((position, payload))
             return out
 
         found = run_projection(self._ix.log, read, write=False)
-        if not found:
-            return []
-        decoded = ModelMessagesTypeAdapter.validate_json(b'[' + b','.join(p for _, p in found) + b']')
-        return [(position, message) for (position, _), message in zip(found, decoded, strict=True)]
+        payloads = [payload for window in found for _, payload in window]
+        if not payloads:
+            return [[] for _ in windows]
+        decoded = iter(ModelMessagesTypeAdapter.validate_json(b'[' + b','.join(payloads) + b']'))
+        return [[(position, next(decoded)) for position, _ in window] for window in found]
 
 
 def _iter_prefix(cursor: lmdb.Cursor, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
