@@ -243,7 +243,7 @@ class LmdbEventLog(EventLogBase):
             except lmdb.MapResizedError:
                 grow = -1
             except lmdb.Error as exc:
-                raise _storage_error(exc) from None
+                raise _storage_error(exc, self.path) from None
             finally:
                 shared.leave()
                 if lock is not None:
@@ -283,9 +283,27 @@ class LmdbEventLog(EventLogBase):
                 shared.env.close()
 
 
-def _storage_error(exc: lmdb.Error) -> StorageError:
-    if isinstance(exc, lmdb.DiskError) or getattr(exc, 'errno', None) == errno.ENOSPC or 'No space' in str(exc):
-        return StorageError(f'the disk is full; nothing was written ({exc})')
+_LOW_SPACE = 8 * 1024 * 1024
+"""Free bytes under which a failed write is blamed on a full disk (LMDB often reports it as EIO)."""
+
+
+def _free_bytes(path: Path) -> int | None:
+    try:
+        stats = os.statvfs(path)
+    except OSError:
+        return None
+    return stats.f_bavail * stats.f_frsize
+
+
+def _storage_error(exc: lmdb.Error, path: Path) -> StorageError:
+    free = _free_bytes(path)
+    full = isinstance(exc, lmdb.DiskError) or getattr(exc, 'errno', None) == errno.ENOSPC or 'No space' in str(exc)
+    if full or (free is not None and free < _LOW_SPACE and ('Input/output' in str(exc) or 'commit' in str(exc))):
+        where = f'{free} bytes free' if free is not None else 'no space left'
+        return StorageError(
+            f'the disk holding {path} is full ({where}); this write was not committed, nothing earlier was lost. '
+            f'Free some space and reopen the store. ({exc})'
+        )
     if isinstance(exc, lmdb.ReadersFullError):
         return StorageError(f'too many readers hold the store open ({exc})')
     if isinstance(exc, (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.InvalidError)):

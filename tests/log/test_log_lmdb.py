@@ -10,6 +10,7 @@ import stat
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import lmdb
@@ -21,6 +22,7 @@ from pydantic_ai.messages import ModelMessagesTypeAdapter
 from eventlog import (
     InvalidArgumentError,
     LmdbEventLog,
+    StorageError,
     StoreLocationError,
     StoreVersionError,
     message_entry,
@@ -368,3 +370,39 @@ async def test_invalid_map_size_and_ids_are_typed_errors(tmp_path: Path) -> None
     with pytest.raises(InvalidArgumentError):
         await log.get_run('x' * 500)
     log.close()
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 3 MiB tmpfs, so that a store really runs out of disk (needs root; skipped otherwise)."""
+    mount_point = tmp_path / 'small'
+    mount_point.mkdir()
+    done = subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=3m', 'tmpfs', str(mount_point)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip('cannot mount a small tmpfs here')
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(['umount', '-l', str(mount_point)], check=False)
+
+
+async def test_full_disk_is_a_typed_error_and_loses_nothing_committed(small_disk: Path) -> None:
+    store = small_disk / 's'
+    log = LmdbEventLog(store, map_size=512 * 1024)
+    await log.append(run_started_entry(conversation_id='c', run_id='r'))
+    committed: list[int] = []
+    text = 'z' * 8000
+
+    async def fill() -> None:
+        for i in range(10_000):
+            committed.append(await log.append(message_entry(exchange(i, text)[0], conversation_id='c', run_id='r')))
+
+    with pytest.raises(StorageError, match='is full'):
+        await fill()
+    assert len(committed) > 10
+    log.close()
+    reopened = LmdbEventLog(store)
+    messages = await reopened.entries(kinds=['message'])
+    assert [e.seq for e in messages] == committed
+    assert (await reopened.verify()).ok
+    reopened.close()
