@@ -10,13 +10,13 @@ PYTEST_ARGS ?=
 .PHONY: install install-latest lint typecheck test test-ref test-latest test-long demo bench clean
 
 $(VENV)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
+	$(PYTHON) -m venv $(VENV) || (rm -rf $(VENV) && $(PYTHON) -m venv $(VENV))
 	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check uv
 	$(UV) pip install --python $(PY) --quiet -e '.[dev,cli,english]' 'pydantic-ai-slim==2.62.0'
 	touch $@
 
 $(VENV_LATEST)/.installed: pyproject.toml $(VENV)/.installed
-	$(PYTHON) -m venv $(VENV_LATEST)
+	$(PYTHON) -m venv --without-pip $(VENV_LATEST)
 	$(UV) pip install --python $(PY_LATEST) --quiet --upgrade -e '.[test,cli,english]' pydantic-ai-slim
 	touch $@
 
