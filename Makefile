@@ -23,9 +23,11 @@ $(VENV_LATEST)/.installed: pyproject.toml $(VENV)/.installed
 install: $(VENV)/.installed
 install-latest: $(VENV_LATEST)/.installed
 
+LINTED := $(wildcard eventlog search capability tests bench)
+
 lint: install
-	$(VENV)/bin/ruff check eventlog search capability tests bench
-	$(VENV)/bin/ruff format --check eventlog search capability tests bench
+	$(VENV)/bin/ruff check $(LINTED)
+	$(VENV)/bin/ruff format --check $(LINTED)
 
 typecheck: install
 	$(VENV)/bin/basedpyright eventlog search capability

@@ -21,6 +21,7 @@ ids may not contain, so prefixes never collide):
 from __future__ import annotations
 
 import hashlib
+import re
 import struct
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
@@ -68,7 +69,7 @@ HASH_SIZE: Final = 32
 _SEQ = struct.Struct('>Q')
 
 
-class _Body(msgspec.Struct, array_like=True, frozen=True):
+class _Body(msgspec.Struct, array_like=True, frozen=True, gc=False):
     """The hashed part of a stored entry."""
 
     seq: int
@@ -118,20 +119,23 @@ def utcnow() -> datetime:
 # --- validation -------------------------------------------------------------------------------
 
 
+_CONTROL = re.compile('[\x00-\x1f\x7f]')
+
+
 def check_id(value: object, what: str) -> str:
     """Return `value` if it is a usable id, else raise `InvalidArgumentError`."""
     if not isinstance(value, str):
         raise InvalidArgumentError(f'{what} must be a string, got {type(value).__name__}')
     if not value:
         raise InvalidArgumentError(f'{what} must not be empty')
-    if len(value.encode('utf-8', 'surrogatepass')) > MAX_ID_BYTES:
-        raise InvalidArgumentError(f'{what} is longer than {MAX_ID_BYTES} bytes of UTF-8: {value[:40]!r}...')
-    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in value):
-        raise InvalidArgumentError(f'{what} must not contain control characters: {value!r}')
     try:
-        value.encode()
+        size = len(value.encode())
     except UnicodeEncodeError:
         raise InvalidArgumentError(f'{what} must be valid Unicode (no lone surrogates): {value!r}') from None
+    if size > MAX_ID_BYTES:
+        raise InvalidArgumentError(f'{what} is longer than {MAX_ID_BYTES} bytes of UTF-8: {value[:40]!r}...')
+    if _CONTROL.search(value):
+        raise InvalidArgumentError(f'{what} must not contain control characters: {value!r}')
     return value
 
 
@@ -244,15 +248,19 @@ def get_conversation(txn: ReadTxn, conversation_id: str) -> ConversationRecord |
 
 
 def last_seq(txn: ReadTxn) -> int:
-    """The largest `seq` ever assigned (entries removed by a delete keep their numbers used)."""
+    """The largest `seq` ever assigned (entries removed by a delete keep their numbers used).
+
+    Every write transaction records it in META, so reading it is one lookup.
+    """
     raw = txn.get(Table.META, b'last_seq')
-    assigned = 0 if raw is None else key_seq(raw)
-    item = txn.last(Table.ENTRIES)
-    return max(assigned, 0 if item is None else key_seq(item[0]))
+    return 0 if raw is None else key_seq(raw)
 
 
 def chain_hash(prev: bytes, body_bytes: bytes) -> bytes:
-    return hashlib.blake2b(prev + body_bytes, digest_size=HASH_SIZE).digest()
+    """SHA-256 of the previous entry's hash and this entry's bytes (hardware-accelerated on most CPUs)."""
+    digest = hashlib.sha256(prev)
+    digest.update(body_bytes)
+    return digest.digest()
 
 
 # --- appending --------------------------------------------------------------------------------
@@ -302,16 +310,20 @@ def _idem_scope(entry: NewEntry) -> bytes:
     return b'\x00' + ck(entry.conversation_id)
 
 
-def _check_new_entry(entry: object) -> NewEntry:
+def _check_new_entry(entry: object, seen: set[object]) -> NewEntry:
     if not isinstance(entry, NewEntry):
         raise InvalidArgumentError(f'append takes NewEntry objects, got {type(entry).__name__}')
-    check_id(entry.conversation_id, 'conversation_id')
+    ids = (entry.conversation_id, entry.run_id)
+    if ids not in seen:
+        check_id(entry.conversation_id, 'conversation_id')
+        if entry.run_id is not None:
+            check_id(entry.run_id, 'run_id')
+        seen.add(ids)
     if not isinstance(entry.kind, str) or entry.kind not in KINDS:  # pyright: ignore[reportUnnecessaryIsInstance]
         raise InvalidArgumentError(f'unknown entry kind {entry.kind!r}; expected one of {sorted(KINDS)}')
     if entry.kind in RUN_KINDS:
         if entry.run_id is None:
             raise InvalidArgumentError(f'a {entry.kind} entry needs a run_id')
-        check_id(entry.run_id, 'run_id')
     elif entry.run_id is not None:
         raise InvalidArgumentError(f'a {entry.kind} entry describes a conversation and takes no run_id')
     if not isinstance(entry.payload, bytes):  # pyright: ignore[reportUnnecessaryIsInstance]
@@ -385,7 +397,8 @@ def append_entries(
     Validation happens before anything is written, so a bad entry anywhere in the batch
     leaves the store unchanged (the caller's transaction is aborted on error as well).
     """
-    checked = [_check_new_entry(entry) for entry in entries]
+    seen: set[object] = set()
+    checked = [_check_new_entry(entry, seen) for entry in entries]
     unvalidated = [e.payload for e in checked if e.kind == 'message' and not e.prevalidated]
     validate_messages(unvalidated)
     batch = _Batch(txn)
@@ -507,8 +520,11 @@ def _apply_conversation_kind(
             raise InvalidArgumentError(f'conversation {conv_id!r} already exists; a fork needs a new id')
         if entry.parent != info.seq:
             raise InvalidArgumentError('a forked_from entry must have the fork point as its parent')
-        if batch.entry_conversation(info.seq) != info.conversation_id or info.seq >= seq:
-            raise InvalidArgumentError(f'entry {info.seq} is not in conversation {info.conversation_id!r}')
+        if info.seq >= seq or batch.entry_conversation(info.seq) is None:
+            raise InvalidArgumentError(f'entry {info.seq} is not an entry of this log')
+        source = batch.conv(info.conversation_id)
+        if source is None or source.deleted:
+            raise ConversationNotFound(f'no conversation {info.conversation_id!r} in this log')
         conv = _reopen(batch, conv, conv_id, seq, ts)
         conv.forked_from = info
         return entry.parent
@@ -735,9 +751,12 @@ def join_payloads(payloads: Sequence[bytes]) -> bytes:
 def fork(txn: WriteTxn, conversation_id: str, at_seq: int | None, new_id: str | None) -> str:
     _conv_or_raise(txn, conversation_id)
     if at_seq is None:
-        point = _context_tip(txn, conversation_id)
-        if point is None:
-            raise InvalidArgumentError(f'conversation {conversation_id!r} has no history to fork')
+        # The latest message itself, not the bookkeeping entry after it: a fork then stays
+        # anchored to its history even if the conversations in between are deleted.
+        messages = [b.seq for b in branch_bodies(txn, _context_tip(txn, conversation_id)) if b.kind == 'message']
+        if not messages:
+            raise InvalidArgumentError(f'conversation {conversation_id!r} has no messages to fork')
+        point = messages[-1]
     else:
         point = check_seq(at_seq, 'at_seq')
         if txn.get(Table.BY_CONV, ck(conversation_id) + seq_key(point)) is None:

@@ -9,36 +9,52 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterator
-from enum import IntEnum
-from typing import Protocol
+from typing import Final, Protocol
 
-__all__ = ['MemoryTables', 'MemoryTxn', 'ReadTxn', 'Table', 'WriteTxn']
-
-
-class Table(IntEnum):
-    """The tables (LMDB named databases) of a store."""
-
-    META = 0
-    ENTRIES = 1
-    BY_CONV = 2
-    BY_RUN = 3
-    RUNS = 4
-    RUN_ORDER = 5
-    CONV_RUNS = 6
-    CONVS = 7
-    IDEM = 8
+__all__ = ['TABLE_NAMES', 'MemoryTables', 'MemoryTxn', 'ReadTxn', 'Table', 'TableId', 'WriteTxn']
 
 
-TABLE_NAMES: dict[Table, bytes] = {table: table.name.lower().encode() for table in Table}
+class Table:
+    """The tables (LMDB named databases) of a store, as small integers.
+
+    Plain ints rather than an enum: the append path looks tables up several times per
+    entry, and an enum member's hash is computed in Python.
+    """
+
+    META: Final = 0
+    ENTRIES: Final = 1
+    BY_CONV: Final = 2
+    BY_RUN: Final = 3
+    RUNS: Final = 4
+    RUN_ORDER: Final = 5
+    CONV_RUNS: Final = 6
+    CONVS: Final = 7
+    IDEM: Final = 8
+
+
+TableId = int
+"""One of the `Table` numbers."""
+
+TABLE_NAMES: dict[TableId, bytes] = {
+    Table.META: b'meta',
+    Table.ENTRIES: b'entries',
+    Table.BY_CONV: b'by_conv',
+    Table.BY_RUN: b'by_run',
+    Table.RUNS: b'runs',
+    Table.RUN_ORDER: b'run_order',
+    Table.CONV_RUNS: b'conv_runs',
+    Table.CONVS: b'convs',
+    Table.IDEM: b'idem',
+}
 
 
 class ReadTxn(Protocol):
     """A consistent snapshot of the store."""
 
-    def get(self, table: Table, key: bytes) -> bytes | None: ...
+    def get(self, table: TableId, key: bytes) -> bytes | None: ...
 
     def scan(
-        self, table: Table, *, prefix: bytes = b'', start: bytes | None = None, reverse: bool = False
+        self, table: TableId, *, prefix: bytes = b'', start: bytes | None = None, reverse: bool = False
     ) -> Iterator[tuple[bytes, bytes]]:
         """Items whose key starts with `prefix`, from `start` (inclusive) on, in key order or reversed.
 
@@ -46,15 +62,15 @@ class ReadTxn(Protocol):
         """
         ...
 
-    def last(self, table: Table, prefix: bytes = b'') -> tuple[bytes, bytes] | None: ...
+    def last(self, table: TableId, prefix: bytes = b'') -> tuple[bytes, bytes] | None: ...
 
 
 class WriteTxn(ReadTxn, Protocol):
     """A transaction that commits all its writes or none."""
 
-    def put(self, table: Table, key: bytes, value: bytes) -> None: ...
+    def put(self, table: TableId, key: bytes, value: bytes) -> None: ...
 
-    def delete(self, table: Table, key: bytes) -> None: ...
+    def delete(self, table: TableId, key: bytes) -> None: ...
 
 
 def prefix_end(prefix: bytes) -> bytes | None:
@@ -77,7 +93,7 @@ class MemoryTables:
     """The in-memory store: one sorted table per `Table`."""
 
     def __init__(self) -> None:
-        self.tables = {table: _MemTable() for table in Table}
+        self.tables = {table: _MemTable() for table in TABLE_NAMES}
 
 
 class MemoryTxn:
@@ -89,13 +105,13 @@ class MemoryTxn:
 
     def __init__(self, tables: MemoryTables) -> None:
         self._tables = tables.tables
-        self._undo: list[tuple[Table, bytes, bytes | None]] = []
+        self._undo: list[tuple[TableId, bytes, bytes | None]] = []
 
-    def get(self, table: Table, key: bytes) -> bytes | None:
+    def get(self, table: TableId, key: bytes) -> bytes | None:
         return self._tables[table].data.get(key)
 
     def scan(
-        self, table: Table, *, prefix: bytes = b'', start: bytes | None = None, reverse: bool = False
+        self, table: TableId, *, prefix: bytes = b'', start: bytes | None = None, reverse: bool = False
     ) -> Iterator[tuple[bytes, bytes]]:
         t = self._tables[table]
         keys = t.keys
@@ -119,10 +135,10 @@ class MemoryTxn:
                 if value is not None:
                     yield key, value
 
-    def last(self, table: Table, prefix: bytes = b'') -> tuple[bytes, bytes] | None:
+    def last(self, table: TableId, prefix: bytes = b'') -> tuple[bytes, bytes] | None:
         return next(self.scan(table, prefix=prefix, reverse=True), None)
 
-    def put(self, table: Table, key: bytes, value: bytes) -> None:
+    def put(self, table: TableId, key: bytes, value: bytes) -> None:
         t = self._tables[table]
         old = t.data.get(key)
         self._undo.append((table, key, old))
@@ -130,7 +146,7 @@ class MemoryTxn:
             bisect.insort(t.keys, key)
         t.data[key] = value
 
-    def delete(self, table: Table, key: bytes) -> None:
+    def delete(self, table: TableId, key: bytes) -> None:
         t = self._tables[table]
         old = t.data.pop(key, None)
         if old is not None:

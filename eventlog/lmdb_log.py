@@ -18,7 +18,7 @@ from typing import TypeVar, cast
 import lmdb
 
 from eventlog import _engine as engine
-from eventlog._storage import TABLE_NAMES, ReadTxn, Table, WriteTxn, prefix_end
+from eventlog._storage import TABLE_NAMES, ReadTxn, TableId, WriteTxn, prefix_end
 from eventlog.errors import LogClosedError, StorageError, StoreLocationError
 from eventlog.log import EventLogBase
 
@@ -38,15 +38,15 @@ class _LmdbTxn:
 
     __slots__ = ('_dbs', '_txn')
 
-    def __init__(self, txn: lmdb.Transaction, dbs: dict[Table, lmdb._Database]) -> None:
+    def __init__(self, txn: lmdb.Transaction, dbs: dict[TableId, lmdb._Database]) -> None:
         self._txn = txn
         self._dbs = dbs
 
-    def get(self, table: Table, key: bytes) -> bytes | None:
+    def get(self, table: TableId, key: bytes) -> bytes | None:
         return cast('bytes | None', self._txn.get(key, db=self._dbs[table]))
 
     def scan(
-        self, table: Table, *, prefix: bytes = b'', start: bytes | None = None, reverse: bool = False
+        self, table: TableId, *, prefix: bytes = b'', start: bytes | None = None, reverse: bool = False
     ) -> Iterator[tuple[bytes, bytes]]:
         cursor = self._txn.cursor(db=self._dbs[table])
         if not reverse:
@@ -73,13 +73,13 @@ class _LmdbTxn:
                 continue
             yield key, value
 
-    def last(self, table: Table, prefix: bytes = b'') -> tuple[bytes, bytes] | None:
+    def last(self, table: TableId, prefix: bytes = b'') -> tuple[bytes, bytes] | None:
         return next(self.scan(table, prefix=prefix, reverse=True), None)
 
-    def put(self, table: Table, key: bytes, value: bytes) -> None:
+    def put(self, table: TableId, key: bytes, value: bytes) -> None:
         self._txn.put(key, value, db=self._dbs[table])
 
-    def delete(self, table: Table, key: bytes) -> None:
+    def delete(self, table: TableId, key: bytes) -> None:
         self._txn.delete(key, db=self._dbs[table])
 
 
@@ -90,7 +90,7 @@ class _SharedEnv:
     writer register here and a resize waits for them.
     """
 
-    def __init__(self, env: lmdb.Environment, dbs: dict[Table, lmdb._Database]) -> None:
+    def __init__(self, env: lmdb.Environment, dbs: dict[TableId, lmdb._Database]) -> None:
         self.env = env
         self.dbs = dbs
         self.refs = 0
@@ -176,7 +176,7 @@ def _open_shared(path: Path, map_size: int, sync: bool) -> _SharedEnv:
         return shared
 
 
-def _open_tables(env: lmdb.Environment) -> dict[Table, lmdb._Database]:
+def _open_tables(env: lmdb.Environment) -> dict[TableId, lmdb._Database]:
     """Open (creating if needed) the log's tables and check the store's format version."""
     while True:
         try:

@@ -244,10 +244,15 @@ class EventLogBase(ABC):
 
     async def run_messages(self, run_id: str) -> list[ModelMessage]:
         """The run's full record: what it inherited, then what it added."""
-        payloads = await self.run_message_payloads(run_id)
-        if len(payloads) > _BULK_THRESHOLD:
-            return await asyncio.to_thread(engine.decode_payloads, payloads)
-        return engine.decode_payloads(payloads)
+        size = await self._run_size(run_id)
+
+        def work() -> list[ModelMessage]:
+            return engine.decode_payloads(self._read_sync(lambda txn: engine.run_message_payloads(txn, run_id)))
+
+        if size > _BULK_THRESHOLD:
+            self._check_open()
+            return await asyncio.to_thread(work)
+        return work()
 
     async def run_messages_json(self, run_id: str) -> bytes:
         """`run_messages` as the exact bytes `ModelMessagesTypeAdapter.dump_json` gives for it."""

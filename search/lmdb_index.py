@@ -507,7 +507,8 @@ class _LmdbCorpus:
                     del key
                     chunks.append(value)
             if chunks:
-                triples: NDArray[np.int64] = np.frombuffer(b''.join(chunks), dtype='<i8').astype(np.int64, copy=False).reshape(-1, 3)
+                raw = np.frombuffer(b''.join(chunks), dtype='<i8')
+                triples: NDArray[np.int64] = raw.astype(np.int64, copy=False).reshape(-1, 3)
                 out[term] = TermPostings(
                     np.ascontiguousarray(triples[:, 0]),
                     np.ascontiguousarray(triples[:, 1]),

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import hypothesis.strategies as st
+import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from logtools import at
@@ -25,6 +26,7 @@ from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserProm
 from eventlog import (
     EventLogBase,
     InMemoryEventLog,
+    InvalidArgumentError,
     LmdbEventLog,
     encode_message,
     message_entry,
@@ -44,6 +46,7 @@ class Node:
     run: str
     payload: bytes
     parent: int | None
+    seq: int = 0
 
 
 @dataclass
@@ -126,8 +129,11 @@ class LogMachine(RuleBasedStateMachine):
         self.counter += 1
         run_id = f'run{self.counter}'
         if source is not None:
-            parent_seq = self.run_async(self.log.get_run(source)).last_seq  # type: ignore[union-attr]
+            # A run continues from the last message of the history it was handed.
             start_parent = self.tip(source)
+            if start_parent not in self.nodes:
+                start_parent = None
+            parent_seq = None if start_parent is None else self.nodes[start_parent].seq
         elif conv in self.convs and self.convs[conv].forked and not self.convs[conv].runs:
             fork_entry = self.run_async(self.log.entries(conversation_id=conv, kinds=['forked_from']))
             parent_seq = fork_entry[-1].seq  # type: ignore[index]
@@ -157,10 +163,11 @@ class LogMachine(RuleBasedStateMachine):
             run.nodes.append(node_id)
             self.convs[run.conversation].messages.append(node_id)
         if batch:
-            self.run_async(self.log.append_many(entries))
+            seqs = self.run_async(self.log.append_many(entries))
         else:
-            for entry in entries:
-                self.run_async(self.log.append(entry))
+            seqs = [self.run_async(self.log.append(entry)) for entry in entries]
+        for node_id, seq in zip(run.nodes[-len(entries) :], seqs, strict=True):
+            self.nodes[node_id].seq = seq
 
     @precondition(lambda self: any(not self.runs[r].finished for r in self.live_runs()))
     @rule(data=st.data(), status=st.sampled_from(['completed', 'failed', 'cancelled']))
@@ -178,9 +185,14 @@ class LogMachine(RuleBasedStateMachine):
         source = data.draw(st.sampled_from(sorted(c for c, conv in self.convs.items() if conv.runs)))
         self.counter += 1
         new_id = f'fork{self.counter}'
-        self.run_async(self.log.fork(source, new_conversation_id=new_id))
         latest = self.convs[source].runs[-1]
-        self.convs[new_id] = Conversation(fork_parent=self.tip(latest), forked=True)
+        tip = self.tip(latest)
+        if tip is None or tip not in self.nodes:
+            with pytest.raises(InvalidArgumentError, match='no messages'):
+                self.run_async(self.log.fork(source, new_conversation_id=new_id))
+            return
+        self.run_async(self.log.fork(source, new_conversation_id=new_id))
+        self.convs[new_id] = Conversation(fork_parent=tip, forked=True)
 
     @precondition(lambda self: bool(self.convs))
     @rule(data=st.data())

@@ -26,7 +26,48 @@ from eventlog import LmdbEventLog, ReplayHistorySource, message_entry, run_finis
 from search import DefaultAnalyzer, HistorySourceBackend, SearchEngine, SearchOptions
 from search.lmdb_index import IndexAnalyzerMismatch, LmdbIndex
 
-WORDS = ['deploy', 'server', 'database', 'migration', 'alpha', 'beta', 'gamma', 'kubernetes', 'cluster', 'backup', 'restore', 'invoice', 'budget', 'meeting', 'friday', 'monday', 'report', 'latency', 'cache', 'redis', 'postgres', 'index', 'query', 'search', 'token', 'model', 'prompt', 'compaction', 'summary', 'detail', 'path', 'number', 'decision', 'release', 'branch', 'merge', 'review', 'test', 'failure', 'retry']
+WORDS = [
+    'deploy',
+    'server',
+    'database',
+    'migration',
+    'alpha',
+    'beta',
+    'gamma',
+    'kubernetes',
+    'cluster',
+    'backup',
+    'restore',
+    'invoice',
+    'budget',
+    'meeting',
+    'friday',
+    'monday',
+    'report',
+    'latency',
+    'cache',
+    'redis',
+    'postgres',
+    'index',
+    'query',
+    'search',
+    'token',
+    'model',
+    'prompt',
+    'compaction',
+    'summary',
+    'detail',
+    'path',
+    'number',
+    'decision',
+    'release',
+    'branch',
+    'merge',
+    'review',
+    'test',
+    'failure',
+    'retry',
+]
 
 
 def _at(i: int) -> datetime:
