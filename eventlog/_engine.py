@@ -274,6 +274,7 @@ class _Batch:
         self.runs: dict[str, RunRecord] = {}
         self.convs: dict[str, ConversationRecord] = {}
         self.idem: dict[bytes, int] = {}
+        self.prefixes: dict[str, bytes] = {}
         self.next_seq = last_seq(txn) + 1
 
     def run(self, run_id: str) -> RunRecord | None:
@@ -291,6 +292,13 @@ class _Batch:
             if record is not None:
                 self.convs[conversation_id] = record
         return record
+
+    def key_prefix(self, identifier: str) -> bytes:
+        """`ck(identifier)`, computed once per transaction."""
+        prefix = self.prefixes.get(identifier)
+        if prefix is None:
+            prefix = self.prefixes[identifier] = ck(identifier)
+        return prefix
 
     def entry_conversation(self, seq: int) -> str | None:
         body = _get_body(self.txn, seq)
@@ -370,9 +378,9 @@ def _write_entry(batch: _Batch, body: _Body, conv: ConversationRecord, idem_key:
     digest = chain_hash(conv.head_hash, body_bytes)
     skey = seq_key(body.seq)
     txn.put(Table.ENTRIES, skey, body_bytes + digest)
-    txn.put(Table.BY_CONV, ck(body.conversation_id) + skey, b'')
+    txn.put(Table.BY_CONV, batch.key_prefix(body.conversation_id) + skey, b'')
     if body.run_id is not None:
-        txn.put(Table.BY_RUN, ck(body.run_id) + skey, b'')
+        txn.put(Table.BY_RUN, batch.key_prefix(body.run_id) + skey, b'')
     if idem_key is not None:
         txn.put(Table.IDEM, idem_key, skey)
         batch.idem[idem_key] = body.seq

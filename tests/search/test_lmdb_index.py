@@ -174,6 +174,29 @@ async def test_persistent_index_answers_exactly_like_the_in_memory_corpus(tmp_pa
     log.close()
 
 
+async def test_conversation_scope_never_reaches_another_conversation(tmp_path: Path) -> None:
+    log = LmdbEventLog(tmp_path / 's', sync=False)
+    await Builder(log, 11).build(30)
+    conversations = {c.conversation_id for c in await log.list_conversations(include_archived=True)}
+    runs = {r.run_id: r.conversation_id for r in await log.list_runs()}
+    engine = SearchEngine(LmdbIndex(log), SearchOptions(max_matches=50, context_lines=2))
+    for conv in conversations:
+        own_text = (await log.transcript_json(conv)).decode()
+        for query in ('deploy', 'unique1 unique2 unique3 unique50 unique90', 'cache friday'):
+            answer = await engine.search(query, scope='conversation', conversation_id=conv)
+            named_conversations = {
+                line.rsplit('conversation ', 1)[1] for line in answer.splitlines() if '| conversation ' in line
+            }
+            assert named_conversations <= {conv}
+            named_runs = {line.split('| run ')[1].split(' |')[0] for line in answer.splitlines() if '| run ' in line}
+            assert all(runs[r] == conv for r in named_runs)
+            # Every unique token shown comes from this conversation's own history.
+            shown = '\n'.join(answer.splitlines()[1:])  # the first line echoes the query
+            for token in {w for w in shown.replace('[', ' ').split() if w.startswith('unique')}:
+                assert token.strip('.,"') in own_text
+    log.close()
+
+
 async def test_index_follows_appends_and_survives_restarts(tmp_path: Path) -> None:
     path = tmp_path / 's'
     log = LmdbEventLog(path, sync=False)
