@@ -12,7 +12,7 @@ import sys
 import typing
 import warnings
 from collections.abc import Sequence
-from dataclasses import KW_ONLY, dataclass, fields
+from dataclasses import KW_ONLY, dataclass, field, fields
 
 from pydantic_ai import RunContext
 from pydantic_ai.agent.abstract import AgentInstructions
@@ -42,7 +42,7 @@ def backend_for(source: HistorySource | SearchBackend, analyzer: Analyzer) -> Hi
     """The persistent index when `source` replays an LMDB log (searches then read only the
     postings of the query's terms); otherwise `source` itself, indexed in memory per search."""
     if isinstance(source, ReplayHistorySource) and isinstance(source.log, LmdbEventLog):
-        return LmdbIndex(source.log, analyzer)
+        return LmdbIndex.for_log(source.log, analyzer)
     return source
 
 
@@ -172,6 +172,8 @@ class ConversationSearch(AbstractCapability[AgentDepsT]):
     id: str | None = 'conversation_search'
     """The capability's id. Two `ConversationSearch` under one id must agree on every option."""
 
+    _toolset: FunctionToolset[AgentDepsT] | None = field(default=None, init=False, repr=False, compare=False)
+
     def __post_init__(self) -> None:
         """Validate the options and warn, once, when `scope` was left unset."""
         validate_search_options(
@@ -224,7 +226,13 @@ class ConversationSearch(AbstractCapability[AgentDepsT]):
         return SearchEngine(backend_for(self.source, options.analyzer), options)
 
     def get_toolset(self) -> AgentToolset[AgentDepsT] | None:
-        """The toolset holding `search_conversation_history`."""
+        """The toolset holding `search_conversation_history`, built once per capability (building
+        it generates the tool's schema, which would otherwise cost every run several milliseconds)."""
+        if self._toolset is None:
+            self._toolset = self._build_toolset()
+        return self._toolset
+
+    def _build_toolset(self) -> FunctionToolset[AgentDepsT]:
         engine = self.build_engine()
         scope = self.effective_scope
 

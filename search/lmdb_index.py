@@ -32,6 +32,7 @@ import asyncio
 import hashlib
 import struct
 import threading
+import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from typing import Final
@@ -326,6 +327,23 @@ class LmdbIndex:
         raw = run_projection(self.log, lambda txn, _: txn.get(b'analyzer', db=self.db['meta']), write=False)
         return None if raw is None else bytes(raw).decode()
 
+    @classmethod
+    def for_log(cls, log: LmdbEventLog, analyzer: str | Analyzer = 'default') -> LmdbIndex:
+        """The index of `log` for `analyzer`, shared by every caller in this process."""
+        resolved = resolve_analyzer(analyzer)
+        per_log = _shared.setdefault(log, {})
+        index = per_log.get(resolved.name)
+        if index is None:
+            index = per_log[resolved.name] = cls(log, resolved)
+        return index
+
+    @classmethod
+    def open_existing(cls, log: LmdbEventLog) -> LmdbIndex:
+        """The store's index with the analyzer it was built with (`default` when none is built yet)."""
+        meta = log.open_table(b'ix.meta')
+        raw = run_projection(log, lambda txn, _: txn.get(b'analyzer', db=meta), write=False)
+        return cls(log, 'default' if raw is None else bytes(raw).decode())
+
     # -- keeping current ----------------------------------------------------------------------
 
     def state(self) -> IndexState:
@@ -395,6 +413,8 @@ class LmdbIndex:
         """Drop the index and build it again from the entries (optionally with another analyzer)."""
         if analyzer is not None:
             self.analyzer = resolve_analyzer(analyzer)
+            # Shared indexes of this store built for another analyzer are now stale.
+            _shared[self.log] = {self.analyzer.name: self}
 
         def drop(txn: lmdb.Transaction, _: LogReader) -> None:
             for db in self.db.values():
@@ -442,6 +462,9 @@ class LmdbIndex:
         if record is None or (conversation_id is not None and record.conversation_id != conversation_id):
             return await MemoryCorpus.build(_NoRuns(), conversation_id=None, run_id=None, analyzer=analyzer)
         return await MemoryCorpus.build(_OneRun(self.log, record), conversation_id=None, run_id=None, analyzer=analyzer)
+
+
+_shared: weakref.WeakKeyDictionary[LmdbEventLog, dict[str, LmdbIndex]] = weakref.WeakKeyDictionary()
 
 
 def _valid_id(value: str) -> bool:
