@@ -1,0 +1,311 @@
+"""Persistence overhead and store size: `EventLogPersistence` against the reference's `StepPersistence`.
+
+A chat workload: one agent run per exchange, the history threaded through `message_history`,
+realistic multi-session text from a seeded generator, the agent driven by a `FunctionModel`.
+The same exchanges run with `EventLogPersistence` on an `LmdbEventLog` (synced commits) and with
+the reference's `StepPersistence(store=SqliteStepStore(...))`, each interleaved exchange by
+exchange with a twin agent without persistence (its baseline); the two pairs run one after the
+other, so the reference's heavy writes never queue in front of the event log's synced commits.
+
+Overhead per run = (time with persistence - time without) for the same exchange, median over
+the repetitions, then the median over a window of runs ending at each checkpoint (the last quarter
+of the runs up to it), so the growth with the conversation's length is visible.
+
+    .venv/bin/python bench/bench_capability.py            # checkpoints 100, 400, 1600 exchanges
+    .venv/bin/python bench/bench_capability.py --quick    # checkpoints 25, 100, 400
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import random
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from pydantic_ai import Agent
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelResponse, TextPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from capability.persistence import EventLogPersistence
+from eventlog import LmdbEventLog
+
+TOPICS = {
+    'travel': 'flight hotel itinerary passport layover museum train booking luggage beach ferry visa',
+    'cooking': 'recipe oven garlic simmer dough basil sourdough knife pan roast marinade spice',
+    'work': 'deadline meeting manager review roadmap budget release client invoice sprint report',
+    'health': 'running knee physio sleep hydration protein stretch doctor marathon yoga recovery',
+    'garden': 'tomatoes compost seedlings pruning aphids mulch irrigation greenhouse bulbs soil',
+    'family': 'birthday cousin school holiday grandparents wedding moving recital dinner weekend',
+}
+COMMON = [
+    'the',
+    'a',
+    'and',
+    'to',
+    'of',
+    'in',
+    'that',
+    'it',
+    'is',
+    'was',
+    'for',
+    'on',
+    'with',
+    'as',
+    'at',
+    'this',
+    'but',
+    'they',
+    'be',
+    'have',
+    'from',
+    'or',
+    'one',
+    'had',
+    'by',
+    'word',
+    'not',
+    'what',
+    'all',
+    'were',
+    'we',
+    'when',
+    'your',
+    'can',
+    'said',
+    'there',
+    'use',
+    'an',
+    'each',
+    'which',
+    'she',
+    'do',
+    'how',
+    'their',
+    'if',
+    'will',
+    'up',
+    'other',
+    'about',
+    'out',
+    'many',
+    'then',
+    'them',
+    'these',
+    'so',
+    'some',
+    'her',
+    'would',
+    'make',
+    'like',
+    'him',
+    'into',
+    'time',
+    'has',
+    'look',
+    'two',
+    'more',
+    'write',
+    'go',
+]
+NAMES = ['Ana', 'Bilal', 'Chen', 'Dara', 'Emeka', 'Farah', 'Goran', 'Hana', 'Ivo', 'Jun']
+
+
+def sentence(rng: random.Random, topic: str, words: int) -> str:
+    pool = TOPICS[topic].split()
+    out: list[str] = []
+    for _ in range(words):
+        roll = rng.random()
+        if roll < 0.25:
+            out.append(rng.choice(pool))
+        elif roll < 0.3:
+            out.append(rng.choice(NAMES))
+        elif roll < 0.33:
+            out.append(str(rng.randint(2, 2030)))
+        else:
+            out.append(rng.choice(COMMON))
+    text = ' '.join(out)
+    return text[0].upper() + text[1:] + rng.choice(['.', '?', '!', '.'])
+
+
+def exchanges(count: int, seed: int) -> list[tuple[str, str]]:
+    """(user message, assistant reply) pairs in sessions of a few exchanges on one topic."""
+    rng = random.Random(seed)
+    out: list[tuple[str, str]] = []
+    topic = rng.choice(list(TOPICS))
+    for index in range(count):
+        if index % rng.randint(4, 12) == 0:
+            topic = rng.choice(list(TOPICS))
+        user = ' '.join(sentence(rng, topic, rng.randint(6, 22)) for _ in range(rng.randint(1, 3)))
+        reply = ' '.join(sentence(rng, topic, rng.randint(8, 28)) for _ in range(rng.randint(2, 6)))
+        out.append((user, reply))
+    return out
+
+
+@dataclass
+class Mode:
+    name: str
+    agent: Agent[None, str]
+    history: list[ModelMessage] | None = None
+    times: list[list[float]] = field(default_factory=list[list[float]])
+    """times[rep][exchange]"""
+    sizes: dict[int, int] = field(default_factory=dict[int, int])
+    """Bytes on disk at each checkpoint (last repetition)."""
+
+
+def make_agent(replies: list[str], capabilities: list[AbstractCapability[Any]]) -> Agent[None, str]:
+    position = {'i': 0}
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=[TextPart(replies[position['i']])])
+
+    agent = Agent(FunctionModel(model), capabilities=capabilities)
+    agent.__dict__['_bench_position'] = position
+    return agent
+
+
+def disk_bytes(path: Path) -> int:
+    if path.is_dir():
+        return sum(p.stat().st_blocks * 512 for p in path.iterdir() if p.name != 'lock.mdb')
+    return sum(p.stat().st_size for p in path.parent.glob(path.name + '*'))
+
+
+async def one_repetition(
+    rep: int, data: list[tuple[str, str]], checkpoints: list[int], workdir: Path, with_reference: bool
+) -> tuple[list[Mode], dict[int, int]]:
+    replies = [reply for _, reply in data]
+    log = LmdbEventLog(workdir / f'log-{rep}')
+    modes = [
+        Mode('none', make_agent(replies, [])),
+        Mode('eventlog', make_agent(replies, [EventLogPersistence(log)])),
+    ]
+    ref_db = workdir / f'reference-{rep}.db'
+    if with_reference:
+        from pydantic_ai_harness.step_persistence import SqliteStepStore, StepPersistence
+
+        modes.append(Mode('none-2', make_agent(replies, [])))
+        modes.append(
+            Mode('reference', make_agent(replies, [StepPersistence(store=SqliteStepStore(database=str(ref_db)))]))
+        )
+    json_sizes: dict[int, int] = {}
+    for mode in modes:
+        mode.times.append([])
+    # Each persistence runs interleaved, exchange by exchange, with its own run without persistence,
+    # so both see the same machine state; the two pairs run one after the other, so the reference's
+    # heavy writes never sit in front of the event log's synced commits.
+    pairs = [modes[i : i + 2] for i in range(0, len(modes), 2)]
+    for pair in pairs if rep % 2 == 0 else pairs[::-1]:
+        gc.collect()
+        for index, (user, _) in enumerate(data):
+            for mode in pair:
+                mode.agent.__dict__['_bench_position']['i'] = index
+                start = time.perf_counter()
+                result = await mode.agent.run(user, message_history=mode.history, conversation_id=f'bench-{rep}')
+                mode.times[-1].append(time.perf_counter() - start)
+                mode.history = result.all_messages()
+            count = index + 1
+            if count in checkpoints:
+                json_sizes[count] = len(ModelMessagesTypeAdapter.dump_json(pair[0].history or []))
+                if pair[1].name == 'eventlog':
+                    pair[1].sizes[count] = disk_bytes(log.path)
+                else:
+                    pair[1].sizes[count] = disk_bytes(ref_db)
+    log.close()
+    return modes, json_sizes
+
+
+def window(checkpoint: int) -> range:
+    """The runs whose overhead stands for a checkpoint: the last quarter of the runs up to it."""
+    return range(checkpoint - max(1, checkpoint // 4), checkpoint)
+
+
+def fmt_ms(seconds: float) -> str:
+    return f'{seconds * 1000:8.3f} ms'
+
+
+def fmt_bytes(count: int) -> str:
+    return f'{count / 1e6:9.2f} MB'
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('--quick', action='store_true', help='checkpoints 25, 100, 400 instead of 100, 400, 1600')
+    parser.add_argument('--reps', type=int, default=3, help='repetitions of the whole conversation (default 3)')
+    parser.add_argument('--seed', type=int, default=42)
+    parser.add_argument('--no-reference', action='store_true', help='skip the reference (pydantic-ai-harness)')
+    args = parser.parse_args()
+    checkpoints = [25, 100, 400] if args.quick else [100, 400, 1600]
+    with_reference = not args.no_reference
+    if with_reference:
+        try:
+            import pydantic_ai_harness  # noqa: F401  # pyright: ignore[reportUnusedImport]
+        except ImportError:
+            print('pydantic-ai-harness is not installed: measuring EventLogPersistence alone')
+            with_reference = False
+    data = exchanges(checkpoints[-1], args.seed)
+    print(f'{checkpoints[-1]} exchanges, {args.reps} repetitions, seed {args.seed}')
+    all_modes: list[list[Mode]] = []
+    json_sizes: dict[int, int] = {}
+    with tempfile.TemporaryDirectory(prefix='bench-capability-') as tmp:
+        for rep in range(args.reps):
+            started = time.perf_counter()
+            modes, json_sizes = await one_repetition(rep, data, checkpoints, Path(tmp), with_reference)
+            all_modes.append(modes)
+            print(f'  repetition {rep + 1}: {time.perf_counter() - started:.1f} s')
+    names = [m.name for m in all_modes[0]]
+    # per_run[mode][exchange] = median over repetitions
+    per_run = {
+        name: [statistics.median(reps[i].times[0][x] for reps in all_modes) for x in range(checkpoints[-1])]
+        for i, name in enumerate(names)
+    }
+    last = all_modes[-1]
+    print()
+    header = f'{"exchanges":>9} | {"run, no persistence":>19} | {"eventlog overhead":>17} | '
+    if with_reference:
+        header += f'{"reference overhead":>18} | {"ratio":>7} | '
+    header += f'{"messages JSON":>13} | {"eventlog store":>14}'
+    if with_reference:
+        header += f' | {"reference store":>15}'
+    print(header)
+    print('-' * len(header))
+    for checkpoint in checkpoints:
+        span = window(checkpoint)
+        base = statistics.median(per_run['none'][x] for x in span)
+        ours = statistics.median(per_run['eventlog'][x] - per_run['none'][x] for x in span)
+        line = f'{checkpoint:>9} | {fmt_ms(base):>19} | {fmt_ms(ours):>17} | '
+        if with_reference:
+            theirs = statistics.median(per_run['reference'][x] - per_run['none-2'][x] for x in span)
+            line += f'{fmt_ms(theirs):>18} | {theirs / ours:6.1f}x | '
+        json_size = json_sizes[checkpoint]
+        our_size = last[1].sizes[checkpoint]
+        line += f'{fmt_bytes(json_size):>13} | {fmt_bytes(our_size):>9} {our_size / json_size:4.1f}x'
+        if with_reference:
+            ref_size = last[3].sizes[checkpoint]
+            line += f' | {fmt_bytes(ref_size):>9} {ref_size / json_size:5.1f}x'
+        print(line)
+    print()
+    first, final = window(checkpoints[0]), window(checkpoints[-1])
+    ours_growth = statistics.median(per_run['eventlog'][x] - per_run['none'][x] for x in final) / statistics.median(
+        per_run['eventlog'][x] - per_run['none'][x] for x in first
+    )
+    print(f'eventlog overhead per run, last checkpoint / first: {ours_growth:.2f}x')
+    if with_reference:
+        ref_growth = statistics.median(per_run['reference'][x] - per_run['none'][x] for x in final) / statistics.median(
+            per_run['reference'][x] - per_run['none'][x] for x in first
+        )
+        print(f'reference overhead per run, last checkpoint / first: {ref_growth:.2f}x')
+    print('store sizes are bytes on disk (LMDB data file blocks; SQLite database and WAL files).')
+
+
+if __name__ == '__main__':
+    asyncio.run(main())

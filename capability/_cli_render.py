@@ -1,0 +1,282 @@
+"""How the command line shows entries, messages, records and search hits (rich and JSON)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+import msgspec
+from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelRequest, ModelResponse
+from rich.console import Console
+from rich.text import Text
+
+from eventlog import (
+    CompactionInfo,
+    ConversationRecord,
+    Entry,
+    ForkInfo,
+    RunFinishedInfo,
+    RunRecord,
+    RunStartedInfo,
+    TitleInfo,
+    ToolEffectInfo,
+)
+from search import Analyzer, LocatingAnalyzer, message_segments
+from search.analyzers import WORD_RE
+
+__all__ = [
+    'compaction_info',
+    'compaction_summary_text',
+    'console',
+    'conversation_json',
+    'duration',
+    'entry_headline',
+    'entry_json',
+    'highlight_terms',
+    'message_role',
+    'message_text',
+    'print_json',
+    'run_json',
+    'seq_list',
+    'size',
+    'timestamp',
+    'to_builtins',
+    'tokens',
+    'tool_effect',
+]
+
+_LABEL_STYLES = (
+    ('User', 'bold green'),
+    ('Assistant', 'bold blue'),
+    ('Tool Call', 'bold magenta'),
+    ('Tool', 'magenta'),
+    ('Retry', 'bold red'),
+    ('Summary', 'bold yellow'),
+    ('System', 'dim'),
+    ('Speech', 'cyan'),
+)
+_WIDE = 160
+"""Output width when stdout is not a terminal (pipes, files): wide enough not to cut ids."""
+
+
+def console(*, stderr: bool = False) -> Console:
+    """A console for the current stdout (or stderr), wide when output goes to a pipe or a file."""
+    stream = sys.stderr if stderr else sys.stdout
+    width = None if stream.isatty() or 'COLUMNS' in os.environ else _WIDE
+    return Console(stderr=stderr, highlight=False, width=width)
+
+
+def print_json(data: object) -> None:
+    """Print `data` as indented JSON on stdout."""
+    sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=2) + '\n')
+
+
+def timestamp(value: datetime | None) -> str:
+    """A timestamp to the second, in UTC, or an empty string."""
+    return '' if value is None else value.strftime('%Y-%m-%d %H:%M:%S')
+
+
+def duration(start: datetime | None, end: datetime | None) -> str:
+    """The time between two timestamps, readable; empty when either is missing."""
+    if start is None or end is None:
+        return ''
+    seconds = (end - start).total_seconds()
+    if seconds < 1:
+        return f'{seconds * 1000:.1f} ms'
+    if seconds < 120:
+        return f'{seconds:.2f} s'
+    return f'{seconds / 60:.1f} min'
+
+
+def size(count: int) -> str:
+    """A byte count, readable."""
+    value = float(count)
+    for unit in ('B', 'KB', 'MB', 'GB', 'TB'):
+        if value < 1024 or unit == 'TB':
+            return f'{count} B' if unit == 'B' else f'{value:.1f} {unit}'
+        value /= 1024
+    return f'{count} B'  # pragma: no cover
+
+
+def tokens(usage: dict[str, int]) -> str:
+    """Input/output token counts of a usage mapping, or an empty string."""
+    if not usage:
+        return ''
+    return f'{usage.get("input_tokens", 0)}/{usage.get("output_tokens", 0)}'
+
+
+def run_json(run: RunRecord) -> dict[str, Any]:
+    """A run record as JSON-ready data."""
+    return msgspec.to_builtins(run)
+
+
+def conversation_json(conversation: ConversationRecord) -> dict[str, Any]:
+    """A conversation record as JSON-ready data (its internal chain head left out)."""
+    data: dict[str, Any] = msgspec.to_builtins(conversation)
+    data.pop('head_hash', None)
+    return data
+
+
+def entry_json(entry: Entry) -> dict[str, Any]:
+    """An entry as JSON-ready data: its payload decoded (every payload is JSON or empty), its hash in hex."""
+    return {
+        'seq': entry.seq,
+        'conversation_id': entry.conversation_id,
+        'run_id': entry.run_id,
+        'kind': entry.kind,
+        'timestamp': entry.timestamp.isoformat(),
+        'parent': entry.parent,
+        'idempotency_key': entry.idempotency_key,
+        'inherited': entry.inherited,
+        'payload': json.loads(entry.payload) if entry.payload else None,
+        'hash': entry.hash.hex(),
+    }
+
+
+def _label_style(label: str) -> str:
+    for prefix, style in _LABEL_STYLES:
+        if label.startswith(prefix):
+            return style
+    return 'bold'
+
+
+def message_role(message: ModelMessage) -> str:
+    """`request` or `response`."""
+    return 'response' if isinstance(message, ModelResponse) else 'request'
+
+
+def message_text(message: ModelMessage, *, limit: int | None = None) -> Text:
+    """A message as labelled lines (`User:`, `Assistant:`, `Tool Call [name]:` ...), each clipped to `limit`."""
+    out = Text()
+    segments = message_segments(message)
+    if not segments:
+        out.append('(no text)', style='dim')
+        return out
+    for index, segment in enumerate(segments):
+        if index:
+            out.append('\n')
+        body = segment.text if limit is None else _clip(segment.text, limit)
+        out.append(segment.label, style=_label_style(segment.label))
+        out.append(body.replace('\n', '\n  '))
+    return out
+
+
+def _clip(text: str, limit: int) -> str:
+    flat = ' '.join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + '…'
+
+
+def compaction_info(entry: Entry) -> CompactionInfo:
+    """The payload of a `compaction` entry."""
+    return msgspec.json.decode(entry.payload, type=CompactionInfo)
+
+
+def compaction_summary_text(info: CompactionInfo) -> str:
+    """A compaction's summary messages as plain text."""
+    texts: list[str] = []
+    for raw in info.summary:
+        try:
+            message = _decode_message(bytes(raw))
+        except Exception:
+            texts.append('(unreadable summary)')
+            continue
+        texts.extend(segment.text for segment in message_segments(message))
+    return '\n'.join(texts)
+
+
+def _decode_message(payload: bytes) -> ModelMessage:
+    return ModelMessagesTypeAdapter.validate_json(b'[' + payload + b']')[0]
+
+
+def entry_headline(entry: Entry, *, limit: int = 100) -> str:
+    """What one entry says, on one line."""
+    kind = entry.kind
+    try:
+        if kind == 'message':
+            message = entry.message()
+            lines = [segment.full() for segment in message_segments(message)]
+            text = _clip(' | '.join(lines), limit) if lines else '(no text)'
+            inherited = ' (inherited)' if entry.inherited else ''
+            return f'{message_role(message)}{inherited}: {text}'
+        if kind == 'run_started':
+            started = msgspec.json.decode(entry.payload, type=RunStartedInfo)
+            parts = [f'agent {started.agent_name}' if started.agent_name else 'run started']
+            if entry.parent is not None:
+                parts.append(f'continues from #{entry.parent}')
+            if started.parent_run_id:
+                parts.append(f'inside run {started.parent_run_id}')
+            parts.extend(f'{key}={value}' for key, value in started.metadata.items())
+            return ', '.join(parts)
+        if kind == 'run_finished':
+            finished = msgspec.json.decode(entry.payload, type=RunFinishedInfo)
+            parts = [finished.status]
+            if finished.usage:
+                requests = finished.usage.get('requests', 0)
+                plural = 'request' if requests == 1 else 'requests'
+                parts.append(f'tokens in/out {tokens(finished.usage)}, {requests} {plural}')
+            if finished.error:
+                parts.append(_clip(finished.error, limit))
+            return ', '.join(parts)
+        if kind == 'tool_effect':
+            effect = msgspec.json.decode(entry.payload, type=ToolEffectInfo)
+            error = f': {_clip(effect.error, limit)}' if effect.error else ''
+            return f'{effect.tool_name} {effect.status} (call {effect.tool_call_id}){error}'
+        if kind == 'compaction':
+            info = compaction_info(entry)
+            summary = _clip(compaction_summary_text(info), limit)
+            return f'summary replaces {seq_list(info.replaced)}: {summary}'
+        if kind == 'title':
+            return repr(msgspec.json.decode(entry.payload, type=TitleInfo).title)
+        if kind == 'forked_from':
+            fork = msgspec.json.decode(entry.payload, type=ForkInfo)
+            return f'forked from {fork.conversation_id} at #{fork.seq}'
+    except (msgspec.DecodeError, ValueError):
+        return f'(undecodable {kind} payload, {len(entry.payload)} bytes)'
+    return ''
+
+
+def seq_list(seqs: Sequence[int]) -> str:
+    """Entry numbers, shortened to a range when there are many."""
+    if not seqs:
+        return 'nothing'
+    if len(seqs) <= 4:
+        return ', '.join(f'#{s}' for s in seqs)
+    return f'{len(seqs)} entries (#{seqs[0]}…#{seqs[-1]})'
+
+
+def tool_effect(entry: Entry) -> ToolEffectInfo | None:
+    """The payload of a `tool_effect` entry, or `None` when it cannot be decoded."""
+    try:
+        return msgspec.json.decode(entry.payload, type=ToolEffectInfo)
+    except msgspec.DecodeError:
+        return None
+
+
+def to_builtins(value: object) -> Any:
+    """A msgspec struct (a report, a record) as JSON-ready data."""
+    return msgspec.to_builtins(value)
+
+
+def highlight_terms(text: str, analyzer: Analyzer, terms: Iterable[str], style: str = 'bold reverse') -> Text:
+    """`text` with every word whose analyzed form is one of `terms` highlighted."""
+    wanted = frozenset(terms)
+    out = Text(text)
+    if isinstance(analyzer, LocatingAnalyzer):
+        spans = analyzer.token_spans(text)
+        for term, start, end in spans:
+            if term in wanted:
+                out.stylize(style, start, end)
+        return out
+    for match in WORD_RE.finditer(text):
+        if any(token in wanted for token in analyzer.tokens(match.group())):
+            out.stylize(style, match.start(), match.end())
+    return out
+
+
+def is_request(message: ModelMessage) -> bool:
+    """Whether `message` is a request (user side)."""
+    return isinstance(message, ModelRequest)

@@ -1,0 +1,1211 @@
+"""The `eventlog` command: browse, replay, search, verify and export a store; and the demo.
+
+Every command works on one LMDB store (`--store PATH`, default `$EVENTLOG_STORE`, else
+`./eventlog.lmdb`) and refuses to create one by accident: only `import` and `demo` write
+into a path that does not exist yet. Commands whose output is data take `--json`.
+
+Errors a user can cause (no store at the path, an unknown id, a store written by a newer
+version, a bad option) print one line on stderr and exit with status 1 (2 for a bad option);
+never a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import AsyncGenerator, Callable, Coroutine, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Annotated, Any, NoReturn, TypeVar
+
+import typer
+from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
+from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.rule import Rule
+from rich.table import Table
+from rich.text import Text
+from typer.core import TyperGroup
+
+from capability import _cli_render as render
+from capability._cli_index import backend_for, index_state, rebuild_index
+from eventlog import ConversationRecord, Entry, EventLogError, LmdbEventLog, RunRecord
+from search import ANALYZER_NAMES, Analyzer, display_lines, get_analyzer, index_text, unique_terms
+from search.bm25 import DEFAULT_B, DEFAULT_K1
+from search.render import make_locator
+
+__all__ = ['CliError', 'app', 'main']
+
+T = TypeVar('T')
+
+DEFAULT_STORE = Path('eventlog.lmdb')
+"""The store used when neither `--store` nor `$EVENTLOG_STORE` names one."""
+
+DEMO_STORE = Path('eventlog-demo.lmdb')
+"""Where `eventlog demo` writes unless told otherwise."""
+
+
+class CliError(Exception):
+    """A mistake the user can fix; reported in one line, exit status 1."""
+
+
+class _Group(TyperGroup):
+    """Reports usage errors (unknown option, bad value, missing argument) in one line on stderr."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        """Run the command line; in standalone mode, exit with its status."""
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
+        try:
+            status = super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
+        except Exception as exc:
+            format_message = getattr(exc, 'format_message', None)
+            code = getattr(exc, 'exit_code', None)
+            if not callable(format_message) or not isinstance(code, int):
+                raise
+            ctx = getattr(exc, 'ctx', None)
+            path = getattr(ctx, 'command_path', None)
+            hint = f" (see '{path} --help')" if path else ''
+            sys.stderr.write(f'eventlog: {format_message()}{hint}\n')
+            sys.exit(code)
+        sys.exit(status if isinstance(status, int) else 0)
+
+
+app = typer.Typer(
+    cls=_Group,
+    name='eventlog',
+    help='Browse, replay, search, verify and export an event log of pydantic-ai agent runs.',
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+StoreOption = Annotated[
+    Path,
+    typer.Option('--store', '-s', envvar='EVENTLOG_STORE', help='The store directory.', show_default=True),
+]
+JsonOption = Annotated[bool, typer.Option('--json', help='Print JSON instead of a table.')]
+
+
+# --- plumbing ---------------------------------------------------------------------------------
+
+
+def _fail(message: str, code: int = 1) -> NoReturn:
+    sys.stderr.write(f'eventlog: {message}\n')
+    raise typer.Exit(code)
+
+
+def _run(work: Coroutine[Any, Any, T]) -> T:
+    """Run a command's coroutine, turning every error a user can cause into one line and status 1."""
+    try:
+        return asyncio.run(work)
+    except (CliError, EventLogError) as exc:
+        _fail(str(exc))
+    except OSError as exc:
+        where = f' ({exc.filename})' if exc.filename else ''
+        _fail(f'{exc.strerror or exc}{where}')
+
+
+@asynccontextmanager
+async def _open(store: Path, *, create: bool = False) -> AsyncGenerator[LmdbEventLog]:
+    """The store at `store`; unless `create`, refuse a path that holds no store yet."""
+    if not create:
+        _check_store(store)
+    log = LmdbEventLog(store)
+    try:
+        yield log
+    finally:
+        log.close()
+
+
+def _check_store(store: Path) -> None:
+    """Refuse a path that holds no store, so that reading never creates one by accident."""
+    if not store.exists():
+        raise CliError(f'no store at {store} (pass --store PATH or set EVENTLOG_STORE)')
+    if store.is_dir() and not (store / 'data.mdb').exists():
+        raise CliError(f'{store} is not an eventlog store (it holds no data.mdb)')
+
+
+async def _conversation(log: LmdbEventLog, conversation_id: str) -> ConversationRecord:
+    record = await log.get_conversation(conversation_id)
+    if record is None:
+        raise CliError(f'no conversation {conversation_id!r} in this store')
+    return record
+
+
+async def _run_record(log: LmdbEventLog, run_id: str) -> RunRecord:
+    record = await log.get_run(run_id)
+    if record is None:
+        raise CliError(f'no run {run_id!r} in this store')
+    return record
+
+
+def _analyzer(name: str) -> Analyzer:
+    try:
+        return get_analyzer(name)
+    except ValueError:
+        raise CliError(f'unknown analyzer {name!r}; choose one of {", ".join(ANALYZER_NAMES)}') from None
+    except ImportError as exc:
+        raise CliError(f'the {name!r} analyzer needs an optional dependency: {exc}') from None
+
+
+_STATUS_STYLES = {'completed': 'green', 'failed': 'red', 'cancelled': 'yellow', 'running': 'cyan'}
+
+
+def _plural(count: int, one: str, many: str) -> str:
+    return f'{count} {one if count == 1 else many}'
+
+
+def _status(status: str) -> Text:
+    return Text(status, style=_STATUS_STYLES.get(status, ''))
+
+
+# --- listing ----------------------------------------------------------------------------------
+
+
+@app.command()
+def conversations(
+    store: StoreOption = DEFAULT_STORE,
+    include_archived: Annotated[bool, typer.Option('--include-archived', help='List archived ones too.')] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """List conversations, most recently active first."""
+    _run(_conversations(store, include_archived, as_json))
+
+
+async def _conversations(store: Path, include_archived: bool, as_json: bool) -> None:
+    async with _open(store) as log:
+        records = await log.list_conversations(include_archived=include_archived)
+    records.sort(key=lambda c: (c.updated_at, c.last_seq), reverse=True)
+    if as_json:
+        render.print_json([render.conversation_json(c) for c in records])
+        return
+    out = render.console()
+    if not records:
+        out.print('no conversations in this store')
+        return
+    table = Table(box=None, header_style='bold')
+    for column in ('conversation', 'title', 'runs', 'messages', 'size', 'last activity'):
+        justify = 'right' if column in ('runs', 'messages', 'size') else 'left'
+        table.add_column(column, justify=justify, no_wrap=column == 'conversation')
+    if include_archived:
+        table.add_column('archived')
+    for c in records:
+        row: list[str | Text] = [
+            c.conversation_id,
+            Text(c.title or '', style='italic'),
+            str(c.run_count),
+            str(c.message_count),
+            render.size(c.payload_bytes),
+            render.timestamp(c.updated_at),
+        ]
+        if include_archived:
+            row.append('yes' if c.archived else '')
+        table.add_row(*row)
+    out.print(table)
+
+
+@app.command()
+def runs(
+    conversation: Annotated[str | None, typer.Argument(help='Only the runs of this conversation.')] = None,
+    store: StoreOption = DEFAULT_STORE,
+    as_json: JsonOption = False,
+) -> None:
+    """List runs in start order: status, agent, parent run, duration, tokens."""
+    _run(_runs(store, conversation, as_json))
+
+
+async def _runs(store: Path, conversation: str | None, as_json: bool) -> None:
+    async with _open(store) as log:
+        if conversation is not None:
+            await _conversation(log, conversation)
+        records = await log.list_runs(conversation_id=conversation)
+    if as_json:
+        render.print_json([render.run_json(r) for r in records])
+        return
+    out = render.console()
+    if not records:
+        out.print('no runs')
+        return
+    table = Table(box=None, header_style='bold')
+    table.add_column('run', no_wrap=True)
+    if conversation is None:
+        table.add_column('conversation', no_wrap=True)
+    for column in ('started', 'duration', 'status', 'agent', 'parent run', 'messages', 'tokens in/out'):
+        table.add_column(column, justify='right' if column in ('duration', 'messages', 'tokens in/out') else 'left')
+    for r in records:
+        row: list[str | Text] = [r.run_id]
+        if conversation is None:
+            row.append(r.conversation_id)
+        row += [
+            render.timestamp(r.started_at),
+            render.duration(r.started_at, r.finished_at),
+            _status(r.status),
+            r.agent_name or '',
+            r.parent_run_id or '',
+            str(r.message_count),
+            render.tokens(r.usage),
+        ]
+        table.add_row(*row)
+    out.print(table)
+    statuses = Counter(r.status for r in records)
+    out.print(Text(f'{len(records)} runs: ' + ', '.join(f'{n} {s}' for s, n in statuses.most_common()), style='dim'))
+
+
+@app.command()
+def info(
+    conversation: Annotated[str, typer.Argument(help='The conversation id.')],
+    store: StoreOption = DEFAULT_STORE,
+    as_json: JsonOption = False,
+) -> None:
+    """One conversation: title, counts, compactions, cumulative token usage, fork origin."""
+    _run(_info(store, conversation, as_json))
+
+
+async def _info(store: Path, conversation_id: str, as_json: bool) -> None:
+    async with _open(store) as log:
+        record = await _conversation(log, conversation_id)
+        records = await log.list_runs(conversation_id=conversation_id)
+    usage: Counter[str] = Counter()
+    for r in records:
+        usage.update(r.usage)
+    statuses = Counter(r.status for r in records)
+    agents = sorted({r.agent_name for r in records if r.agent_name})
+    if as_json:
+        data = render.conversation_json(record)
+        data.update(usage=dict(usage), runs_by_status=dict(statuses), agents=agents)
+        render.print_json(data)
+        return
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style='dim')
+    grid.add_column()
+    grid.add_row('conversation', record.conversation_id)
+    grid.add_row('title', Text(record.title or '(none)', style='italic'))
+    grid.add_row('created', render.timestamp(record.created_at))
+    grid.add_row('last activity', render.timestamp(record.updated_at))
+    grid.add_row('archived', 'yes' if record.archived else 'no')
+    if record.forked_from is not None:
+        grid.add_row('forked from', f'{record.forked_from.conversation_id} at entry #{record.forked_from.seq}')
+    grid.add_row('entries', f'{record.entry_count} (#{record.first_seq} to #{record.last_seq})')
+    grid.add_row('messages', f'{record.message_count} ({render.size(record.payload_bytes)} stored)')
+    grid.add_row('runs', f'{record.run_count} (' + ', '.join(f'{n} {s}' for s, n in statuses.most_common()) + ')')
+    grid.add_row('compactions', str(record.compaction_count))
+    grid.add_row('agents', ', '.join(agents) or '(unnamed)')
+    grid.add_row(
+        'tokens',
+        f'{usage.get("input_tokens", 0)} in, {usage.get("output_tokens", 0)} out, '
+        f'{_plural(usage.get("requests", 0), "request", "requests")}, '
+        f'{_plural(usage.get("tool_calls", 0), "tool call", "tool calls")}',
+    )
+    render.console().print(grid)
+
+
+# --- reading ----------------------------------------------------------------------------------
+
+
+def _grid(*gutters: int) -> Table:
+    """A borderless table: fixed-width gutter columns, then a body column whose wrapped lines stay aligned."""
+    grid = Table.grid(padding=(0, 1))
+    for width in gutters:
+        grid.add_column(no_wrap=True, min_width=width)
+    grid.add_column(overflow='fold')
+    return grid
+
+
+def _label(text: str) -> Text:
+    return Text(text, style='dim')
+
+
+def _compaction_body(entry: Entry) -> Text:
+    info = render.compaction_info(entry)
+    out = Text(f'── compaction: summary replaces {render.seq_list(info.replaced)} ──', style='yellow')
+    summary = render.compaction_summary_text(info)
+    if summary:
+        out.append('\n' + summary, style='yellow')
+    return out
+
+
+def _entry_rows(grid: Table, entries: Sequence[Entry]) -> None:
+    for entry in entries:
+        body = _compaction_body(entry) if entry.kind == 'compaction' else render.message_text(entry.message())
+        grid.add_row(_label(f'#{entry.seq}'), body)
+
+
+def _message_rows(grid: Table, messages: Sequence[ModelMessage], first: int = 0) -> None:
+    for position, message in enumerate(messages, start=first):
+        grid.add_row(_label(f'[{position}]'), render.message_text(message))
+
+
+@app.command()
+def show(
+    conversation: Annotated[str | None, typer.Argument(help='The conversation to show.')] = None,
+    run: Annotated[str | None, typer.Option('--run', '-r', help='Show one run instead.')] = None,
+    full: Annotated[bool, typer.Option('--full', help='With --run: also the history the run inherited.')] = False,
+    store: StoreOption = DEFAULT_STORE,
+    as_json: JsonOption = False,
+) -> None:
+    """The transcript: every original message once, in order, with compaction markers.
+
+    With `--json`, the exact pydantic-ai JSON (`ModelMessagesTypeAdapter`) of the messages.
+    """
+    if (conversation is None) == (run is None):
+        _fail('give a conversation id, or --run RUN (not both)')
+    _run(_show(store, conversation, run, full, as_json))
+
+
+async def _show(store: Path, conversation_id: str | None, run_id: str | None, full: bool, as_json: bool) -> None:
+    async with _open(store) as log:
+        if run_id is not None:
+            await _show_run(log, run_id, full, as_json)
+            return
+        assert conversation_id is not None
+        record = await _conversation(log, conversation_id)
+        if as_json:
+            sys.stdout.write((await log.transcript_json(conversation_id)).decode() + '\n')
+            return
+        payloads = await log.transcript_payloads(conversation_id)
+        own = await log.entries(conversation_id=conversation_id, kinds=['message', 'compaction'])
+    out = render.console()
+    title = f' · {record.title}' if record.title else ''
+    out.print(Rule(f'{conversation_id}{title} · {record.message_count} messages', align='left'))
+    inherited = len(payloads) - sum(1 for e in own if e.kind == 'message')
+    if inherited > 0:
+        origin = record.forked_from.conversation_id if record.forked_from else 'another conversation'
+        out.print(Text(f'{inherited} messages inherited from {origin}, by reference:', style='dim italic'))
+        grid = _grid(7)
+        _message_rows(grid, _decode(payloads[:inherited]))
+        out.print(grid)
+        out.print(Text('then this conversation:', style='dim italic'))
+    grid = _grid(7)
+    _entry_rows(grid, own)
+    out.print(grid)
+
+
+def _decode(payloads: Sequence[bytes]) -> list[ModelMessage]:
+    if not payloads:
+        return []
+    return ModelMessagesTypeAdapter.validate_json(b'[' + b','.join(payloads) + b']')
+
+
+async def _show_run(log: LmdbEventLog, run_id: str, full: bool, as_json: bool) -> None:
+    record = await _run_record(log, run_id)
+    if as_json:
+        sys.stdout.write((await log.run_messages_json(run_id)).decode() + '\n')
+        return
+    out = render.console()
+    out.print(Rule(f'run {run_id} · conversation {record.conversation_id}', align='left'))
+    grid = _grid(7)
+    if full:
+        _message_rows(grid, await log.run_messages(run_id))
+        out.print(grid)
+        return
+    own = await log.entries(run_id=run_id, kinds=['message', 'compaction'])
+    earlier = len(await log.run_message_payloads(run_id)) - sum(1 for e in own if e.kind == 'message')
+    if earlier > 0:
+        out.print(Text(f'(continues {earlier} earlier messages; --full shows them)', style='dim italic'))
+    _entry_rows(grid, own)
+    out.print(grid)
+
+
+@app.command()
+def replay(
+    run: Annotated[str, typer.Argument(help='The run id.')],
+    store: StoreOption = DEFAULT_STORE,
+    as_json: JsonOption = False,
+) -> None:
+    """Every entry of a run in order, as recorded: messages, tool effects, compactions, timings."""
+    _run(_replay(store, run, as_json))
+
+
+async def _replay(store: Path, run_id: str, as_json: bool) -> None:
+    async with _open(store) as log:
+        record = await _run_record(log, run_id)
+        entries = await log.entries(run_id=run_id)
+    if as_json:
+        render.print_json({'run': render.run_json(record), 'entries': [render.entry_json(e) for e in entries]})
+        return
+    out = render.console()
+    out.print(_run_header(record))
+    out.print(Rule(style='dim'))
+    start = entries[0].timestamp if entries else record.started_at
+    tool_started: dict[str, Entry] = {}
+    grid = _grid(7, 11, 12)
+    for entry in entries:
+        offset = f'+{(entry.timestamp - start).total_seconds() * 1000:.1f} ms'
+        body = Text()
+        if entry.kind == 'message':
+            message = entry.message()
+            body.append(render.message_role(message) + (' (inherited)' if entry.inherited else ''), style='dim')
+            body.append('\n')
+            body.append_text(render.message_text(message))
+        elif entry.kind == 'compaction':
+            body = _compaction_body(entry)
+        else:
+            headline = render.entry_headline(entry, limit=400)
+            effect = render.tool_effect(entry) if entry.kind == 'tool_effect' else None
+            if effect is not None and effect.status == 'started':
+                tool_started[effect.tool_call_id] = entry
+            elif effect is not None and effect.tool_call_id in tool_started:
+                headline += f' after {render.duration(tool_started[effect.tool_call_id].timestamp, entry.timestamp)}'
+            body.append(headline)
+        kind = Text(entry.kind, style=_KIND_STYLES.get(entry.kind, 'bold'))
+        grid.add_row(_label(f'#{entry.seq}'), Text(offset, style='dim', justify='right'), kind, body)
+    out.print(grid)
+    out.print(Text(f'{len(entries)} entries', style='dim'))
+
+
+def _run_header(record: RunRecord) -> Table:
+    head = Table.grid(padding=(0, 2))
+    head.add_column(style='dim')
+    head.add_column()
+    head.add_row('run', record.run_id)
+    head.add_row('conversation', record.conversation_id)
+    head.add_row('agent', record.agent_name or '(unnamed)')
+    if record.parent_run_id:
+        head.add_row('inside run', record.parent_run_id)
+    if record.metadata:
+        head.add_row('metadata', ', '.join(f'{k}={v}' for k, v in record.metadata.items()))
+    head.add_row('status', _status(record.status))
+    head.add_row('started', render.timestamp(record.started_at))
+    head.add_row('duration', render.duration(record.started_at, record.finished_at) or '(not finished)')
+    if record.branch_parent is not None:
+        head.add_row('history', f'continues from entry #{record.branch_parent} (by reference, not copied)')
+    if record.usage:
+        head.add_row('usage', ', '.join(f'{k} {v}' for k, v in record.usage.items()))
+    if record.error:
+        head.add_row('error', Text(record.error, style='red'))
+    return head
+
+
+_KIND_STYLES = {
+    'message': 'bold',
+    'run_started': 'cyan',
+    'run_finished': 'cyan',
+    'tool_effect': 'magenta',
+    'compaction': 'yellow',
+}
+
+
+@app.command()
+def context(
+    conversation: Annotated[str, typer.Argument(help='The conversation id.')],
+    store: StoreOption = DEFAULT_STORE,
+    as_json: JsonOption = False,
+) -> None:
+    """What an agent continuing the conversation starts from (compaction summaries folded in).
+
+    With `--json`, exactly the pydantic-ai JSON to pass as `message_history`.
+    """
+    _run(_context(store, conversation, as_json))
+
+
+async def _context(store: Path, conversation_id: str, as_json: bool) -> None:
+    async with _open(store) as log:
+        await _conversation(log, conversation_id)
+        payloads = await log.context_payloads(conversation_id)
+    if as_json:
+        sys.stdout.write((b'[' + b','.join(payloads) + b']').decode() + '\n')
+        return
+    messages = _decode(payloads)
+    out = render.console()
+    out.print(Rule(f'context of {conversation_id} · {len(messages)} messages', align='left'))
+    grid = _grid(5)
+    _message_rows(grid, messages)
+    out.print(grid)
+
+
+# --- search -----------------------------------------------------------------------------------
+
+
+@app.command()
+def search(
+    query: Annotated[str, typer.Argument(help='The words to look for; rare words weigh most.')],
+    conversation: Annotated[str | None, typer.Option('--conversation', '-c', help='Search this conversation.')] = None,
+    run: Annotated[str | None, typer.Option('--run', '-r', help='Search this run only.')] = None,
+    everything: Annotated[bool, typer.Option('--all', help='Search every conversation in the store.')] = False,
+    analyzer: Annotated[
+        str, typer.Option('--analyzer', help=f'How text becomes terms: {", ".join(ANALYZER_NAMES)}.')
+    ] = 'default',
+    limit: Annotated[int, typer.Option('--limit', '-n', min=1, help='Show at most this many matches.')] = 10,
+    context_lines: Annotated[
+        int, typer.Option('--context', min=0, help='Also show this many neighbouring messages.')
+    ] = 0,
+    store: StoreOption = DEFAULT_STORE,
+    as_json: JsonOption = False,
+) -> None:
+    """Ranked BM25 search over stored messages, with the matched terms highlighted.
+
+    Say where to search: `--conversation ID`, `--run ID` (optionally with `--conversation`), or `--all`.
+    """
+    if everything and (conversation is not None or run is not None):
+        _fail('--all searches every conversation: drop it, or drop --conversation and --run')
+    if not everything and conversation is None and run is None:
+        _fail('say where to search: --conversation ID, --run ID, or --all')
+    _run(_search(store, query, conversation, run, _analyzer_or_fail(analyzer), limit, context_lines, as_json))
+
+
+def _analyzer_or_fail(name: str) -> Analyzer:
+    try:
+        return _analyzer(name)
+    except CliError as exc:
+        _fail(str(exc))
+
+
+async def _search(
+    store: Path,
+    query: str,
+    conversation_id: str | None,
+    run_id: str | None,
+    analyzer: Analyzer,
+    limit: int,
+    context_lines: int,
+    as_json: bool,
+) -> None:
+    terms = unique_terms(analyzer.tokens(query))
+    if not terms:
+        raise CliError(f'the query {query!r} has no searchable words')
+    async with _open(store) as log:
+        if conversation_id is not None:
+            await _conversation(log, conversation_id)
+        if run_id is not None:
+            run = await _run_record(log, run_id)
+            if conversation_id is not None and run.conversation_id != conversation_id:
+                raise CliError(f'no run {run_id!r} in conversation {conversation_id!r}')
+        began = time.perf_counter()
+        corpus = await backend_for(log, analyzer).open_corpus(
+            conversation_id=conversation_id, run_id=run_id, analyzer=analyzer
+        )
+        hits = await corpus.rank(terms, k1=DEFAULT_K1, b=DEFAULT_B)
+        elapsed = time.perf_counter() - began
+        shown = hits[:limit]
+        results: list[tuple[Any, str | None, list[tuple[int, ModelMessage]]]] = []
+        for hit in shown:
+            span = await corpus.span(hit.run_id)
+            window = await corpus.messages(
+                hit.run_id, max(span.start, hit.position - context_lines), hit.position + context_lines + 1
+            )
+            results.append((hit, span.conversation_id, window))
+    if as_json:
+        render.print_json(
+            {
+                'query': query,
+                'terms': terms,
+                'analyzer': analyzer.name,
+                'documents': corpus.document_count,
+                'matches': len(hits),
+                'seconds': round(elapsed, 6),
+                'results': [
+                    {
+                        'rank': rank,
+                        'score': round(hit.score, 6),
+                        'run_id': hit.run_id,
+                        'conversation_id': conv,
+                        'position': hit.position,
+                        'text': next((index_text(m) for p, m in window if p == hit.position), ''),
+                    }
+                    for rank, (hit, conv, window) in enumerate(results, start=1)
+                ],
+            }
+        )
+        return
+    out = render.console()
+    scope = (
+        f'run {run_id}' if run_id else f'conversation {conversation_id}' if conversation_id else 'every conversation'
+    )
+    out.print(
+        Text(
+            f'{len(hits)} matching messages among {corpus.document_count} in {scope} '
+            f'({elapsed * 1000:.0f} ms); showing {len(shown)}',
+            style='dim',
+        )
+    )
+    locate = make_locator(analyzer, frozenset(terms))
+    displayed: set[tuple[str, int]] = set()
+    for rank, (hit, conv, window) in enumerate(results, start=1):
+        out.print()
+        heading = Text(f'{rank:>2}. ', style='bold')
+        heading.append(f'score {hit.score:.2f}', style='bold cyan')
+        heading.append(f' · conversation {conv} · run {hit.run_id} · message [{hit.position}]', style='dim')
+        out.print(heading)
+        grid = _grid(7)
+        for position, message in window:
+            matched = position == hit.position
+            if not matched and (hit.run_id, position) in displayed:
+                continue
+            displayed.add((hit.run_id, position))
+            lines = display_lines(message, locate) or ['(no text)']
+            body = Text('\n').join(
+                render.highlight_terms(line, analyzer, terms) if matched else Text(line, style='dim') for line in lines
+            )
+            grid.add_row(_label(f'[{position}]'), body)
+        out.print(grid)
+
+
+# --- management -------------------------------------------------------------------------------
+
+
+@app.command()
+def fork(
+    conversation: Annotated[str, typer.Argument(help='The conversation to fork.')],
+    at: Annotated[
+        int | None, typer.Option('--at', min=1, help='Fork at this entry (default: its latest context).')
+    ] = None,
+    new_id: Annotated[str | None, typer.Option('--id', help='The new conversation id (default: a fresh uuid).')] = None,
+    store: StoreOption = DEFAULT_STORE,
+    as_json: JsonOption = False,
+) -> None:
+    """Start a new conversation whose history is this one's up to an entry (by reference)."""
+    _run(_fork(store, conversation, at, new_id, as_json))
+
+
+async def _fork(store: Path, conversation_id: str, at: int | None, new_id: str | None, as_json: bool) -> None:
+    async with _open(store) as log:
+        await _conversation(log, conversation_id)
+        created = await log.fork(conversation_id, at_seq=at, new_conversation_id=new_id)
+        record = await _conversation(log, created)
+    point = record.forked_from.seq if record.forked_from is not None else at
+    if as_json:
+        render.print_json({'conversation_id': created, 'forked_from': conversation_id, 'at_seq': point})
+        return
+    render.console().print(f'forked {conversation_id} at entry #{point} into {created}')
+
+
+@app.command()
+def title(
+    conversation: Annotated[str, typer.Argument(help='The conversation id.')],
+    text: Annotated[str, typer.Argument(help='The new title.')],
+    store: StoreOption = DEFAULT_STORE,
+) -> None:
+    """Give a conversation a title."""
+    _run(_title(store, conversation, text))
+
+
+async def _title(store: Path, conversation_id: str, text: str) -> None:
+    async with _open(store) as log:
+        await _conversation(log, conversation_id)
+        seq = await log.set_title(conversation_id, text)
+    render.console().print(Text(f'{conversation_id} is now titled {text!r} (entry #{seq})'))
+
+
+@app.command()
+def archive(
+    conversation: Annotated[str, typer.Argument(help='The conversation id.')],
+    store: StoreOption = DEFAULT_STORE,
+) -> None:
+    """Hide a conversation from listings; its entries stay and stay searchable by id."""
+    _run(_archive(store, conversation, archived=True))
+
+
+@app.command()
+def unarchive(
+    conversation: Annotated[str, typer.Argument(help='The conversation id.')],
+    store: StoreOption = DEFAULT_STORE,
+) -> None:
+    """List an archived conversation again."""
+    _run(_archive(store, conversation, archived=False))
+
+
+async def _archive(store: Path, conversation_id: str, *, archived: bool) -> None:
+    async with _open(store) as log:
+        record = await _conversation(log, conversation_id)
+        if record.archived == archived:
+            render.console().print(f'{conversation_id} is already {"archived" if archived else "listed"}')
+            return
+        seq = await (log.archive(conversation_id) if archived else log.unarchive(conversation_id))
+    render.console().print(f'{conversation_id} {"archived" if archived else "unarchived"} (entry #{seq})')
+
+
+@app.command()
+def delete(
+    conversation: Annotated[str, typer.Argument(help='The conversation id.')],
+    yes: Annotated[bool, typer.Option('--yes', help='Really delete (without it, only explain).')] = False,
+    store: StoreOption = DEFAULT_STORE,
+) -> None:
+    """Remove a conversation's entries for good, leaving a tombstone. Needs --yes."""
+    _run(_delete(store, conversation, yes))
+
+
+async def _delete(store: Path, conversation_id: str, yes: bool) -> None:
+    async with _open(store) as log:
+        record = await _conversation(log, conversation_id)
+        if not yes:
+            everything = await log.list_conversations(include_archived=True)
+            forks = [
+                c.conversation_id
+                for c in everything
+                if c.forked_from is not None and c.forked_from.conversation_id == conversation_id
+            ]
+            title = f' ({record.title!r})' if record.title else ''
+            lines = [
+                f'Deleting {conversation_id}{title} would remove its {record.entry_count} entries '
+                f'({record.message_count} messages, {record.run_count} runs) for good, leaving only a tombstone.',
+            ]
+            if forks:
+                lines.append(f'{len(forks)} conversation(s) forked from it would lose the history they reference.')
+            lines.append('Nothing was changed. Run again with --yes to delete (export it first to keep a copy).')
+            sys.stderr.write('\n'.join(lines) + '\n')
+            raise typer.Exit(1)
+        removed = await log.delete_conversation(conversation_id)
+    render.console().print(f'deleted {conversation_id}: {removed} entries removed')
+
+
+# --- export, import, verify, stats, index --------------------------------------------------------
+
+
+@app.command()
+def export(
+    conversations: Annotated[
+        list[str] | None, typer.Argument(help='Conversations to export (default: all), with the history they use.')
+    ] = None,
+    output: Annotated[Path | None, typer.Option('--output', '-o', help='Write to this file instead of stdout.')] = None,
+    store: StoreOption = DEFAULT_STORE,
+) -> None:
+    """Write entries as JSON Lines (a lossless copy that `import` and auditors read)."""
+    _run(_export(store, conversations or None, output))
+
+
+async def _export(store: Path, conversation_ids: list[str] | None, output: Path | None) -> None:
+    async with _open(store) as log:
+        if conversation_ids is not None:
+            for conversation_id in conversation_ids:
+                await _conversation(log, conversation_id)
+        if output is None:
+            stream = sys.stdout.buffer
+            count = await log.export(stream, conversation_ids=conversation_ids)
+            stream.flush()
+        else:
+            count = await _export_file(log, output, conversation_ids)
+    where = f' to {output}' if output is not None else ''
+    sys.stderr.write(f'exported {count} entries{where}\n')
+
+
+async def _export_file(log: LmdbEventLog, output: Path, conversation_ids: list[str] | None) -> int:
+    """Export into a temporary file next to `output`, renamed into place only when complete."""
+    temporary = _temporary_next_to(output)
+    try:
+        count = await log.export(temporary, conversation_ids=conversation_ids)
+        os.replace(temporary, output)
+    except BaseException:
+        _remove(temporary)
+        raise
+    return count
+
+
+def _temporary_next_to(output: Path) -> str:
+    handle, temporary = tempfile.mkstemp(prefix=f'.{output.name}.', suffix='.part', dir=output.parent)
+    os.close(handle)
+    return temporary
+
+
+def _remove(path: str) -> None:
+    Path(path).unlink(missing_ok=True)
+
+
+class _CountingReader(io.BufferedReader):
+    """A file reader that reports how many bytes were read, for a progress bar."""
+
+    def __init__(self, raw: io.FileIO, report: Callable[[int], None]) -> None:
+        super().__init__(raw)
+        self._report = report
+        self._seen = 0
+
+    def _count(self, data: bytes) -> bytes:
+        self._seen += len(data)
+        self._report(self._seen)
+        return data
+
+    def readline(self, size: int | None = -1) -> bytes:
+        """One line, counted."""
+        return self._count(super().readline(-1 if size is None else size))
+
+    def read(self, size: int | None = -1) -> bytes:
+        """Up to `size` bytes, counted."""
+        return self._count(super().read(size))
+
+    def __next__(self) -> bytes:
+        line = self.readline()
+        if not line:
+            raise StopIteration
+        return line
+
+    def __iter__(self) -> _CountingReader:
+        return self
+
+
+@app.command(name='import')
+def import_(
+    file: Annotated[Path, typer.Argument(help="An export (JSON Lines), or '-' for stdin.")],
+    store: StoreOption = DEFAULT_STORE,
+) -> None:
+    """Read an export into the store (created if absent); all or nothing."""
+    _run(_import(store, file))
+
+
+async def _import(store: Path, file: Path) -> None:
+    if str(file) == '-':
+        async with _open(store, create=True) as log:
+            count = await log.import_(sys.stdin.buffer)
+        sys.stderr.write(f'imported {count} entries into {store}\n')
+        return
+    total = _file_size(file)
+    progress = Progress(
+        TextColumn('{task.description}'),
+        BarColumn(),
+        DownloadColumn(),
+        TimeElapsedColumn(),
+        console=(errors := render.console(stderr=True)),
+        transient=True,
+        disable=not errors.is_terminal,
+    )
+    with progress:
+        task = progress.add_task('reading and checking', total=total)
+
+        def report(done: int) -> None:
+            progress.update(task, completed=done, description='writing' if done >= total else 'reading and checking')
+
+        reader = _CountingReader(io.FileIO(file, 'rb'), report)
+        try:
+            async with _open(store, create=True) as log:
+                count = await log.import_(reader)
+        finally:
+            reader.close()
+    sys.stderr.write(f'imported {count} entries from {file} into {store}\n')
+
+
+def _file_size(file: Path) -> int:
+    if not file.is_file():
+        raise CliError(f'no file {file}')
+    return file.stat().st_size
+
+
+@app.command()
+def verify(store: StoreOption = DEFAULT_STORE, as_json: JsonOption = False) -> None:
+    """Walk every hash chain; exit status 0 only when all are intact (names the first bad entry)."""
+    ok = _run(_verify(store, as_json))
+    if not ok:
+        raise typer.Exit(1)
+
+
+async def _verify(store: Path, as_json: bool) -> bool:
+    async with _open(store) as log:
+        report = await log.verify()
+    if as_json:
+        render.print_json(render.to_builtins(report))
+        return report.ok
+    out = render.console()
+    if report.ok:
+        out.print(
+            Text(
+                f'ok: {_plural(report.entries_checked, "entry", "entries")} in '
+                f'{_plural(report.conversations_checked, "conversation", "conversations")}; every hash chain is intact',
+                style='green',
+            )
+        )
+        return True
+    out.print(
+        Text(
+            f'BROKEN: {len(report.problems)} of {report.conversations_checked} conversations fail verification '
+            f'({report.entries_checked} entries checked)',
+            style='bold red',
+        )
+    )
+    table = Table(box=None, header_style='bold')
+    table.add_column('conversation', no_wrap=True)
+    table.add_column('first bad entry', justify='right')
+    table.add_column('reason')
+    for problem in report.problems:
+        table.add_row(problem.conversation_id, f'#{problem.seq}', problem.reason)
+    out.print(table)
+    return False
+
+
+@app.command()
+def stats(store: StoreOption = DEFAULT_STORE, as_json: JsonOption = False) -> None:
+    """Entries, runs, conversations, bytes, and the state of the search index."""
+    _run(_stats(store, as_json))
+
+
+async def _stats(store: Path, as_json: bool) -> None:
+    async with _open(store) as log:
+        records = await log.list_conversations(include_archived=True)
+        all_runs = await log.list_runs()
+        last_seq = await log.last_seq()
+        disk = log.disk_size()
+        index = index_state(log)
+    statuses = Counter(r.status for r in all_runs)
+    data: dict[str, Any] = {
+        'store': str(store),
+        'conversations': len(records),
+        'archived': sum(1 for c in records if c.archived),
+        'runs': len(all_runs),
+        'runs_by_status': dict(statuses),
+        'entries': sum(c.entry_count for c in records),
+        'messages': sum(c.message_count for c in records),
+        'compactions': sum(c.compaction_count for c in records),
+        'message_bytes': sum(c.payload_bytes for c in records),
+        'last_seq': last_seq,
+        'disk_bytes': disk,
+        'index': index,
+    }
+    if as_json:
+        render.print_json(data)
+        return
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style='dim')
+    grid.add_column()
+    grid.add_row('store', str(store))
+    grid.add_row('conversations', f'{data["conversations"]} ({data["archived"]} archived)')
+    grid.add_row('runs', f'{len(all_runs)} (' + ', '.join(f'{n} {s}' for s, n in statuses.most_common()) + ')')
+    grid.add_row('entries', f'{data["entries"]} (last seq #{last_seq})')
+    grid.add_row('messages', f'{data["messages"]} ({render.size(data["message_bytes"])})')
+    grid.add_row('compactions', str(data['compactions']))
+    grid.add_row('on disk', render.size(disk))
+    current = 'current' if index['current'] else f'behind (at #{index["position"]}; catches up at the next search)'
+    built = f'{index["documents"]} documents, {index["analyzer"]} analyzer, {current}'
+    grid.add_row(
+        'search index', built if index['analyzer'] is not None else 'not built yet (built at the first search)'
+    )
+    render.console().print(grid)
+
+
+@app.command()
+def reindex(
+    analyzer: Annotated[
+        str, typer.Option('--analyzer', help=f'How text becomes terms: {", ".join(ANALYZER_NAMES)}.')
+    ] = 'default',
+    store: StoreOption = DEFAULT_STORE,
+    as_json: JsonOption = False,
+) -> None:
+    """Drop the persistent search index and build it again from the log (optionally with another analyzer)."""
+    _run(_reindex(store, _analyzer_or_fail(analyzer), as_json))
+
+
+async def _reindex(store: Path, analyzer: Analyzer, as_json: bool) -> None:
+    progress = Progress(
+        TextColumn('{task.description}'),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=(errors := render.console(stderr=True)),
+        transient=True,
+        disable=not errors.is_terminal,
+    )
+    async with _open(store) as log:
+        with progress:
+            task = progress.add_task('indexing runs', total=None)
+
+            def report(done: int, total: int) -> None:
+                progress.update(task, completed=done, total=total)
+
+            result = await rebuild_index(log, analyzer, report)
+    if as_json:
+        render.print_json(result)
+        return
+    render.console().print(
+        f'rebuilt the search index with the {result["analyzer"]} analyzer: {result["documents"]} documents '
+        f'from {result["entries_read"]} entries'
+    )
+
+
+# --- tail -------------------------------------------------------------------------------------
+
+
+@app.command()
+def tail(
+    lines: Annotated[int, typer.Option('--lines', '-n', min=0, help='Print this many latest entries first.')] = 10,
+    follow: Annotated[bool, typer.Option('--follow', '-f', help='Keep printing entries as they are appended.')] = False,
+    conversation: Annotated[str | None, typer.Option('--conversation', '-c', help='Only this conversation.')] = None,
+    run: Annotated[str | None, typer.Option('--run', '-r', help='Only this run.')] = None,
+    kind: Annotated[
+        list[str] | None, typer.Option('--kind', '-k', help='Only entries of this kind (repeatable).')
+    ] = None,
+    interval: Annotated[float, typer.Option('--interval', min=0.01, help='Seconds between polls with --follow.')] = 0.2,
+    max_entries: Annotated[
+        int | None, typer.Option('--max-entries', min=1, help='Stop after printing this many entries.')
+    ] = None,
+    timeout: Annotated[
+        float | None, typer.Option('--timeout', min=0, help='With --follow: stop after this many idle seconds.')
+    ] = None,
+    store: StoreOption = DEFAULT_STORE,
+    as_json: Annotated[bool, typer.Option('--json', help='Print entries as JSON Lines.')] = False,
+) -> None:
+    """The latest entries; with --follow, keep printing new ones as other processes append them."""
+    try:
+        _run(_tail(store, lines, follow, conversation, run, kind or None, interval, max_entries, timeout, as_json))
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+
+
+async def _tail(
+    store: Path,
+    lines: int,
+    follow: bool,
+    conversation_id: str | None,
+    run_id: str | None,
+    kinds: list[str] | None,
+    interval: float,
+    max_entries: int | None,
+    idle_timeout: float | None,
+    as_json: bool,
+) -> None:
+    out = render.console()
+    printed = 0
+
+    def emit(batch: Sequence[Entry]) -> bool:
+        """Print `batch`; True when `max_entries` is reached."""
+        nonlocal printed
+        for entry in batch:
+            if as_json:
+                sys.stdout.write(_compact_json(render.entry_json(entry)) + '\n')
+            else:
+                out.print(_tail_line(entry), soft_wrap=True)
+            printed += 1
+            if max_entries is not None and printed >= max_entries:
+                sys.stdout.flush()
+                return True
+        sys.stdout.flush()
+        return False
+
+    async with _open(store) as log:
+        if conversation_id is not None:
+            await _conversation(log, conversation_id)
+        if run_id is not None:
+            await _run_record(log, run_id)
+        cursor = await log.last_seq()
+        backlog = await _latest(log, lines, cursor, conversation_id, run_id, kinds)
+        if emit(backlog) or not follow:
+            return
+        idle_since = time.monotonic()
+        while True:
+            top = await log.last_seq()
+            batch = await log.entries(
+                conversation_id=conversation_id, run_id=run_id, kinds=kinds, after_seq=cursor, limit=_TAIL_BATCH
+            )
+            if batch and emit(batch):
+                return
+            # Below `top`, whatever did not come back does not match: skip past it.
+            cursor = batch[-1].seq if len(batch) == _TAIL_BATCH else max(top, batch[-1].seq if batch else cursor)
+            if batch:
+                idle_since = time.monotonic()
+                continue
+            if idle_timeout is not None and time.monotonic() - idle_since >= idle_timeout:
+                return
+            await asyncio.sleep(interval)
+
+
+_TAIL_BATCH = 1000
+
+
+async def _latest(
+    log: LmdbEventLog,
+    count: int,
+    last: int,
+    conversation_id: str | None,
+    run_id: str | None,
+    kinds: list[str] | None,
+) -> list[Entry]:
+    """The last `count` matching entries up to `last`, reading back in growing windows."""
+    if count == 0:
+        return []
+    window = max(4 * count, 64)
+    while True:
+        after = max(0, last - window)
+        found = [
+            e
+            for e in await log.entries(conversation_id=conversation_id, run_id=run_id, kinds=kinds, after_seq=after)
+            if e.seq <= last
+        ]
+        if len(found) >= count or after == 0:
+            return found[-count:]
+        window *= 4
+
+
+def _compact_json(data: object) -> str:
+    import json
+
+    return json.dumps(data, ensure_ascii=False, separators=(',', ':'))
+
+
+def _tail_line(entry: Entry) -> Text:
+    line = Text(f'#{entry.seq:<7}', style='dim')
+    line.append(entry.timestamp.strftime('%H:%M:%S.%f')[:-3] + '  ', style='dim')
+    line.append(f'{entry.conversation_id}  ', style='cyan')
+    if entry.run_id is not None:
+        line.append(f'{entry.run_id}  ', style='dim')
+    line.append(f'{entry.kind:<13}', style=_KIND_STYLES.get(entry.kind, 'bold'))
+    line.append(render.entry_headline(entry))
+    return line
+
+
+# --- demo -------------------------------------------------------------------------------------
+
+
+@app.command()
+def demo(
+    store: Annotated[
+        Path | None, typer.Option('--store', '-s', help=f'Where to write the demo store (default ./{DEMO_STORE}).')
+    ] = None,
+    overwrite: Annotated[bool, typer.Option('--overwrite', help='Replace the store if it exists.')] = False,
+    model: Annotated[
+        str | None,
+        typer.Option('--model', help="Ask the final question to this pydantic-ai model (e.g. 'openai:gpt-5')."),
+    ] = None,
+    exchanges: Annotated[int, typer.Option('--exchanges', min=12, help='How long the conversation is.')] = 200,
+    sessions: Annotated[int, typer.Option('--sessions', min=1, max=7, help='Over how many sessions.')] = 4,
+) -> None:
+    """A long agent conversation that compacts its context, then recalls an early detail word for word.
+
+    Offline and deterministic unless --model is given. Without --store, an existing
+    ./eventlog-demo.lmdb is left alone and the demo writes to a fresh name next to it.
+    """
+    from capability.demo import DemoError, run_demo
+
+    target = _demo_target(store, overwrite)
+    try:
+        asyncio.run(run_demo(target, console=render.console(), exchanges=exchanges, sessions=sessions, model=model))
+    except (DemoError, EventLogError) as exc:
+        _fail(str(exc))
+
+
+def _demo_target(store: Path | None, overwrite: bool) -> Path:
+    """Where the demo writes: never over an existing store unless `overwrite`, never over a non-store."""
+    target = DEMO_STORE if store is None else store
+    if not target.exists():
+        return target
+    if overwrite:
+        if not (target.is_dir() and (target / 'data.mdb').exists()):
+            _fail(f'{target} exists and is not an eventlog store; refusing to replace it')
+        shutil.rmtree(target)
+        return target
+    if store is not None:
+        _fail(f'{target} already exists; pass --overwrite to replace it, or choose another --store')
+    for number in range(2, 1000):
+        candidate = target.with_name(f'{target.stem}-{number}{target.suffix}')
+        if not candidate.exists():
+            sys.stderr.write(
+                f'{target} exists (an earlier demo); writing to {candidate} instead (--overwrite replaces it)\n'
+            )
+            return candidate
+    _fail(f'{target} and its numbered alternatives exist; remove some or pass --overwrite')
+
+
+def main() -> None:
+    """The `eventlog` console script."""
+    app()
+
+
+if __name__ == '__main__':
+    main()

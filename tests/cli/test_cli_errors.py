@@ -1,0 +1,114 @@
+"""User errors, for every command: one line on stderr, a non-zero status, no traceback, no store created."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import lmdb
+import pytest
+from clitools import Store, fresh, invoke
+
+__all__ = ['fresh']
+
+READERS = [
+    ['conversations'],
+    ['runs'],
+    ['info', 'c'],
+    ['show', 'c'],
+    ['replay', 'r'],
+    ['context', 'c'],
+    ['search', 'x', '--all'],
+    ['fork', 'c'],
+    ['title', 'c', 't'],
+    ['archive', 'c'],
+    ['unarchive', 'c'],
+    ['delete', 'c', '--yes'],
+    ['export'],
+    ['verify'],
+    ['stats'],
+    ['reindex'],
+    ['tail'],
+]
+
+
+@pytest.mark.parametrize('args', READERS, ids=lambda args: args[0])
+def test_no_store_at_the_path_is_one_line_and_creates_nothing(args: list[str], tmp_path: Path) -> None:
+    missing = tmp_path / 'missing.lmdb'
+    result = invoke(*args, store=missing)
+    assert result.exit_code == 1
+    assert result.stdout == ''
+    assert result.stderr == f'eventlog: no store at {missing} (pass --store PATH or set EVENTLOG_STORE)\n'
+    assert not missing.exists()
+
+
+def test_the_store_comes_from_the_environment(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from capability.cli import app
+
+    missing = tmp_path / 'from-env.lmdb'
+    result = CliRunner().invoke(app, ['stats'], env={'EVENTLOG_STORE': str(missing)})
+    assert result.exit_code == 1 and str(missing) in result.stderr
+
+
+def test_a_directory_that_is_not_a_store_is_refused_untouched(tmp_path: Path) -> None:
+    plain = tmp_path / 'plain'
+    plain.mkdir()
+    result = invoke('stats', store=plain)
+    assert result.exit_code == 1
+    assert result.stderr == f'eventlog: {plain} is not an eventlog store (it holds no data.mdb)\n'
+    assert list(plain.iterdir()) == []
+
+
+def test_a_file_is_not_a_store(tmp_path: Path) -> None:
+    file = tmp_path / 'file'
+    file.write_text('x')
+    result = invoke('verify', store=file)
+    assert result.exit_code == 1
+    assert result.stderr.startswith('eventlog: ') and 'not a directory' in result.stderr
+    assert result.stderr.count('\n') == 1
+
+
+def test_a_store_of_a_newer_format(fresh: Store) -> None:
+    env = lmdb.open(str(fresh.path), max_dbs=32)
+    meta = env.open_db(b'meta')
+    with env.begin(write=True) as txn:
+        txn.put(b'format', b'99', db=meta)
+    env.close()
+    for args in (['conversations'], ['verify'], ['import', '-']):
+        result = invoke(*args, store=fresh.path, input='')
+        assert result.exit_code == 1, args
+        assert 'format 99' in result.stderr and 'upgrade pydantic-ai-eventlog' in result.stderr
+        assert result.stderr.count('\n') == 1 and 'Traceback' not in result.output
+
+
+@pytest.mark.parametrize(
+    ('args', 'message'),
+    [
+        (['conversations', '--bogus'], 'No such option: --bogus'),
+        (['tail', '-n', 'many'], "Invalid value for '--lines'"),
+        (['info'], "Missing argument 'conversation'"),
+        (['frobnicate'], "No such command 'frobnicate'"),
+    ],
+)
+def test_a_bad_option_is_one_line(args: list[str], message: str, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from capability.cli import app
+
+    result = CliRunner().invoke(app, [*args, '--store', str(tmp_path / 's')] if args[0] != 'frobnicate' else args)
+    assert result.exit_code == 2
+    assert result.stdout == ''
+    assert result.stderr.startswith('eventlog: ') and message in result.stderr
+    assert result.stderr.count('\n') == 1
+
+
+def test_help_works() -> None:
+    from typer.testing import CliRunner
+
+    from capability.cli import app
+
+    result = CliRunner().invoke(app, ['--help'])
+    assert result.exit_code == 0
+    for command in ('conversations', 'replay', 'search', 'verify', 'tail', 'demo', 'import'):
+        assert command in result.stdout
