@@ -228,6 +228,13 @@ class _Writer:
     def start_run(self, entry: Entry) -> None:
         assert entry.run_id is not None
         conv = entry.conversation_id
+        threaded = self.threaded_prefix(conv, entry.parent)
+        if threaded is not None:
+            # The usual case: the run continues a run of its own conversation, whose history the
+            # conversation's corpus already holds in full; nothing to copy, no branch to walk.
+            self.runs[entry.run_id] = _Run(conv, entry.seq, threaded, 0, threaded)
+            self.txn.put(_ck(conv) + entry.run_id.encode(), b'', db=self.ix.db['convruns'])
+            return
         prefix = self.reader.branch_messages(entry.parent)
         first = len(prefix)
         for position, (seq, _, _) in enumerate(prefix):
@@ -242,6 +249,27 @@ class _Writer:
             self.add_doc(conv, b'c', _doc_id(entry.seq, position), payload, entry.run_id, position, seq)
             if source_conv != conv:
                 self.txn.put(_ck(source_conv) + _ck(conv), b'', db=self.ix.db['copies'])
+
+    def threaded_prefix(self, conversation_id: str, parent: int | None) -> int | None:
+        """The length of the history a run continues when it continues an indexed run of the same
+        conversation (or nothing); `None` when the branch has to be walked."""
+        if parent is None:
+            return 0
+        parent_entry = self.reader.entry(parent)
+        if parent_entry is None or parent_entry.run_id is None:
+            return None
+        earlier = self.run(parent_entry.run_id)
+        if earlier is None or earlier.conversation_id != conversation_id:
+            return None
+        prefix = _ck(parent_entry.run_id)
+        cursor = self.txn.cursor(db=self.ix.db['pos'])
+        count = 0
+        if cursor.set_range(prefix + _POS.pack(earlier.prefix)):
+            for _, value in _iter_prefix(cursor, prefix):
+                if _SEQ.unpack(value)[0] > parent:
+                    break
+                count += 1
+        return earlier.prefix + count
 
     def add_message(self, entry: Entry) -> None:
         assert entry.run_id is not None
