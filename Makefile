@@ -51,8 +51,13 @@ test-long: install
 demo: install
 	$(VENV)/bin/eventlog demo
 
+# Each script measures this project and the reference in one run and prints the ratios;
+# drop --quick for the full sizes (bench_search: about 15 minutes; bench_capability: the
+# reference alone takes hours at 1,600 exchanges, so its full run is best given --no-reference).
 bench: install
-	$(PY) bench/bench_log.py
+	$(PY) bench/bench_log.py --quick
+	$(PY) bench/bench_capability.py --quick
+	$(PY) bench/bench_search.py --quick
 
 clean:
 	rm -rf $(VENV) $(VENV_LATEST) .pytest_cache .ruff_cache .hypothesis
