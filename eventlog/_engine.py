@@ -377,7 +377,7 @@ def _write_entry(batch: _Batch, body: _Body, conv: ConversationRecord, idem_key:
     body_bytes = _body_encoder.encode(body)
     digest = chain_hash(conv.head_hash, body_bytes)
     skey = seq_key(body.seq)
-    txn.put(Table.ENTRIES, skey, body_bytes + digest)
+    txn.put_last(Table.ENTRIES, skey, body_bytes + digest)
     txn.put(Table.BY_CONV, batch.key_prefix(body.conversation_id) + skey, b'')
     if body.run_id is not None:
         txn.put(Table.BY_RUN, batch.key_prefix(body.run_id) + skey, b'')
@@ -431,15 +431,15 @@ def append_entries(
         conv = batch.conv(entry.conversation_id)
         assert conv is not None
         body = _Body(
-            seq=seq,
-            conversation_id=entry.conversation_id,
-            run_id=entry.run_id,
-            kind=entry.kind,
-            timestamp=ts,
-            parent=parent,
-            idempotency_key=entry.idempotency_key,
-            inherited=entry.inherited,
-            payload=entry.payload,
+            seq,
+            entry.conversation_id,
+            entry.run_id,
+            entry.kind,
+            ts,
+            parent,
+            entry.idempotency_key,
+            entry.inherited,
+            entry.payload,
         )
         _write_entry(batch, body, conv, idem_key)
         seqs.append(seq)

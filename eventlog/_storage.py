@@ -70,6 +70,10 @@ class WriteTxn(ReadTxn, Protocol):
 
     def put(self, table: TableId, key: bytes, value: bytes) -> None: ...
 
+    def put_last(self, table: TableId, key: bytes, value: bytes) -> None:
+        """`put` for a key known to sort after every key of the table (LMDB then appends in place)."""
+        ...
+
     def delete(self, table: TableId, key: bytes) -> None: ...
 
 
@@ -145,6 +149,9 @@ class MemoryTxn:
         if old is None:
             bisect.insort(t.keys, key)
         t.data[key] = value
+
+    def put_last(self, table: TableId, key: bytes, value: bytes) -> None:
+        self.put(table, key, value)
 
     def delete(self, table: TableId, key: bytes) -> None:
         t = self._tables[table]

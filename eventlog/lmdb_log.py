@@ -19,7 +19,7 @@ import lmdb
 
 from eventlog import _engine as engine
 from eventlog._storage import TABLE_NAMES, ReadTxn, TableId, WriteTxn, prefix_end
-from eventlog.errors import LogClosedError, StorageError, StoreLocationError
+from eventlog.errors import CorruptEntryError, LogClosedError, StorageError, StoreLocationError
 from eventlog.log import EventLogBase
 
 __all__ = ['LmdbEventLog']
@@ -77,7 +77,12 @@ class _LmdbTxn:
         return next(self.scan(table, prefix=prefix, reverse=True), None)
 
     def put(self, table: TableId, key: bytes, value: bytes) -> None:
-        self._txn.put(key, value, db=self._dbs[table])
+        # Positional arguments (dupdata, overwrite, append, db): parsed faster than keywords.
+        self._txn.put(key, value, True, True, False, self._dbs[table])
+
+    def put_last(self, table: TableId, key: bytes, value: bytes) -> None:
+        if not self._txn.put(key, value, True, True, True, self._dbs[table]):  # pragma: no cover - seq is monotonic
+            raise CorruptEntryError(f'entry key {key.hex()} is not the last of its table')
 
     def delete(self, table: TableId, key: bytes) -> None:
         self._txn.delete(key, db=self._dbs[table])
