@@ -33,7 +33,7 @@ import hashlib
 import struct
 import threading
 import weakref
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from typing import Final
 
@@ -305,6 +305,7 @@ class _Writer:
     def drop_conversation(self, conversation_id: str, *, reindex_before: int | None) -> None:
         """Remove a conversation from the index; re-index those that held copies of its messages."""
         self.write_postings()
+        self.ix.decoded.clear()
         conv_key = _ck(conversation_id)
         for key in self._delete_prefix('convruns', conv_key):
             run_id = key[len(conv_key) :].decode()
@@ -344,6 +345,7 @@ class LmdbIndex:
         self.analyzer: Analyzer = resolve_analyzer(analyzer)
         self.db = {name: log.open_table(f'ix.{name}'.encode()) for name in _TABLES}
         self._lock = threading.Lock()
+        self.decoded = _DecodedCache()
         stored = self._stored_analyzer()
         if stored is not None and stored != self.analyzer.name:
             raise IndexAnalyzerMismatch(
@@ -621,11 +623,13 @@ class _LmdbCorpus:
         """The corpus messages of several `(run_id, start, end)` windows, read and decoded together."""
         spans = {run_id: await self.span(run_id) for run_id, _, _ in windows}
 
-        def read(txn: lmdb.Transaction, reader: LogReader) -> list[list[tuple[int, bytes]]]:
+        cache = self._ix.decoded
+
+        def read(txn: lmdb.Transaction, reader: LogReader) -> list[list[tuple[int, int, bytes | None]]]:
             cursor = txn.cursor(db=self._ix.db['pos'])
-            out: list[list[tuple[int, bytes]]] = []
+            out: list[list[tuple[int, int, bytes | None]]] = []
             for run_id, start, end in windows:
-                found: list[tuple[int, bytes]] = []
+                found: list[tuple[int, int, bytes | None]] = []
                 out.append(found)
                 start = max(start, spans[run_id].start)
                 if end <= start:
@@ -637,17 +641,69 @@ class _LmdbCorpus:
                     position = _POS.unpack_from(key, len(prefix))[0]
                     if position >= end:
                         break
-                    payload = reader.payload(_SEQ.unpack(value)[0])
+                    seq = _SEQ.unpack(value)[0]
+                    if seq in cache:
+                        found.append((position, seq, None))
+                        continue
+                    payload = reader.payload(seq)
                     if payload is not None:
-                        found.append((position, payload))
+                        found.append((position, seq, payload))
             return out
 
         found = run_projection(self._ix.log, read, write=False)
-        payloads = [payload for window in found for _, payload in window]
-        if not payloads:
-            return [[] for _ in windows]
-        decoded = iter(ModelMessagesTypeAdapter.validate_json(b'[' + b','.join(payloads) + b']'))
-        return [[(position, next(decoded)) for position, _ in window] for window in found]
+        messages: dict[int, ModelMessage] = {}
+        present: dict[int, bytes] = {}
+        evicted: list[int] = []
+        for window in found:
+            for _, seq, payload in window:
+                if payload is not None:
+                    present[seq] = payload
+                elif (hit := cache.get(seq)) is not None:
+                    messages[seq] = hit
+                else:
+                    evicted.append(seq)  # dropped from the cache since the read: read it again
+        if evicted:
+            again = run_projection(
+                self._ix.log, lambda _, reader: [reader.payload(seq) for seq in evicted], write=False
+            )
+            present.update((seq, payload) for seq, payload in zip(evicted, again, strict=True) if payload is not None)
+        if present:
+            decoded = ModelMessagesTypeAdapter.validate_json(b'[' + b','.join(present.values()) + b']')
+            for seq, message in zip(present, decoded, strict=True):
+                cache.put(seq, message)
+                messages[seq] = message
+        return [[(position, messages[seq]) for position, seq, _ in window if seq in messages] for window in found]
+
+
+class _DecodedCache:
+    """Recently shown messages, decoded, by `seq` (entries never change, and a deleted entry's
+    `seq` is never reused; the cache is still cleared whenever a deletion is applied, so a
+    deleted message's text does not linger in memory)."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self._size = size
+        self._items: OrderedDict[int, ModelMessage] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __contains__(self, seq: int) -> bool:
+        return seq in self._items
+
+    def get(self, seq: int) -> ModelMessage | None:
+        with self._lock:
+            message = self._items.get(seq)
+            if message is not None:
+                self._items.move_to_end(seq)
+            return message
+
+    def put(self, seq: int, message: ModelMessage) -> None:
+        with self._lock:
+            self._items[seq] = message
+            if len(self._items) > self._size:
+                self._items.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
 
 
 def _iter_prefix(cursor: lmdb.Cursor, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:

@@ -42,7 +42,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
-from search.analyzers import WORD_RE, Analyzer, LocatingAnalyzer
+from search.analyzers import WORD_RE, Analyzer, DefaultAnalyzer, LocatingAnalyzer
 
 __all__ = [
     'ELLIPSIS',
@@ -255,24 +255,52 @@ def clip(text: str, limit: int, focus: tuple[int, int] | None) -> str:
     return head + text[start:end] + tail
 
 
-def _spans(analyzer: Analyzer, text: str) -> Iterator[tuple[str, int, int]]:
+def _word_spans(analyzer: Analyzer) -> Callable[[str], Iterator[tuple[str, int, int]]]:
+    """How to list `analyzer`'s terms with their ranges (its own spans, else word by word)."""
     if isinstance(analyzer, LocatingAnalyzer):
-        yield from analyzer.token_spans(text)
-        return
-    for match in WORD_RE.finditer(text):
-        for token in analyzer.tokens(match.group()):
-            yield token, match.start(), match.end()
+        return analyzer.token_spans
+
+    def spans(text: str) -> Iterator[tuple[str, int, int]]:
+        for match in WORD_RE.finditer(text):
+            for token in analyzer.tokens(match.group()):
+                yield token, match.start(), match.end()
+
+    return spans
 
 
 def make_locator(analyzer: Analyzer, terms: frozenset[str]) -> Locator:
     """A `Locator` for the earliest place in a text where `analyzer` produces one of `terms`."""
+    if type(analyzer) is DefaultAnalyzer:
+        return _default_locator(terms)
+    spans = _word_spans(analyzer)
 
     def locate(text: str) -> tuple[int, int] | None:
         best: tuple[int, int] | None = None
-        for token, start, end in _spans(analyzer, text):
+        for token, start, end in spans(text):
             if token in terms and (best is None or start < best[0]):
                 best = (start, end)
         return best
+
+    return locate
+
+
+def _default_locator(terms: frozenset[str]) -> Locator:
+    """The default analyzer's locator: its terms come in text order, so the first hit is the
+    earliest, and a text whose lowercased form contains no term as a substring has none.
+
+    The substring test is exact because `str.lower` maps character by character, except for the
+    final-sigma rule, which looks past word boundaries: texts with a capital sigma are scanned.
+    """
+
+    def locate(text: str) -> tuple[int, int] | None:
+        if 'Σ' not in text:
+            lowered = text.lower()
+            if not any(term in lowered for term in terms):
+                return None
+        for match in WORD_RE.finditer(text):
+            if match.group().lower() in terms:
+                return match.start(), match.end()
+        return None
 
     return locate
 
