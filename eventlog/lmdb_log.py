@@ -18,7 +18,7 @@ from typing import TypeVar, cast
 import lmdb
 
 from eventlog import _engine as engine
-from eventlog._storage import TABLE_NAMES, ReadTxn, TableId, WriteTxn, prefix_end
+from eventlog._storage import TABLE_NAMES, ReadTxn, Table, TableId, WriteTxn, prefix_end
 from eventlog.errors import CorruptEntryError, LogClosedError, StorageError, StoreLocationError
 from eventlog.log import EventLogBase
 
@@ -33,59 +33,81 @@ _MAX_DBS = 32
 """Named databases the environment can hold: the log's tables plus room for projections."""
 
 
+_Layout = dict[TableId, tuple[lmdb._Database, bytes]]
+"""Where each logical table lives: an LMDB database and a key prefix within it."""
+
+_PHYSICAL: dict[TableId, tuple[bytes, bytes]] = {
+    table: (b'entries', b'') if table == Table.ENTRIES else (b'index', bytes([table])) for table in TABLE_NAMES
+}
+"""Entries get a database of their own (large values, appended in key order); every other table
+shares one `index` database under a one-byte prefix, so an append dirties few pages: fewer
+page copies per commit and a smaller file than one database per table."""
+
+PHYSICAL_NAMES = frozenset(name for name, _ in _PHYSICAL.values())
+"""The LMDB databases the log itself uses; projections choose other names."""
+
+
 class _LmdbTxn:
     """The `_storage` transaction protocols over one LMDB transaction."""
 
-    __slots__ = ('_dbs', '_txn')
+    __slots__ = ('_layout', '_txn')
 
-    def __init__(self, txn: lmdb.Transaction, dbs: dict[TableId, lmdb._Database]) -> None:
+    def __init__(self, txn: lmdb.Transaction, layout: _Layout) -> None:
         self._txn = txn
-        self._dbs = dbs
+        self._layout = layout
 
     def get(self, table: TableId, key: bytes) -> bytes | None:
-        return cast('bytes | None', self._txn.get(key, db=self._dbs[table]))
+        db, prefix = self._layout[table]
+        return cast('bytes | None', self._txn.get(prefix + key, db=db))
 
     def scan(
         self, table: TableId, *, prefix: bytes = b'', start: bytes | None = None, reverse: bool = False
     ) -> Iterator[tuple[bytes, bytes]]:
-        cursor = self._txn.cursor(db=self._dbs[table])
+        db, table_prefix = self._layout[table]
+        cut = len(table_prefix)
+        full = table_prefix + prefix
+        cursor = self._txn.cursor(db=db)
         if not reverse:
-            first = prefix if start is None else max(prefix, start)
+            first = full if start is None else max(full, table_prefix + start)
             if not cursor.set_range(first):
                 return
             for key, value in cast('Iterator[tuple[bytes, bytes]]', iter(cursor)):
-                if not key.startswith(prefix):
+                if not key.startswith(full):
                     return
-                yield key, value
+                yield key[cut:], value
             return
         positioned: bool
         if start is not None:
-            positioned = cursor.key() == start or cursor.prev() if cursor.set_range(start) else cursor.last()
+            bound = table_prefix + start
+            positioned = cursor.key() == bound or cursor.prev() if cursor.set_range(bound) else cursor.last()
         else:
-            upper = prefix_end(prefix)
+            upper = prefix_end(full)
             positioned = cursor.prev() if upper is not None and cursor.set_range(upper) else cursor.last()
         if not positioned:
             return
         for key, value in cast('Iterator[tuple[bytes, bytes]]', cursor.iterprev()):
-            if not key.startswith(prefix):
-                if key < prefix:
+            if not key.startswith(full):
+                if key < full:
                     return
                 continue
-            yield key, value
+            yield key[cut:], value
 
     def last(self, table: TableId, prefix: bytes = b'') -> tuple[bytes, bytes] | None:
         return next(self.scan(table, prefix=prefix, reverse=True), None)
 
     def put(self, table: TableId, key: bytes, value: bytes) -> None:
+        db, prefix = self._layout[table]
         # Positional arguments (dupdata, overwrite, append, db): parsed faster than keywords.
-        self._txn.put(key, value, True, True, False, self._dbs[table])
+        self._txn.put(prefix + key, value, True, True, False, db)
 
     def put_last(self, table: TableId, key: bytes, value: bytes) -> None:
-        if not self._txn.put(key, value, True, True, True, self._dbs[table]):  # pragma: no cover - seq is monotonic
+        db, prefix = self._layout[table]
+        if not self._txn.put(prefix + key, value, True, True, True, db):  # pragma: no cover - seq is monotonic
             raise CorruptEntryError(f'entry key {key.hex()} is not the last of its table')
 
     def delete(self, table: TableId, key: bytes) -> None:
-        self._txn.delete(key, db=self._dbs[table])
+        db, prefix = self._layout[table]
+        self._txn.delete(prefix + key, db=db)
 
 
 class _SharedEnv:
@@ -95,7 +117,7 @@ class _SharedEnv:
     writer register here and a resize waits for them.
     """
 
-    def __init__(self, env: lmdb.Environment, dbs: dict[TableId, lmdb._Database]) -> None:
+    def __init__(self, env: lmdb.Environment, dbs: _Layout) -> None:
         self.env = env
         self.dbs = dbs
         self.refs = 0
@@ -181,11 +203,12 @@ def _open_shared(path: Path, map_size: int, sync: bool) -> _SharedEnv:
         return shared
 
 
-def _open_tables(env: lmdb.Environment) -> dict[TableId, lmdb._Database]:
+def _open_tables(env: lmdb.Environment) -> _Layout:
     """Open (creating if needed) the log's tables and check the store's format version."""
     while True:
         try:
-            dbs = {table: env.open_db(name, create=True) for table, name in TABLE_NAMES.items()}
+            opened = {name: env.open_db(name, create=True) for name in PHYSICAL_NAMES}
+            dbs = {table: (opened[name], prefix) for table, (name, prefix) in _PHYSICAL.items()}
             with env.begin(write=True) as txn:
                 engine.init_format(_LmdbTxn(txn, dbs))
             return dbs
@@ -258,7 +281,7 @@ class LmdbEventLog(EventLogBase):
     def open_table(self, name: bytes) -> lmdb._Database:
         """A named table of this store for a projection (created if absent); names of the
         log's own tables are refused."""
-        if name in TABLE_NAMES.values():
+        if name in PHYSICAL_NAMES:
             raise ValueError(f"{name!r} is one of the log's own tables")
         self._check_open()
         shared = self._shared

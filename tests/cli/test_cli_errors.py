@@ -8,6 +8,8 @@ import lmdb
 import pytest
 from clitools import Store, fresh, invoke
 
+from eventlog._storage import Table
+
 __all__ = ['fresh']
 
 READERS = [
@@ -71,9 +73,9 @@ def test_a_file_is_not_a_store(tmp_path: Path) -> None:
 
 def test_a_store_of_a_newer_format(fresh: Store) -> None:
     env = lmdb.open(str(fresh.path), max_dbs=32)
-    meta = env.open_db(b'meta')
+    index = env.open_db(b'index')
     with env.begin(write=True) as txn:
-        txn.put(b'format', b'99', db=meta)
+        txn.put(bytes([Table.META]) + b'format', b'99', db=index)
     env.close()
     for args in (['conversations'], ['verify'], ['import', '-']):
         result = invoke(*args, store=fresh.path, input='')

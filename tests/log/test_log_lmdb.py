@@ -29,6 +29,7 @@ from eventlog import (
     run_started_entry,
 )
 from eventlog._engine import seq_key
+from eventlog._storage import Table
 
 WORKER = Path(__file__).with_name('log_worker.py')
 LONG = bool(os.environ.get('EVENTLOG_LONG'))
@@ -115,9 +116,9 @@ async def test_newer_format_is_refused_and_left_untouched(tmp_path: Path) -> Non
     await add_run(log, 'c', 'r', exchange(1))
     log.close()
     env = lmdb.open(str(path), max_dbs=32)
-    meta = env.open_db(b'meta')
+    index = env.open_db(b'index')
     with env.begin(write=True) as txn:
-        txn.put(b'format', b'99', db=meta)
+        txn.put(bytes([Table.META]) + b'format', b'99', db=index)
     env.close()
     before = (path / 'data.mdb').read_bytes()
     with pytest.raises(StoreVersionError, match='format 99'):
@@ -125,9 +126,9 @@ async def test_newer_format_is_refused_and_left_untouched(tmp_path: Path) -> Non
     assert (path / 'data.mdb').read_bytes() == before
     # The failed open does not leave a half-open environment behind.
     env = lmdb.open(str(path), max_dbs=32)
-    meta = env.open_db(b'meta')
+    index = env.open_db(b'index')
     with env.begin(write=True) as txn:
-        txn.put(b'format', b'1', db=meta)
+        txn.put(bytes([Table.META]) + b'format', b'1', db=index)
     env.close()
     reopened = LmdbEventLog(path)
     assert len(await reopened.entries()) == 4
@@ -195,12 +196,11 @@ async def test_removing_an_entry_and_its_index_is_still_caught(tmp_path: Path) -
     seqs = await add_run(log, 'c', 'r', exchange(1) + exchange(2))
     log.close()
     env, entries = _raw_env(path)
-    by_conv = env.open_db(b'by_conv')
-    by_run = env.open_db(b'by_run')
+    index = env.open_db(b'index')
     with env.begin(write=True) as txn:
         txn.delete(seq_key(seqs[1]), db=entries)
-        txn.delete(b'c\x00' + seq_key(seqs[1]), db=by_conv)
-        txn.delete(b'r\x00' + seq_key(seqs[1]), db=by_run)
+        txn.delete(bytes([Table.BY_CONV]) + b'c\x00' + seq_key(seqs[1]), db=index)
+        txn.delete(bytes([Table.BY_RUN]) + b'r\x00' + seq_key(seqs[1]), db=index)
     env.close()
     log = LmdbEventLog(path)
     report = await log.verify()
@@ -215,10 +215,10 @@ async def test_dropping_the_latest_entries_is_caught(tmp_path: Path) -> None:
     last = await log.last_seq()
     log.close()
     env, entries = _raw_env(path)
-    by_conv = env.open_db(b'by_conv')
+    index = env.open_db(b'index')
     with env.begin(write=True) as txn:
         txn.delete(seq_key(last), db=entries)
-        txn.delete(b'c\x00' + seq_key(last), db=by_conv)
+        txn.delete(bytes([Table.BY_CONV]) + b'c\x00' + seq_key(last), db=index)
     env.close()
     log = LmdbEventLog(path)
     report = await log.verify()
