@@ -23,7 +23,7 @@ from search.analyzers import (
     resolve_analyzer,
 )
 from search.backend import Corpus, Hit, RankedHits, RunSpan, SearchBackend
-from search.bm25 import TermPostings, average_length, idf, score_postings, unique_terms
+from search.bm25 import TermPostings, average_length, idf, score_postings, score_unranked, unique_terms
 from search.engine import (
     MAX_QUERY_TERMS,
     ScopeDefaultWarning,
@@ -69,6 +69,7 @@ __all__ = [
     'message_segments',
     'resolve_analyzer',
     'score_postings',
+    'score_unranked',
     'unique_terms',
     'validate_search_options',
 ]

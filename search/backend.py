@@ -103,24 +103,51 @@ class RankedHits(Sequence[Hit]):
     """Ranked hits held as arrays and turned into `Hit`s only when read.
 
     A common term can match most of a large corpus, while an answer reads a handful of hits.
+    Given unranked scores (`ranked=False`), only as much of the order as is read is computed:
+    the best few are selected (a partition, linear) and sorted, and the selection widens when a
+    reader goes past it. Equal scores keep document order either way.
     """
 
-    __slots__ = ('_doc_ids', '_locate', '_scores')
+    __slots__ = ('_doc_ids', '_locate', '_pool_ids', '_pool_scores', '_scores', '_valid')
 
     def __init__(
         self,
         doc_ids: NDArray[np.int64],
         scores: NDArray[np.float64],
         locate: Callable[[int], tuple[str, int]],
+        *,
+        ranked: bool = True,
     ) -> None:
-        """Wrap `score_postings`'s result; `locate` maps a document id to `(run_id, position)`."""
-        self._doc_ids = doc_ids
-        self._scores = scores
+        """Wrap scored documents; `locate` maps a document id to `(run_id, position)`.
+
+        With `ranked=True` the arrays are already best first (as `score_postings` returns them);
+        with `ranked=False` they are in document order (as `score_unranked` returns them).
+        """
         self._locate = locate
+        self._pool_ids = doc_ids
+        self._pool_scores = scores
+        if ranked:
+            self._doc_ids, self._scores, self._valid = doc_ids, scores, int(doc_ids.shape[0])
+        else:
+            self._doc_ids, self._scores, self._valid = doc_ids[:0], scores[:0], 0
 
     def __len__(self) -> int:
         """How many documents matched."""
-        return int(self._doc_ids.shape[0])
+        return int(self._pool_ids.shape[0])
+
+    def _rank_through(self, index: int) -> None:
+        """Make sure the order is known at least up to `index`."""
+        if index < self._valid:
+            return
+        total = len(self)
+        want = max(64, 2 * self._valid, index + 1)
+        ids, scores = self._pool_ids, self._pool_scores
+        if want < total:
+            threshold = np.partition(scores, total - want)[total - want]
+            keep = scores >= threshold  # every tie at the threshold, so document order decides among them
+            ids, scores = ids[keep], scores[keep]
+        order = np.argsort(-scores, kind='stable')
+        self._doc_ids, self._scores, self._valid = ids[order], scores[order], int(order.shape[0])
 
     @overload
     def __getitem__(self, index: int) -> Hit: ...
@@ -132,6 +159,11 @@ class RankedHits(Sequence[Hit]):
         """The hit(s) at `index`."""
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        self._rank_through(index)
         doc_id = int(self._doc_ids[index])
         run_id, position = self._locate(doc_id)
         return Hit(run_id=run_id, position=position, score=float(self._scores[index]))

@@ -33,6 +33,7 @@ __all__ = [
     'average_length',
     'idf',
     'score_postings',
+    'score_unranked',
     'unique_terms',
 ]
 
@@ -96,7 +97,7 @@ _EMPTY_IDS: NDArray[np.int64] = np.zeros(0, dtype=np.int64)
 _EMPTY_SCORES: NDArray[np.float64] = np.zeros(0, dtype=np.float64)
 
 
-def score_postings(
+def score_unranked(
     query_terms: Sequence[str],
     postings: Mapping[str, TermPostings],
     *,
@@ -118,17 +119,21 @@ def score_postings(
         b: Length normalisation, between 0 and 1.
 
     Returns:
-        The ids of the documents scoring above zero and their scores, best first, equal
-        scores in ascending id order.
+        The ids of the documents scoring above zero and their scores, in ascending id order
+        (see `score_postings` for them ranked, or `RankedHits(..., ranked=False)` to rank lazily).
     """
     present = [(term, postings[term]) for term in query_terms if term in postings and len(postings[term]) > 0]
     if not present or avgdl == 0:
         return _EMPTY_IDS, _EMPTY_SCORES
-    merged = np.sort(np.concatenate([term_postings.doc_ids for _, term_postings in present]))
-    distinct = np.empty(len(merged), dtype=np.bool_)
-    distinct[:1] = True
-    np.not_equal(merged[1:], merged[:-1], out=distinct[1:])
-    candidates: NDArray[np.int64] = merged[distinct]
+    if len(present) == 1:
+        # One term: its postings are the candidates (each document appears once), sorted by id.
+        candidates: NDArray[np.int64] = np.sort(present[0][1].doc_ids)
+    else:
+        merged = np.sort(np.concatenate([term_postings.doc_ids for _, term_postings in present]))
+        distinct = np.empty(len(merged), dtype=np.bool_)
+        distinct[:1] = True
+        np.not_equal(merged[1:], merged[:-1], out=distinct[1:])
+        candidates = merged[distinct]
     scores: NDArray[np.float64] = np.zeros(len(candidates), dtype=np.float64)
     saturation = k1 + 1.0
     floor = 1.0 - b
@@ -142,7 +147,19 @@ def score_postings(
         contribution: NDArray[np.float64] = weight * numerator / denominator
         scores[slots] = scores[slots] + contribution
     keep: NDArray[np.bool_] = scores > 0
-    kept_ids: NDArray[np.int64] = candidates[keep]
-    kept_scores: NDArray[np.float64] = scores[keep]
-    order = np.argsort(-kept_scores, kind='stable')
-    return kept_ids[order], kept_scores[order]
+    return candidates[keep], scores[keep]
+
+
+def score_postings(
+    query_terms: Sequence[str],
+    postings: Mapping[str, TermPostings],
+    *,
+    n_docs: int,
+    avgdl: float,
+    k1: float = DEFAULT_K1,
+    b: float = DEFAULT_B,
+) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+    """`score_unranked`, ranked: best first, equal scores in ascending id order."""
+    ids, scores = score_unranked(query_terms, postings, n_docs=n_docs, avgdl=avgdl, k1=k1, b=b)
+    order = np.argsort(-scores, kind='stable')
+    return ids[order], scores[order]

@@ -48,7 +48,7 @@ from eventlog.errors import EventLogError
 from eventlog.projection import LogReader, run_projection
 from search.analyzers import Analyzer, resolve_analyzer
 from search.backend import Corpus, Hit, RankedHits, RunSpan
-from search.bm25 import TermPostings, average_length, score_postings
+from search.bm25 import TermPostings, average_length, score_unranked
 from search.memory_index import MemoryCorpus
 from search.render import index_text
 
@@ -581,7 +581,7 @@ class _LmdbCorpus:
     async def rank(self, terms: Sequence[str], *, k1: float, b: float) -> Sequence[Hit]:
         """Every in-scope message scoring above zero for `terms`, best first."""
         postings = run_projection(self._ix.log, lambda txn, _: self._postings(txn, terms), write=False)
-        doc_ids, scores = score_postings(
+        doc_ids, scores = score_unranked(
             terms, postings, n_docs=self._count, avgdl=average_length(self._length, self._count), k1=k1, b=b
         )
         names: dict[int, str] = {}
@@ -594,7 +594,7 @@ class _LmdbCorpus:
                 names[start] = name
             return name, doc_id & 0xFFFFFFFF
 
-        return RankedHits(doc_ids, scores, locate)
+        return RankedHits(doc_ids, scores, locate, ranked=False)
 
     async def span(self, run_id: str) -> RunSpan:
         """Where the run's share of the corpus lies."""

@@ -23,7 +23,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest
 
 from search.analyzers import Analyzer
 from search.backend import Corpus, Hit, RankedHits, RunSpan
-from search.bm25 import TermPostings, average_length, score_postings
+from search.bm25 import TermPostings, average_length, score_unranked
 from search.render import index_text
 from search.source import HistorySource
 
@@ -172,10 +172,10 @@ class MemoryCorpus:
                 doc_ids, tfs = entry
                 postings[term] = TermPostings.from_lists(doc_ids, tfs, [self._doc_lengths[i] for i in doc_ids])
         n_docs = self.document_count
-        doc_ids, scores = score_postings(
+        doc_ids, scores = score_unranked(
             terms, postings, n_docs=n_docs, avgdl=average_length(self._total_length, n_docs), k1=k1, b=b
         )
-        return RankedHits(doc_ids, scores, self._locate)
+        return RankedHits(doc_ids, scores, self._locate, ranked=False)
 
     async def span(self, run_id: str) -> RunSpan:
         """Where `run_id`'s messages lie; raises `KeyError` for a run outside the corpus."""

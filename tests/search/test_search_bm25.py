@@ -115,3 +115,23 @@ def test_sparse_large_document_ids() -> None:
 )
 def test_scores_equal_a_plain_scorer_exactly(documents: list[list[str]], query: list[str], k1: float, b: float) -> None:
     assert scored(query, documents, k1, b) == plain_bm25(query, documents, k1, b)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    scores=st.lists(st.sampled_from([0.5, 1.0, 1.0, 2.0, 3.5, 7.25]), min_size=1, max_size=400),
+    reads=st.lists(st.integers(min_value=0, max_value=399), max_size=20),
+)
+def test_lazy_ranking_equals_a_full_stable_sort(scores: list[float], reads: list[int]) -> None:
+    from search.backend import RankedHits
+
+    ids = np.arange(len(scores), dtype=np.int64) * 3
+    values = np.asarray(scores, dtype=np.float64)
+    order = np.argsort(-values, kind='stable')
+    expected = [(int(ids[i]), float(values[i])) for i in order]
+    lazy = RankedHits(ids, values, lambda doc: (f'run{doc}', doc), ranked=False)
+    assert len(lazy) == len(scores)
+    for index in [*reads, *range(len(scores))]:
+        if index < len(scores):
+            hit = lazy[index]
+            assert (hit.position, hit.score) == expected[index]
