@@ -645,14 +645,6 @@ def run_message_payloads(txn: ReadTxn, run_id: str) -> list[bytes]:
     return [b.payload for b in branch_bodies(txn, run.last_seq) if b.kind == 'message']
 
 
-def run_message_seqs(txn: ReadTxn, run_id: str) -> list[tuple[int, str, bytes]]:
-    """(seq, owning run, payload) of each message in the run's full record."""
-    run = get_run(txn, run_id)
-    if run is None:
-        return []
-    return [(b.seq, b.run_id or '', b.payload) for b in branch_bodies(txn, run.last_seq) if b.kind == 'message']
-
-
 def _conv_or_raise(txn: ReadTxn, conversation_id: str) -> ConversationRecord:
     conv = get_conversation(txn, conversation_id)
     if conv is None or conv.deleted:

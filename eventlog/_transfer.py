@@ -15,8 +15,8 @@ from typing import IO
 import msgspec
 
 from eventlog import _engine as engine
-from eventlog._storage import ReadTxn, Table, WriteTxn
-from eventlog.entries import Entry, NewEntry
+from eventlog._storage import ReadTxn, WriteTxn
+from eventlog.entries import Entry, ForkInfo, NewEntry
 from eventlog.errors import ConversationNotFound, InvalidArgumentError
 
 FORMAT_NAME = 'pydantic-ai-eventlog'
@@ -161,8 +161,6 @@ def import_lines(txn: WriteTxn, lines: list[ExportedEntry]) -> int:
         )
         if line.kind == 'forked_from' and parent is not None:
             new = _retarget_fork(new, parent)
-        if line.kind == 'deleted':
-            _drop_if_present(txn, line.conversation_id)
         (seq,) = engine.append_entries(txn, [new], allow_internal=True, seq_hints=[line.seq])
         mapping[line.seq] = seq
         written += 1
@@ -176,8 +174,6 @@ def payload_of(line: ExportedEntry) -> bytes:
 
 
 def _retarget_fork(entry: NewEntry, parent: int) -> NewEntry:
-    from eventlog.entries import ForkInfo
-
     info = msgspec.json.decode(entry.payload, type=ForkInfo)
     payload = msgspec.json.encode(ForkInfo(conversation_id=info.conversation_id, seq=parent))
     return NewEntry(
@@ -187,8 +183,3 @@ def _retarget_fork(entry: NewEntry, parent: int) -> NewEntry:
         parent=parent,
         timestamp=entry.timestamp,
     )
-
-
-def _drop_if_present(txn: WriteTxn, conversation_id: str) -> None:
-    if txn.get(Table.CONVS, conversation_id.encode()) is not None:
-        txn.delete(Table.CONVS, conversation_id.encode())

@@ -44,7 +44,7 @@ from numpy.typing import NDArray
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 
 from eventlog import Entry, LmdbEventLog, RunRecord
-from eventlog.errors import EventLogError
+from eventlog.errors import EventLogError, InvalidArgumentError
 from eventlog.projection import LogReader, run_projection
 from search.analyzers import Analyzer, resolve_analyzer
 from search.backend import Corpus, Hit, RankedHits, RunSpan
@@ -488,17 +488,16 @@ class LmdbIndex:
 
     async def _run_corpus(self, conversation_id: str | None, run_id: str, analyzer: Analyzer) -> Corpus:
         """A single run's whole record, indexed in memory as the reference does for `run_id`."""
-        record = await self.log.get_run(run_id) if _valid_id(run_id) else None
+        try:
+            record = await self.log.get_run(run_id)
+        except InvalidArgumentError:  # not a possible run id: answered like an unknown one
+            record = None
         if record is None or (conversation_id is not None and record.conversation_id != conversation_id):
             return await MemoryCorpus.build(_NoRuns(), conversation_id=None, run_id=None, analyzer=analyzer)
         return await MemoryCorpus.build(_OneRun(self.log, record), conversation_id=None, run_id=None, analyzer=analyzer)
 
 
 _shared: weakref.WeakKeyDictionary[LmdbEventLog, dict[str, LmdbIndex]] = weakref.WeakKeyDictionary()
-
-
-def _valid_id(value: str) -> bool:
-    return 0 < len(value.encode('utf-8', 'surrogatepass')) <= 200 and not any(ord(c) < 0x20 for c in value)
 
 
 class _NoRuns:
