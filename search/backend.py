@@ -149,6 +149,14 @@ class RankedHits(Sequence[Hit]):
         order = np.argsort(-scores, kind='stable')
         self._doc_ids, self._scores, self._valid = ids[order], scores[order], int(order.shape[0])
 
+    def leading_ids(self, count: int) -> NDArray[np.int64]:
+        """The document ids of the best `count` hits (fewer when fewer matched), best first."""
+        count = min(count, len(self))
+        if count == 0:
+            return self._pool_ids[:0]
+        self._rank_through(count - 1)
+        return self._doc_ids[:count]
+
     @overload
     def __getitem__(self, index: int) -> Hit: ...
 

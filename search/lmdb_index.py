@@ -62,6 +62,8 @@ _CATCH_UP_BATCH: Final = 5000
 """Entries applied per write transaction while catching up."""
 _THREAD_BACKLOG: Final = 500
 """A backlog larger than this is applied in a worker thread."""
+_PREFETCH_HITS: Final = 24
+"""Leading hits whose runs are resolved in the ranking transaction itself."""
 
 _SEQ = struct.Struct('>Q')
 _POS = struct.Struct('>I')
@@ -454,14 +456,16 @@ class LmdbIndex:
             run_projection(self.log, drop, write=True)
         return self.catch_up(progress)
 
-    async def _current(self) -> None:
-        state = self.state()
-        if state.position >= state.log_position:
-            return
-        if state.log_position - state.position > _THREAD_BACKLOG:
-            await asyncio.to_thread(self.catch_up)
-        else:
-            self.catch_up()
+    def _read_scope(self, key: bytes) -> tuple[_Stats, int]:
+        """The scope's statistics and how many log positions the index is behind, in one read."""
+
+        def read(txn: lmdb.Transaction, reader: LogReader) -> tuple[_Stats, int]:
+            raw = txn.get(b'position', db=self.db['meta'])
+            position = 0 if raw is None else _SEQ.unpack(bytes(raw))[0]
+            stats = txn.get(key, db=self.db['stats'])
+            return (_Stats() if stats is None else _stats_dec.decode(bytes(stats))), reader.last_seq() - position
+
+        return run_projection(self.log, read, write=False)
 
     # -- searching ----------------------------------------------------------------------------
 
@@ -474,17 +478,16 @@ class LmdbIndex:
             )
         if run_id is not None:
             return await self._run_corpus(conversation_id, run_id, analyzer)
-        await self._current()
         key = _ALL if conversation_id is None else _ck(conversation_id)
-
-        def read(txn: lmdb.Transaction, _: LogReader) -> _Stats:
-            raw = txn.get(key, db=self.db['stats'])
-            return _Stats() if raw is None else _stats_dec.decode(bytes(raw))
-
-        stats = run_projection(self.log, read, write=False)
-        count = stats.docs
-        length = stats.length
-        return _LmdbCorpus(self, conversation_id, count, length)
+        # The usual case, an index already current, takes one read; otherwise catch up first.
+        stats, behind = self._read_scope(key)
+        if behind > 0:
+            if behind > _THREAD_BACKLOG:
+                await asyncio.to_thread(self.catch_up)
+            else:
+                self.catch_up()
+            stats, _ = self._read_scope(key)
+        return _LmdbCorpus(self, conversation_id, stats.docs, stats.length)
 
     async def _run_corpus(self, conversation_id: str | None, run_id: str, analyzer: Analyzer) -> Corpus:
         """A single run's whole record, indexed in memory as the reference does for `run_id`."""
@@ -579,11 +582,22 @@ class _LmdbCorpus:
 
     async def rank(self, terms: Sequence[str], *, k1: float, b: float) -> Sequence[Hit]:
         """Every in-scope message scoring above zero for `terms`, best first."""
-        postings = run_projection(self._ix.log, lambda txn, _: self._postings(txn, terms), write=False)
-        doc_ids, scores = score_unranked(
-            terms, postings, n_docs=self._count, avgdl=average_length(self._length, self._count), k1=k1, b=b
-        )
         names: dict[int, str] = {}
+
+        def read(txn: lmdb.Transaction, reader: LogReader) -> RankedHits:
+            postings = self._postings(txn, terms)
+            doc_ids, scores = score_unranked(
+                terms, postings, n_docs=self._count, avgdl=average_length(self._length, self._count), k1=k1, b=b
+            )
+            hits = RankedHits(doc_ids, scores, locate, ranked=False)
+            # An answer shows a handful of the best hits: name their runs and read their spans in
+            # this same snapshot rather than one transaction per run later.
+            for doc_id in hits.leading_ids(_PREFETCH_HITS).tolist():
+                start = doc_id >> 32
+                if start not in names:
+                    name = names[start] = reader.run_at(start) or '?'
+                    self._read_span(txn, name)
+            return hits
 
         def locate(doc_id: int) -> tuple[str, int]:
             start = doc_id >> 32
@@ -593,25 +607,30 @@ class _LmdbCorpus:
                 names[start] = name
             return name, doc_id & 0xFFFFFFFF
 
-        return RankedHits(doc_ids, scores, locate, ranked=False)
+        return run_projection(self._ix.log, read, write=False)
 
-    async def span(self, run_id: str) -> RunSpan:
-        """Where the run's share of the corpus lies."""
+    def _read_span(self, txn: lmdb.Transaction, run_id: str) -> RunSpan | None:
+        """The run's span, read in `txn` and remembered for this search (`None` for an unknown run)."""
         cached = self._spans.get(run_id)
         if cached is not None:
             return cached
-
-        def read(txn: lmdb.Transaction, _: LogReader) -> _Run | None:
-            raw = txn.get(run_id.encode(), db=self._ix.db['runs'])
-            return None if raw is None else _run_dec.decode(bytes(raw))
-
-        run = run_projection(self._ix.log, read, write=False)
-        if run is None:
-            raise KeyError(run_id)
+        raw = txn.get(run_id.encode(), db=self._ix.db['runs'])
+        if raw is None:
+            return None
+        run = _run_dec.decode(bytes(raw))
         # Across the whole store, history a run continued is held by the runs that wrote it;
         # only within one conversation can it be this run's (a fork, or a run started elsewhere).
         first = run.first if self._conversation_id is not None else run.prefix
         span = self._spans[run_id] = RunSpan(run_id, run.conversation_id, first, run.prefix + run.own)
+        return span
+
+    async def span(self, run_id: str) -> RunSpan:
+        """Where the run's share of the corpus lies."""
+        span = self._spans.get(run_id)
+        if span is None:
+            span = run_projection(self._ix.log, lambda txn, _: self._read_span(txn, run_id), write=False)
+        if span is None:
+            raise KeyError(run_id)
         return span
 
     async def messages(self, run_id: str, start: int, end: int) -> list[tuple[int, ModelMessage]]:
