@@ -9,13 +9,20 @@ ids may not contain, so prefixes never collide):
 
 - ENTRIES    seq8 -> msgpack body + 32-byte chain hash
 - BY_CONV    ck(conversation) + seq8 -> ''
-- BY_RUN     ck(run) + seq8 -> ''
-- RUNS       run id -> RunRecord (msgpack)
+- RUNS       run id -> run record (msgpack array, `_StoredRun`)
 - RUN_ORDER  start seq8 -> run id
 - CONV_RUNS  ck(conversation) + start seq8 -> run id
 - CONVS      conversation id -> ConversationRecord (msgpack)
-- IDEM       idempotency scope + key -> seq8
-- META       b'format' -> format version
+- IDEM       b'r' + run start seq8 + key -> seq8 (keys of a run), or
+             b'\x00' + ck(conversation) + key -> seq8 (keys of conversation entries)
+- META       b'format' -> format version, b'last_seq' -> seq8
+
+A run's entries belong to its conversation and lie between the run's first and last
+`seq`, so they are read through BY_CONV; a run is named inside keys by the `seq` of its
+`run_started` entry rather than by its id, which keeps the index small.
+
+Format 1 (before 0.1) also kept BY_RUN (ck(run) + seq8 -> ''), keyed run idempotency by
+ck(run) and stored run records as maps; `migrate` rewrites such a store in place.
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ from eventlog.entries import (
     RunFinishedInfo,
     RunRecord,
     RunStartedInfo,
+    RunStatus,
     TitleInfo,
     ToolEffectInfo,
     VerifyProblem,
@@ -59,8 +67,9 @@ from eventlog.errors import (
     StoreVersionError,
 )
 
-FORMAT_VERSION: Final = 1
-"""The on-disk format this code writes; a store with a larger number is refused."""
+FORMAT_VERSION: Final = 2
+"""The on-disk format this code writes; a store with a larger number is refused, an older
+one is migrated when opened (`migrate`)."""
 
 MAX_ID_BYTES: Final = 200
 """Longest id or idempotency key, in UTF-8 bytes (LMDB keys are at most 511 bytes)."""
@@ -83,10 +92,77 @@ class _Body(msgspec.Struct, array_like=True, frozen=True, gc=False):
     payload: bytes
 
 
+class _StoredRun(msgspec.Struct, array_like=True, gc=False):
+    """A `RunRecord` as stored: positional fields, the run id being the key.
+
+    Stores of format 1 hold runs as maps with field names; both layouts are read.
+    """
+
+    conversation_id: str
+    parent_run_id: str | None
+    agent_name: str | None
+    metadata: dict[str, str]
+    started_at: datetime
+    finished_at: datetime | None
+    status: RunStatus
+    error: str | None
+    usage: dict[str, int]
+    start_seq: int
+    branch_parent: int | None
+    last_seq: int
+    message_count: int
+    entry_count: int
+
+
+def _encode_run(record: RunRecord) -> bytes:
+    return _run_encoder.encode(
+        _StoredRun(
+            record.conversation_id,
+            record.parent_run_id,
+            record.agent_name,
+            record.metadata,
+            record.started_at,
+            record.finished_at,
+            record.status,
+            record.error,
+            record.usage,
+            record.start_seq,
+            record.branch_parent,
+            record.last_seq,
+            record.message_count,
+            record.entry_count,
+        )
+    )
+
+
+def _decode_run(run_id: str, raw: bytes) -> RunRecord:
+    if raw[0] & 0xF0 == 0x80 or raw[0] in (0xDE, 0xDF):  # a msgpack map: format 1
+        return _run_decoder.decode(raw)
+    s = _stored_run_decoder.decode(raw)
+    return RunRecord(
+        run_id=run_id,
+        conversation_id=s.conversation_id,
+        parent_run_id=s.parent_run_id,
+        agent_name=s.agent_name,
+        metadata=s.metadata,
+        started_at=s.started_at,
+        finished_at=s.finished_at,
+        status=s.status,
+        error=s.error,
+        usage=s.usage,
+        start_seq=s.start_seq,
+        branch_parent=s.branch_parent,
+        last_seq=s.last_seq,
+        message_count=s.message_count,
+        entry_count=s.entry_count,
+    )
+
+
 _body_encoder = msgspec.msgpack.Encoder()
 _body_decoder = msgspec.msgpack.Decoder(_Body)
 _run_encoder = msgspec.msgpack.Encoder()
 _run_decoder = msgspec.msgpack.Decoder(RunRecord)
+_stored_run_decoder = msgspec.msgpack.Decoder(_StoredRun)
 _conv_decoder = msgspec.msgpack.Decoder(ConversationRecord)
 _json_encoder = msgspec.json.Encoder()
 _started_decoder = msgspec.json.Decoder(RunStartedInfo)
@@ -196,8 +272,34 @@ def check_format(txn: ReadTxn) -> int | None:
 
 
 def init_format(txn: WriteTxn) -> None:
-    if check_format(txn) is None:
+    """Record the format of a new store; bring an older store up to date (`migrate`)."""
+    version = check_format(txn)
+    if version is None:
         txn.put(Table.META, b'format', str(FORMAT_VERSION).encode())
+    elif version < FORMAT_VERSION:
+        migrate(txn, version)
+
+
+def migrate(txn: WriteTxn, version: int) -> None:
+    """Rewrite a store of an older format in the current one, inside `txn` (all or nothing).
+
+    Entries, their hashes and every record keep their content; only how the indexes name
+    runs changes, so a migrated store exports, verifies and replays exactly as before.
+    """
+    if version != 1:
+        raise StoreVersionError(f'the store records format {version}, which no version of pydantic-ai-eventlog wrote')
+    for key, raw in list(txn.scan(Table.RUNS)):
+        run_id = key.decode()
+        run = _decode_run(run_id, raw)
+        old_prefix = ck(run_id)
+        new_prefix = run_idem_prefix(run.start_seq)
+        for idem_key, value in list(txn.scan(Table.IDEM, prefix=old_prefix)):
+            txn.delete(Table.IDEM, idem_key)
+            txn.put(Table.IDEM, new_prefix + idem_key[len(old_prefix) :], value)
+        txn.put(Table.RUNS, key, _encode_run(run))
+    for key in [k for k, _ in txn.scan(Table.BY_RUN)]:
+        txn.delete(Table.BY_RUN, key)
+    txn.put(Table.META, b'format', str(FORMAT_VERSION).encode())
 
 
 def decode_body(seq: int, value: bytes) -> _Body:
@@ -239,7 +341,7 @@ def _get_body(txn: ReadTxn, seq: int) -> _Body | None:
 
 def get_run(txn: ReadTxn, run_id: str) -> RunRecord | None:
     raw = txn.get(Table.RUNS, run_id.encode())
-    return None if raw is None else _run_decoder.decode(raw)
+    return None if raw is None else _decode_run(run_id, raw)
 
 
 def get_conversation(txn: ReadTxn, conversation_id: str) -> ConversationRecord | None:
@@ -307,15 +409,23 @@ class _Batch:
     def flush(self) -> None:
         self.txn.put(Table.META, b'last_seq', seq_key(self.next_seq - 1))
         for run_id, record in self.runs.items():
-            self.txn.put(Table.RUNS, run_id.encode(), _run_encoder.encode(record))
+            self.txn.put(Table.RUNS, run_id.encode(), _encode_run(record))
         for conversation_id, conv in self.convs.items():
             self.txn.put(Table.CONVS, conversation_id.encode(), _run_encoder.encode(conv))
 
 
-def _idem_scope(entry: NewEntry) -> bytes:
-    if entry.run_id is not None:
-        return ck(entry.run_id)
-    return b'\x00' + ck(entry.conversation_id)
+def run_idem_prefix(start_seq: int) -> bytes:
+    """The IDEM key prefix of the run whose `run_started` entry has `start_seq`."""
+    return b'r' + seq_key(start_seq)
+
+
+def _idem_key(batch: _Batch, entry: NewEntry, key: str, seq: int) -> bytes:
+    """Where `entry`'s idempotency key is recorded; `seq` is the entry's own, used when the
+    entry starts its run."""
+    if entry.run_id is None:
+        return b'\x00' + ck(entry.conversation_id) + key.encode()
+    run = batch.run(entry.run_id)
+    return run_idem_prefix(seq if run is None else run.start_seq) + key.encode()
 
 
 def _check_new_entry(entry: object, seen: set[object]) -> NewEntry:
@@ -379,8 +489,6 @@ def _write_entry(batch: _Batch, body: _Body, conv: ConversationRecord, idem_key:
     skey = seq_key(body.seq)
     txn.put_last(Table.ENTRIES, skey, body_bytes + digest)
     txn.put(Table.BY_CONV, batch.key_prefix(body.conversation_id) + skey, b'')
-    if body.run_id is not None:
-        txn.put(Table.BY_RUN, batch.key_prefix(body.run_id) + skey, b'')
     if idem_key is not None:
         txn.put(Table.IDEM, idem_key, skey)
         batch.idem[idem_key] = body.seq
@@ -399,11 +507,14 @@ def append_entries(
     *,
     allow_internal: bool = False,
     seq_hints: Sequence[int] | None = None,
+    recorded: dict[int, bytes] | None = None,
 ) -> list[int]:
     """Append `entries` in order inside `txn`; return each entry's `seq`.
 
     Validation happens before anything is written, so a bad entry anywhere in the batch
     leaves the store unchanged (the caller's transaction is aborted on error as well).
+    With `recorded`, each entry whose idempotency key was appended before adds its index in
+    `entries` and the payload the log holds for it.
     """
     seen: set[object] = set()
     checked = [_check_new_entry(entry, seen) for entry in entries]
@@ -414,18 +525,21 @@ def append_entries(
     seqs: list[int] = []
     for index, entry in enumerate(checked):
         idem_key = None
+        seq = batch.next_seq
+        if seq_hints is not None and seq_hints[index] > seq:
+            seq = seq_hints[index]
         if entry.idempotency_key is not None:
-            idem_key = _idem_scope(entry) + entry.idempotency_key.encode()
+            idem_key = _idem_key(batch, entry, entry.idempotency_key, seq)
             existing = batch.idem.get(idem_key)
             if existing is None:
                 raw = txn.get(Table.IDEM, idem_key)
                 existing = None if raw is None else key_seq(raw)
             if existing is not None:
                 seqs.append(existing)
+                if recorded is not None:
+                    held = _get_body(txn, existing)
+                    recorded[index] = b'' if held is None else held.payload
                 continue
-        seq = batch.next_seq
-        if seq_hints is not None and seq_hints[index] > seq:
-            seq = seq_hints[index]
         ts = entry.timestamp or now
         parent = _apply(batch, entry, seq, ts, allow_internal=allow_internal)
         conv = batch.conv(entry.conversation_id)
@@ -570,9 +684,16 @@ def iter_entries(
 ) -> Iterator[Entry]:
     """Entries in `seq` order, filtered; the narrowest index is used."""
     start = seq_key(after_seq + 1)
+    stop: int | None = None
     if run_id is not None:
-        prefix = ck(run_id)
-        keys: Iterable[bytes] = (k for k, _ in txn.scan(Table.BY_RUN, prefix=prefix, start=prefix + start))
+        run = get_run(txn, run_id)
+        if run is None or (conversation_id is not None and run.conversation_id != conversation_id):
+            return
+        # A run's entries lie in its conversation, from its `run_started` entry to its latest.
+        prefix = ck(run.conversation_id)
+        start = seq_key(max(after_seq + 1, run.start_seq))
+        stop = run.last_seq
+        keys: Iterable[bytes] = (k for k, _ in txn.scan(Table.BY_CONV, prefix=prefix, start=prefix + start))
     elif conversation_id is not None:
         prefix = ck(conversation_id)
         keys = (k for k, _ in txn.scan(Table.BY_CONV, prefix=prefix, start=prefix + start))
@@ -584,25 +705,31 @@ def iter_entries(
         return
     for key in keys:
         seq = key_seq(key)
+        if stop is not None and seq > stop:
+            return
         value = txn.get(Table.ENTRIES, seq_key(seq))
         if value is None:
             continue
         body = decode_body(seq, value)
         if conversation_id is not None and body.conversation_id != conversation_id:
             continue
+        if run_id is not None and body.run_id != run_id:
+            continue
         if kinds is None or body.kind in kinds:
             yield to_entry(body, value)
 
 
-def _run_bodies(txn: ReadTxn, run_id: str, upto: int) -> list[_Body]:
-    prefix = ck(run_id)
+def _run_bodies(txn: ReadTxn, run: RunRecord, upto: int) -> list[_Body]:
+    """The run's entries up to `seq` `upto`, in order."""
+    prefix = ck(run.conversation_id)
+    last = min(upto, run.last_seq)
     out: list[_Body] = []
-    for key, _ in txn.scan(Table.BY_RUN, prefix=prefix):
+    for key, _ in txn.scan(Table.BY_CONV, prefix=prefix, start=prefix + seq_key(run.start_seq)):
         seq = key_seq(key)
-        if seq > upto:
+        if seq > last:
             break
         body = _get_body(txn, seq)
-        if body is not None:
+        if body is not None and body.run_id == run.run_id:
             out.append(body)
     return out
 
@@ -623,7 +750,7 @@ def branch_bodies(txn: ReadTxn, tip: int | None) -> list[_Body]:
             run = get_run(txn, body.run_id)
             if run is None:
                 break
-            segments.append(_run_bodies(txn, body.run_id, point))
+            segments.append(_run_bodies(txn, run, point))
             nxt = run.branch_parent
         else:
             segments.append([body])
@@ -779,12 +906,9 @@ def delete_conversation(txn: WriteTxn, conversation_id: str) -> int:
     run_ids = [run_id.decode() for _, run_id in txn.scan(Table.CONV_RUNS, prefix=prefix)]
     for run_id in run_ids:
         run = get_run(txn, run_id)
-        rprefix = ck(run_id)
-        for key in [k for k, _ in txn.scan(Table.BY_RUN, prefix=rprefix)]:
-            txn.delete(Table.BY_RUN, key)
-        for key in [k for k, _ in txn.scan(Table.IDEM, prefix=rprefix)]:
-            txn.delete(Table.IDEM, key)
         if run is not None:
+            for key in [k for k, _ in txn.scan(Table.IDEM, prefix=run_idem_prefix(run.start_seq))]:
+                txn.delete(Table.IDEM, key)
             txn.delete(Table.RUN_ORDER, seq_key(run.start_seq))
         txn.delete(Table.RUNS, run_id.encode())
     for key in [k for k, _ in txn.scan(Table.CONV_RUNS, prefix=prefix)]:

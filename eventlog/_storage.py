@@ -25,6 +25,7 @@ class Table:
     ENTRIES: Final = 1
     BY_CONV: Final = 2
     BY_RUN: Final = 3
+    """Format 1 only: emptied when such a store is migrated."""
     RUNS: Final = 4
     RUN_ORDER: Final = 5
     CONV_RUNS: Final = 6

@@ -20,6 +20,8 @@ from eventlog.entries import Entry, ForkInfo, NewEntry
 from eventlog.errors import ConversationNotFound, InvalidArgumentError
 
 FORMAT_NAME = 'pydantic-ai-eventlog'
+EXPORT_VERSION = 1
+"""The version of the JSON Lines layout (independent of the store's on-disk format)."""
 
 
 class Header(msgspec.Struct, frozen=True):
@@ -73,7 +75,7 @@ def _closure(txn: ReadTxn, conversation_ids: list[str]) -> set[str]:
 def export_lines(txn: ReadTxn, conversation_ids: list[str] | None) -> Iterator[bytes]:
     """The export, one encoded line (with its newline) at a time."""
     wanted = None if conversation_ids is None else _closure(txn, conversation_ids)
-    yield _encoder.encode(Header(FORMAT_NAME, engine.FORMAT_VERSION)) + b'\n'
+    yield _encoder.encode(Header(FORMAT_NAME, EXPORT_VERSION)) + b'\n'
     for entry in engine.iter_entries(txn):
         if wanted is not None and entry.conversation_id not in wanted:
             continue
@@ -104,9 +106,9 @@ def read_export(stream: IO[bytes]) -> list[ExportedEntry]:
         raise InvalidArgumentError('not an eventlog export: the first line is not its header') from None
     if header.format != FORMAT_NAME:
         raise InvalidArgumentError(f'not an eventlog export (format {header.format!r})')
-    if header.version > engine.FORMAT_VERSION:
+    if header.version > EXPORT_VERSION:
         raise InvalidArgumentError(
-            f'the export is in format {header.version}; this version reads format {engine.FORMAT_VERSION} at most'
+            f'the export is in format {header.version}; this version reads format {EXPORT_VERSION} at most'
         )
     lines: list[ExportedEntry] = []
     heads: dict[str, bytes] = {}

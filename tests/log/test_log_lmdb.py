@@ -28,7 +28,7 @@ from eventlog import (
     message_entry,
     run_started_entry,
 )
-from eventlog._engine import seq_key
+from eventlog._engine import FORMAT_VERSION, seq_key
 from eventlog._storage import Table
 
 WORKER = Path(__file__).with_name('log_worker.py')
@@ -128,7 +128,7 @@ async def test_newer_format_is_refused_and_left_untouched(tmp_path: Path) -> Non
     env = lmdb.open(str(path), max_dbs=32)
     index = env.open_db(b'index')
     with env.begin(write=True) as txn:
-        txn.put(bytes([Table.META]) + b'format', b'1', db=index)
+        txn.put(bytes([Table.META]) + b'format', str(FORMAT_VERSION).encode(), db=index)
     env.close()
     reopened = LmdbEventLog(path)
     assert len(await reopened.entries()) == 4
