@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import hashlib
 import warnings
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -38,7 +39,7 @@ from pydantic_ai.capabilities.abstract import (
     WrapRunHandler,
     WrapToolExecuteHandler,
 )
-from pydantic_ai.messages import ModelMessage, ModelRequest, ToolCallPart
+from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelRequest, ToolCallPart
 from pydantic_ai.models import ModelRequestContext
 from pydantic_ai.run import AgentRunResult
 from pydantic_ai.tools import AgentDepsT, RunContext, ToolDefinition
@@ -46,6 +47,7 @@ from pydantic_ai.usage import RunUsage
 
 from capability._persistence_sync import Layout, SyncPlan, match_branch, plan_sync
 from eventlog import (
+    Appended,
     EventLog,
     EventLogError,
     NewEntry,
@@ -246,7 +248,7 @@ class EventLogPersistence(AbstractCapability[AgentDepsT]):
             wire = [
                 WireEntry('message', encode_message(m), f'inherited:{i}', inherited=True) for i, m in enumerate(unseen)
             ]
-            seqs = await self._write(wire)
+            seqs = await self._write(wire, list(unseen))
             if seqs is not None:
                 layout.messages.extend(unseen)
                 layout.anchors.extend(seqs[-len(unseen) :])
@@ -347,7 +349,9 @@ class EventLogPersistence(AbstractCapability[AgentDepsT]):
             wire.append(closing)
         if not wire and not state.pending:
             return
-        seqs = await self._write(wire)
+        offset = len(wire) - len(plan.new_messages) - (closing is not None)
+        aligned: list[ModelMessage | None] = [None] * offset + list(plan.new_messages)
+        seqs = await self._write(wire, aligned)
         if seqs is None or unwinding:
             return
         first = len(seqs) - len(wire)
@@ -437,20 +441,48 @@ class EventLogPersistence(AbstractCapability[AgentDepsT]):
             if secondary is not error:
                 error.add_note(f'EventLogPersistence could not record the failure either: {secondary}')
 
-    async def _write(self, entries: list[WireEntry]) -> list[int] | None:
+    async def _write(self, entries: list[WireEntry], messages: Sequence[ModelMessage | None] = ()) -> list[int] | None:
         """Append pending and `entries` in one transaction; `None` if the log failed and
-        `on_error='warn'` (the run then goes on unrecorded)."""
+        `on_error='warn'` (the run then goes on unrecorded).
+
+        `messages[i]`, when given, is the live message `entries[i]` records. A step executed
+        again (a durable engine recovering a run) finds its entries already in the log, possibly
+        with other bytes (a request rebuilt with a new timestamp, a tool that returned something
+        else): the live message then takes the recorded content, so the run goes on from what
+        the model was actually sent and its result still replays byte for byte.
+        """
         state = self._state
         if state.disabled:
             return None
         batch = [*state.pending, *entries]
         try:
-            seqs = await self._append(run_id=state.run_id, conversation_id=state.conversation_id, entries=batch)
+            appended = await self._append(run_id=state.run_id, conversation_id=state.conversation_id, entries=batch)
+            skip = len(state.pending)
+            state.pending.clear()
+            for index, message in enumerate(messages):
+                seq, digest = appended[skip + index]
+                if message is not None and digest != _digest(entries[index].payload):
+                    await self._adopt(message, seq)
         except (EventLogError, OSError) as exc:
             self._failed(exc)
             return None
-        state.pending.clear()
-        return seqs
+        return [seq for seq, _ in appended]
+
+    async def _adopt(self, message: ModelMessage, seq: int) -> None:
+        """Give the live `message` the content of the `message` entry `seq` recorded for it."""
+        entry = await self.log.get_entry(seq)
+        if entry is None or entry.kind != 'message':
+            raise EventLogPersistenceError(
+                f'run {self._state.run_id!r} was recorded differently: entry {seq} is not the message it expects'
+            )
+        recorded = ModelMessagesTypeAdapter.validate_json(b'[' + entry.payload + b']')[0]
+        if type(recorded) is not type(message):
+            raise EventLogPersistenceError(
+                f'run {self._state.run_id!r} diverged from its record: entry {seq} holds a {recorded.kind} '
+                f'where the run now has a {message.kind}'
+            )
+        for f in fields(message):
+            setattr(message, f.name, getattr(recorded, f.name))
 
     def _failed(self, exc: BaseException) -> None:
         state = self._state
@@ -464,9 +496,14 @@ class EventLogPersistence(AbstractCapability[AgentDepsT]):
         raise EventLogPersistenceError(message) from exc
 
     @durable_operation('append')
-    async def _append(self, *, run_id: str, conversation_id: str, entries: list[WireEntry]) -> list[int]:
+    async def _append(self, *, run_id: str, conversation_id: str, entries: list[WireEntry]) -> list[tuple[int, str]]:
         """The one write: a durable operation, so an engine journals it, and idempotent by key,
-        so re-executing it after a crash appends nothing twice."""
+        so re-executing it after a crash appends nothing twice.
+
+        Returns each entry's `seq` and, for messages, a digest of the payload the log holds (an
+        earlier attempt's, when the step ran before); a journaled result keeps the digests of the
+        attempt that wrote the entries.
+        """
         batch = [
             NewEntry(
                 conversation_id=conversation_id,
@@ -480,7 +517,13 @@ class EventLogPersistence(AbstractCapability[AgentDepsT]):
             )
             for e in entries
         ]
-        return await self.log.append_many(batch)
+        seqs = await self.log.append_many(batch)
+        # A log that does not report repeats (not an `Appended`): what was offered counts as held.
+        held = seqs.recorded if isinstance(seqs, Appended) else {}
+        return [
+            (seq, _digest(held.get(index, e.payload)) if e.kind == 'message' else '')
+            for index, (seq, e) in enumerate(zip(seqs, entries, strict=True))
+        ]
 
     # --- threading -------------------------------------------------------------------------------
 
@@ -532,6 +575,10 @@ def _result_usage(result: AgentRunResult[Any]) -> RunUsage:
     """`result.usage`: a property in pydantic-ai 2.62 and later (calling it is deprecated), a method before."""
     usage: Any = result.usage
     return usage if isinstance(usage, RunUsage) else usage()
+
+
+def _digest(payload: bytes) -> str:
+    return hashlib.blake2b(payload, digest_size=16).hexdigest()
 
 
 def _describe(error: BaseException) -> str:

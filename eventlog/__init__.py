@@ -36,11 +36,12 @@ from eventlog.errors import (
     StoreVersionError,
 )
 from eventlog.lmdb_log import LmdbEventLog
-from eventlog.log import EventLog, EventLogBase
+from eventlog.log import Appended, EventLog, EventLogBase
 from eventlog.memory import InMemoryEventLog
 from eventlog.replay import ReplayHistorySource
 
 __all__ = [
+    'Appended',
     'CompactionInfo',
     'ConversationNotFound',
     'ConversationRecord',

@@ -25,11 +25,29 @@ from eventlog._storage import ReadTxn, WriteTxn
 from eventlog.entries import ConversationRecord, Entry, NewEntry, RunRecord, TitleInfo, VerifyReport
 from eventlog.errors import ConversationNotFound, InvalidArgumentError, LogClosedError
 
-__all__ = ['EventLog', 'EventLogBase']
+__all__ = ['Appended', 'EventLog', 'EventLogBase']
 
 T = TypeVar('T')
 
 _BULK_THRESHOLD = 2000
+
+
+class Appended(list[int]):
+    """The `seq`s one `append_many` call assigned, in order, plus what was there before.
+
+    `recorded` maps the index of each entry whose idempotency key had been appended before (a
+    step executed again) to the payload the log holds for it, which can differ from the payload
+    just offered (a request rebuilt with a new timestamp). Entries appended now are absent.
+    """
+
+    recorded: dict[int, bytes]
+
+    def __init__(self, seqs: Iterable[int], recorded: dict[int, bytes]) -> None:
+        """Wrap `seqs` with the `recorded` payloads of idempotent repeats."""
+        super().__init__(seqs)
+        self.recorded = recorded
+
+
 """Replays longer than this many entries run in a worker thread."""
 
 
@@ -180,11 +198,21 @@ class EventLogBase(ABC):
         return (await self._write(lambda txn: engine.append_entries(txn, [entry])))[0]
 
     async def append_many(self, entries: Sequence[NewEntry]) -> list[int]:
-        """Append entries in order in one transaction (all or none); return their `seq`s."""
+        """Append entries in order in one transaction (all or none); return their `seq`s.
+
+        The list returned is an `Appended`, which also tells which entries had been appended
+        before (their idempotency key was already recorded) and what the log holds for them.
+        """
         batch = list(entries)
         if not batch:
-            return []
-        return await self._write(lambda txn: engine.append_entries(txn, batch), bulk=len(batch) > _BULK_THRESHOLD)
+            return Appended([], {})
+        held: dict[int, bytes] = {}
+
+        def write(txn: WriteTxn) -> list[int]:
+            held.clear()  # a transaction retried after the map grew starts over
+            return engine.append_entries(txn, batch, recorded=held)
+
+        return Appended(await self._write(write, bulk=len(batch) > _BULK_THRESHOLD), dict(held))
 
     # -- records ------------------------------------------------------------------------------
 

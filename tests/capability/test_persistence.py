@@ -544,8 +544,24 @@ async def test_redriving_the_same_hooks_is_idempotent(log: EventLogBase) -> None
 
     batch = [WireEntry(e.kind, e.payload, e.idempotency_key or '', parent=e.parent) for e in entries]  # type: ignore[arg-type]
     assert isinstance(run, EventLogPersistence)
-    seqs = await run._append(run_id=result.run_id, conversation_id='d', entries=batch)  # pyright: ignore[reportPrivateUsage]
-    assert seqs == [e.seq for e in entries]
+    appended = await run._append(run_id=result.run_id, conversation_id='d', entries=batch)  # pyright: ignore[reportPrivateUsage]
+    assert [seq for seq, _ in appended] == [e.seq for e in entries]
+    assert await log.entries() == entries
+    # The digests name what the log holds, so a re-driven step whose message came out different
+    # (a request rebuilt with a new timestamp) can tell and take the recorded one.
+    messages = [(e, digest) for e, (_, digest) in zip(entries, appended, strict=True) if e.kind == 'message']
+    assert messages and all(digest for _, digest in messages)
+    altered = [
+        WireEntry(
+            e.kind,
+            e.payload.replace(b'hello', b'HELLO') if e.kind == 'message' else e.payload,
+            e.idempotency_key or '',
+            parent=e.parent,
+        )  # type: ignore[arg-type]
+        for e in entries
+    ]
+    again = await run._append(run_id=result.run_id, conversation_id='d', entries=altered)  # pyright: ignore[reportPrivateUsage]
+    assert again == appended
     assert await log.entries() == entries
 
 
