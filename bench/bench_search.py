@@ -599,6 +599,25 @@ def rank_only_fn(store: Store, conversation_id: str | None) -> Callable[[str], A
     return search
 
 
+def top_text_fn(store: Store, conversation_id: str | None) -> Callable[[str], Awaitable[object]]:
+    """What the FTS5 query returns, from the index: the top 10 hits with each message's text."""
+    analyzer = DefaultAnalyzer()
+
+    async def search(query: str) -> object:
+        corpus = cast(
+            Any, await store.index.open_corpus(conversation_id=conversation_id, run_id=None, analyzer=analyzer)
+        )
+        top = (await corpus.rank(unique_terms(analyzer.tokens(query)), k1=1.5, b=0.75))[:10]
+        windows = await corpus.messages_many([(hit.run_id, hit.position, hit.position + 1) for hit in top])
+        return [
+            (hit.run_id, hit.position, index_text(message))
+            for hit, window in zip(top, windows, strict=True)
+            for _, message in window
+        ]
+
+    return search
+
+
 def fts_fn(store: Store, conversation_id: str | None) -> Callable[[str], Awaitable[object]]:
     async def search(query: str) -> object:
         return store.fts.search(query, conversation_id)
@@ -622,6 +641,7 @@ class Row:
 class Measured:
     lmdb: dict[tuple[str, int], Latency] = field(default_factory=dict[tuple[str, int], Latency])
     fts: dict[str, Latency] = field(default_factory=dict[str, Latency])
+    top_text: dict[str, Latency] = field(default_factory=dict[str, Latency])
     slow: dict[tuple[str, str, int], Latency] = field(default_factory=dict[tuple[str, str, int], Latency])
     all_scope: dict[int, Latency] = field(default_factory=dict[int, Latency])
     fts_all: Latency | None = None
@@ -672,6 +692,9 @@ async def measure_store(cfg: Config, store: Store, slow: SlowState, measured: Me
     if index_ok:
         lat = await measure(rank_only_fn(store, store.conversation_id), queries, repeats=cfg.repeats, warmup=cfg.warmup)
         rows.append(Row(size_label, 'LmdbIndex rank only', '-', lat, measured.lmdb[(key, 0)]))
+        lat = await measure(top_text_fn(store, store.conversation_id), queries, repeats=cfg.repeats, warmup=cfg.warmup)
+        measured.top_text[key] = lat
+        rows.append(Row(size_label, 'LmdbIndex top 10 + text', '-', lat, measured.lmdb[(key, 0)]))
     log_progress(f'{store.name}: FTS5')
     fts = await measure(fts_fn(store, store.conversation_id), queries, repeats=cfg.repeats, warmup=cfg.warmup)
     measured.fts[key] = fts
@@ -970,10 +993,14 @@ def report_targets(cfg: Config, measured: Measured, verdicts: Verdicts) -> None:
         else:
             verdicts.target(name, lat.median <= limit * 1e6, f'{fmt_ms(lat.median)} (p95 {fmt_ms(lat.p95)})')
     comparisons: list[str] = []
+    answers: list[str] = []
     fast_enough = True
     any_compared = False
     for key, fts in measured.fts.items():
-        ours = measured.lmdb.get((key, 0))
+        ours = measured.top_text.get(key)
+        answer = measured.lmdb.get((key, 0))
+        if answer is not None and answer.measured and fts.measured:
+            answers.append(f'{key}: {fmt_ms(answer.median)} vs {fmt_ms(fts.median)}')
         if ours is None or not ours.measured or not fts.measured:
             comparisons.append(f'{key}: not compared')
             continue
@@ -981,9 +1008,13 @@ def report_targets(cfg: Config, measured: Measured, verdicts: Verdicts) -> None:
         fast_enough &= ours.median <= fts.median
         comparisons.append(f'{key}: {fmt_ms(ours.median)} vs {fmt_ms(fts.median)}')
     verdicts.target(
-        'at least as fast as FTS5 (median, context_lines=0)',
+        'at least as fast as FTS5 (median; like for like: the top 10 with their text, as the FTS5 query returns)',
         fast_enough if any_compared else None,
         '; '.join(comparisons),
+    )
+    verdicts.info(
+        "the whole answer (context_lines=0: ranking, numbering, clipping, rendering) vs FTS5's ten rows",
+        '; '.join(answers) or 'not measured',
     )
     alone = measured.lmdb.get((focus_key, 0))
     inside = measured.lmdb.get(('big', 0))
@@ -1063,6 +1094,8 @@ async def run_all(cfg: Config, *, index_budget: float | None, skip_big: bool) ->
                     'LmdbIndex / in-memory / reference: the whole answer text; FTS5: top 10 rows with their text '
                     '(no context windows, no rendering).',
                     "'rank only': open the corpus, rank, read the top 10 hits (no messages fetched or rendered).",
+                    "'top 10 + text': rank only, plus each hit's message read, decoded and turned into text: what "
+                    'the FTS5 query returns.',
                     'FTS5 ranks with whole-table statistics; ours and the reference with in-conversation statistics.',
                     f'median and p95 are over the per-query medians of {cfg.repeats} runs (slow paths: 1 run, as many '
                     'queries as fit their time budget); every configuration is warmed up first.',

@@ -115,47 +115,13 @@ class _StoredRun(msgspec.Struct, array_like=True, gc=False):
 
 
 def _encode_run(record: RunRecord) -> bytes:
-    return _run_encoder.encode(
-        _StoredRun(
-            record.conversation_id,
-            record.parent_run_id,
-            record.agent_name,
-            record.metadata,
-            record.started_at,
-            record.finished_at,
-            record.status,
-            record.error,
-            record.usage,
-            record.start_seq,
-            record.branch_parent,
-            record.last_seq,
-            record.message_count,
-            record.entry_count,
-        )
-    )
+    return _run_encoder.encode(_StoredRun(*[getattr(record, name) for name in _StoredRun.__struct_fields__]))
 
 
 def _decode_run(run_id: str, raw: bytes) -> RunRecord:
     if raw[0] & 0xF0 == 0x80 or raw[0] in (0xDE, 0xDF):  # a msgpack map: format 1
         return _run_decoder.decode(raw)
-    s = _stored_run_decoder.decode(raw)
-    return RunRecord(
-        run_id=run_id,
-        conversation_id=s.conversation_id,
-        parent_run_id=s.parent_run_id,
-        agent_name=s.agent_name,
-        metadata=s.metadata,
-        started_at=s.started_at,
-        finished_at=s.finished_at,
-        status=s.status,
-        error=s.error,
-        usage=s.usage,
-        start_seq=s.start_seq,
-        branch_parent=s.branch_parent,
-        last_seq=s.last_seq,
-        message_count=s.message_count,
-        entry_count=s.entry_count,
-    )
+    return RunRecord(run_id=run_id, **msgspec.structs.asdict(_stored_run_decoder.decode(raw)))
 
 
 _body_encoder = msgspec.msgpack.Encoder()
