@@ -64,7 +64,8 @@ def plan_sync(layout: Layout, live: Sequence[ModelMessage], *, allow_compaction:
     """
     recorded = layout.messages
     n = len(recorded)
-    if len(live) >= n and list(live[:n]) == recorded:  # identity first, element by element, in C
+    head = live[:n]
+    if len(live) >= n and (head if isinstance(head, list) else list(head)) == recorded:  # identity first, in C
         return SyncPlan(new_messages=list(live[n:]))
     position = {id(message): index for index, message in enumerate(recorded)}
     at: list[int] = []

@@ -106,12 +106,14 @@ class _History:
     def __init__(self) -> None:
         self._items: OrderedDict[int, _Remembered] = OrderedDict()
 
-    def remember(self, layout: Layout) -> None:
+    def remember(self, layout: Layout, last_payload: bytes | None = None) -> None:
+        """Keep `layout` (its last message encodes to `last_payload`, when known)."""
         if not layout.messages or layout.tip is None:
             return
         last = layout.messages[-1]
         # The run that built `layout` is over and never touches it again, so it is kept as is.
-        self._items[id(last)] = _Remembered(layout, encode_message(last))
+        payload = last_payload if last_payload is not None else encode_message(last)
+        self._items[id(last)] = _Remembered(layout, payload)
         self._items.move_to_end(id(last))
         while len(self._items) > _CACHE_SIZE:
             self._items.popitem(last=False)
@@ -125,7 +127,7 @@ class _History:
         if (
             layout.messages[-1] is not history[-1]
             or len(layout.messages) != len(history)
-            or layout.messages != list(history)
+            or layout.messages != (history if isinstance(history, list) else list(history))
             or encode_message(history[-1]) != found.last_payload
         ):
             return None
@@ -148,6 +150,8 @@ class _RunState:
     tool_calls: dict[str, int] = field(default_factory=dict[str, int])
     live: list[ModelMessage] | None = None
     sent: tuple[ModelMessage, bytes] | None = None
+    encoded: tuple[ModelMessage, bytes] | None = None
+    """The last message recorded by this run and its payload, to spare encoding it again."""
 
 
 @dataclass
@@ -270,7 +274,7 @@ class EventLogPersistence(AbstractCapability[AgentDepsT]):
             return request_context
         await self._sync(live)
         if live:
-            state.sent = (live[-1], encode_message(live[-1]))
+            state.sent = (live[-1], self._payload_of(live[-1]))
         return request_context
 
     async def after_node_run(
@@ -367,9 +371,18 @@ class EventLogPersistence(AbstractCapability[AgentDepsT]):
             wire.append(WireEntry('compaction', entry.payload, f'compaction:{state.compactions}'))
             state.compactions += 1
         for message in plan.new_messages:
-            wire.append(WireEntry('message', encode_message(message), f'msg:{state.messages}'))
+            payload = encode_message(message)
+            wire.append(WireEntry('message', payload, f'msg:{state.messages}'))
             state.messages += 1
+            state.encoded = (message, payload)
         return wire
+
+    def _payload_of(self, message: ModelMessage) -> bytes:
+        """`message` as pydantic-ai JSON, reusing the payload just recorded for it."""
+        encoded = self._state.encoded
+        if encoded is not None and encoded[0] is message:
+            return encoded[1]
+        return encode_message(message)
 
     def _advance(self, plan: SyncPlan, live: list[ModelMessage], seqs: list[int]) -> None:
         """Update the layout once the plan's entries are committed (`seqs` are theirs, in order)."""
@@ -420,7 +433,8 @@ class EventLogPersistence(AbstractCapability[AgentDepsT]):
         closing = WireEntry('run_finished', finished.payload, 'finish')
         await self._sync(live, closing=closing, unwinding=status != 'completed')
         if status == 'completed' and not state.disabled:
-            self._recent.remember(state.layout)
+            last = state.layout.messages[-1] if state.layout.messages else None
+            self._recent.remember(state.layout, None if last is None else self._payload_of(last))
 
     async def _record_failure(self, ctx: RunContext[AgentDepsT], error: BaseException) -> None:
         """Record what a failing run produced and how it ended, never hiding the run's own error."""
@@ -462,6 +476,7 @@ class EventLogPersistence(AbstractCapability[AgentDepsT]):
             for index, message in enumerate(messages):
                 seq, digest = appended[skip + index]
                 if message is not None and digest != _digest(entries[index].payload):
+                    state.encoded = None  # the message takes the recorded content
                     await self._adopt(message, seq)
         except (EventLogError, OSError) as exc:
             self._failed(exc)
