@@ -75,6 +75,9 @@ MAX_ID_BYTES: Final = 200
 """Longest id or idempotency key, in UTF-8 bytes (LMDB keys are at most 511 bytes)."""
 
 HASH_SIZE: Final = 32
+_DENSE_SLACK: Final = 64
+"""Foreign entries a run's stretch of the log may hold beyond its own before its entries are
+looked up through the conversation index instead of read in order (see `_run_bodies`)."""
 _SEQ = struct.Struct('>Q')
 
 
@@ -687,9 +690,20 @@ def iter_entries(
 
 def _run_bodies(txn: ReadTxn, run: RunRecord, upto: int) -> list[_Body]:
     """The run's entries up to `seq` `upto`, in order."""
-    prefix = ck(run.conversation_id)
     last = min(upto, run.last_seq)
     out: list[_Body] = []
+    if last - run.start_seq < 2 * run.entry_count + _DENSE_SLACK:
+        # The run's entries make up most of its stretch of the log (the usual case: few runs
+        # interleave with it): read that stretch in order rather than looking each entry up.
+        for key, value in txn.scan(Table.ENTRIES, start=seq_key(run.start_seq)):
+            seq = key_seq(key)
+            if seq > last:
+                break
+            body = decode_body(seq, value)
+            if body.run_id == run.run_id:
+                out.append(body)
+        return out
+    prefix = ck(run.conversation_id)
     for key, _ in txn.scan(Table.BY_CONV, prefix=prefix, start=prefix + seq_key(run.start_seq)):
         seq = key_seq(key)
         if seq > last:

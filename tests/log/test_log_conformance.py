@@ -9,7 +9,14 @@ from pathlib import Path
 import msgspec
 import pytest
 from logtools import add_run, exchange, tool_exchange
-from pydantic_ai.messages import ModelMessagesTypeAdapter, ModelRequest, ModelResponse, TextPart, UserPromptPart
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    UserPromptPart,
+)
 
 from eventlog import (
     ConversationNotFound,
@@ -58,6 +65,49 @@ async def test_replay_is_byte_exact(log: EventLogBase) -> None:
     assert dump(await log.run_messages('r')) == dump(messages)
     payloads = [e.payload for e in await log.entries(run_id='r', kinds=['message'])]
     assert b'[' + b','.join(payloads) + b']' == dump(messages)
+
+
+async def test_runs_interleaved_with_other_traffic_replay_exactly(log: EventLogBase) -> None:
+    """A run's entries are read in order from its stretch of the log when they make up most of
+    it, else looked up through its conversation's index; both give the run's entries only."""
+    await log.append(run_started_entry(conversation_id='quiet', run_id='sparse'))
+    await log.append(run_started_entry(conversation_id='quiet', run_id='twin'))
+    await log.append(run_started_entry(conversation_id='busy', run_id='noise'))
+    sparse: list[ModelMessage] = []
+    twin: list[ModelMessage] = []
+    for i in range(6):
+        # 'sparse' gets one exchange between bursts of 80 entries of another conversation, and
+        # 'twin', a run of the same conversation, takes turns with it.
+        sparse += exchange(i, 'sparse')
+        await log.append_many(
+            [message_entry(m, conversation_id='quiet', run_id='sparse') for m in exchange(i, 'sparse')]
+        )
+        twin += exchange(i, 'twin')
+        await log.append_many([message_entry(m, conversation_id='quiet', run_id='twin') for m in exchange(i, 'twin')])
+        await log.append_many(
+            [message_entry(m, conversation_id='busy', run_id='noise') for j in range(40) for m in exchange(j)]
+        )
+    await log.append(run_started_entry(conversation_id='quiet', run_id='dense'))
+    dense: list[ModelMessage] = []
+    for i in range(6):
+        # 'dense' has two foreign entries after each exchange: read in order, filtered.
+        dense += exchange(i, 'dense')
+        await log.append_many([message_entry(m, conversation_id='quiet', run_id='dense') for m in exchange(i, 'dense')])
+        await log.append_many([message_entry(m, conversation_id='busy', run_id='noise') for m in exchange(100 + i)])
+    sparse_run, dense_run = await log.get_run('sparse'), await log.get_run('dense')
+    assert sparse_run is not None and dense_run is not None
+    assert sparse_run.last_seq - sparse_run.start_seq > 2 * sparse_run.entry_count + 64  # looked up
+    assert dense_run.entry_count < dense_run.last_seq - dense_run.start_seq + 1 < 2 * dense_run.entry_count  # in order
+    assert dump(await log.run_messages('sparse')) == dump(sparse)
+    assert dump(await log.run_messages('twin')) == dump(twin)
+    assert dump(await log.run_messages('dense')) == dump(dense)
+    assert [e.run_id for e in await log.entries(run_id='sparse')] == ['sparse'] * (1 + len(sparse))
+    assert [e.run_id for e in await log.entries(run_id='dense')] == ['dense'] * (1 + len(dense))
+    # Runs continuing each one replay the history through the same reads.
+    for name, run, history in (('after-sparse', sparse_run, sparse), ('after-dense', dense_run, dense)):
+        await log.append(run_started_entry(conversation_id='quiet', run_id=name, parent=run.last_seq))
+        await log.append_many([message_entry(m, conversation_id='quiet', run_id=name) for m in exchange(99)])
+        assert dump(await log.run_messages(name)) == dump([*history, *exchange(99)])
 
 
 async def test_idempotency_key_returns_first_seq_and_writes_nothing(log: EventLogBase) -> None:
