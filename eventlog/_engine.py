@@ -18,8 +18,9 @@ ids may not contain, so prefixes never collide):
 - META       b'format' -> format version, b'last_seq' -> seq8
 
 A run's entries belong to its conversation and lie between the run's first and last
-`seq`, so they are read through BY_CONV; a run is named inside keys by the `seq` of its
-`run_started` entry rather than by its id, which keeps the index small.
+`seq`, so they are read straight from ENTRIES over that stretch when they make up most of
+it, else through BY_CONV; a run is named inside keys by the `seq` of its `run_started`
+entry rather than by its id, which keeps the index small.
 
 Format 1 (before 0.1) also kept BY_RUN (ck(run) + seq8 -> ''), keyed run idempotency by
 ck(run) and stored run records as maps; `migrate` rewrites such a store in place.
