@@ -32,7 +32,7 @@ import hashlib
 import re
 import struct
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -78,7 +78,7 @@ MAX_ID_BYTES: Final = 200
 HASH_SIZE: Final = 32
 _DENSE_SLACK: Final = 64
 """Foreign entries a run's stretch of the log may hold beyond its own before its entries are
-looked up through the conversation index instead of read in order (see `_run_bodies`)."""
+looked up through the conversation index instead of read in order (see `_run_items`)."""
 _SEQ = struct.Struct('>Q')
 
 
@@ -654,65 +654,59 @@ def iter_entries(
 ) -> Iterator[Entry]:
     """Entries in `seq` order, filtered; the narrowest index is used."""
     start = seq_key(after_seq + 1)
-    stop: int | None = None
     if run_id is not None:
         run = get_run(txn, run_id)
         if run is None or (conversation_id is not None and run.conversation_id != conversation_id):
             return
-        # A run's entries lie in its conversation, from its `run_started` entry to its latest.
-        prefix = ck(run.conversation_id)
-        start = seq_key(max(after_seq + 1, run.start_seq))
-        stop = run.last_seq
-        keys: Iterable[bytes] = (k for k, _ in txn.scan(Table.BY_CONV, prefix=prefix, start=prefix + start))
-    elif conversation_id is not None:
-        prefix = ck(conversation_id)
-        keys = (k for k, _ in txn.scan(Table.BY_CONV, prefix=prefix, start=prefix + start))
-    else:
+        for body, value in _run_items(txn, run, first=after_seq + 1, last=run.last_seq):
+            if kinds is None or body.kind in kinds:
+                yield to_entry(body, value)
+        return
+    if conversation_id is None:
         for key, value in txn.scan(Table.ENTRIES, start=start):
             body = decode_body(key_seq(key), value)
             if kinds is None or body.kind in kinds:
                 yield to_entry(body, value)
         return
-    for key in keys:
+    prefix = ck(conversation_id)
+    for key, _ in txn.scan(Table.BY_CONV, prefix=prefix, start=prefix + start):
         seq = key_seq(key)
-        if stop is not None and seq > stop:
-            return
         value = txn.get(Table.ENTRIES, seq_key(seq))
         if value is None:
             continue
         body = decode_body(seq, value)
-        if conversation_id is not None and body.conversation_id != conversation_id:
-            continue
-        if run_id is not None and body.run_id != run_id:
-            continue
         if kinds is None or body.kind in kinds:
             yield to_entry(body, value)
 
 
-def _run_bodies(txn: ReadTxn, run: RunRecord, upto: int) -> list[_Body]:
-    """The run's entries up to `seq` `upto`, in order."""
-    last = min(upto, run.last_seq)
-    out: list[_Body] = []
-    if last - run.start_seq < 2 * run.entry_count + _DENSE_SLACK:
-        # The run's entries make up most of its stretch of the log (the usual case: few runs
-        # interleave with it): read that stretch in order rather than looking each entry up.
-        for key, value in txn.scan(Table.ENTRIES, start=seq_key(run.start_seq)):
-            seq = key_seq(key)
-            if seq > last:
-                break
-            body = decode_body(seq, value)
-            if body.run_id == run.run_id:
-                out.append(body)
-        return out
-    prefix = ck(run.conversation_id)
-    for key, _ in txn.scan(Table.BY_CONV, prefix=prefix, start=prefix + seq_key(run.start_seq)):
+def _run_items(txn: ReadTxn, run: RunRecord, *, first: int, last: int) -> Iterator[tuple[_Body, bytes]]:
+    """The run's entries with a `seq` from `first` to `last`, in order, with their stored values.
+
+    A run's entries lie in its conversation between its `run_started` entry and its latest.
+    When they make up most of that stretch of the log (the usual case: few runs interleave
+    with it), the stretch is read in order; otherwise each entry is looked up through the
+    conversation's index.
+    """
+    first = max(first, run.start_seq)
+    last = min(last, run.last_seq)
+    if run.last_seq - run.start_seq < 2 * run.entry_count + _DENSE_SLACK:
+        items = txn.scan(Table.ENTRIES, start=seq_key(first))
+    else:
+        prefix = ck(run.conversation_id)
+        keys = (key_seq(k) for k, _ in txn.scan(Table.BY_CONV, prefix=prefix, start=prefix + seq_key(first)))
+        items = ((seq_key(seq), value) for seq in keys if (value := txn.get(Table.ENTRIES, seq_key(seq))) is not None)
+    for key, value in items:
         seq = key_seq(key)
         if seq > last:
-            break
-        body = _get_body(txn, seq)
-        if body is not None and body.run_id == run.run_id:
-            out.append(body)
-    return out
+            return
+        body = decode_body(seq, value)
+        if body.run_id == run.run_id:
+            yield body, value
+
+
+def _run_bodies(txn: ReadTxn, run: RunRecord, upto: int) -> list[_Body]:
+    """The run's entries up to `seq` `upto`, in order."""
+    return [body for body, _ in _run_items(txn, run, first=run.start_seq, last=upto)]
 
 
 def branch_bodies(txn: ReadTxn, tip: int | None) -> list[_Body]:
