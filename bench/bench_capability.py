@@ -4,8 +4,14 @@ A chat workload: one agent run per exchange, the history threaded through `messa
 realistic multi-session text from a seeded generator, the agent driven by a `FunctionModel`.
 The same exchanges run with `EventLogPersistence` on an `LmdbEventLog` (synced commits) and with
 the reference's `StepPersistence(store=SqliteStepStore(...))`, each interleaved exchange by
-exchange with a twin agent without persistence (its baseline); the two pairs run one after the
+exchange with a twin agent without persistence (its baseline); the pairs run one after the
 other, so the reference's heavy writes never queue in front of the event log's synced commits.
+
+A third pair measures the floor any design with the same durability has on this machine: a
+capability that does nothing but one synced LMDB commit of one small value at each of the three
+points where something of a plain exchange becomes final (the request before it is sent, the
+response once stamped, the run's end). The reference's overhead over that floor is the best
+ratio any such store could reach here.
 
 Overhead per run = (time with persistence - time without) for the same exchange, median over
 the repetitions, then the median over a window of runs ending at each checkpoint (the last quarter
@@ -31,10 +37,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pydantic_ai import Agent
+import lmdb
+from pydantic_ai import Agent, ModelRequestNode
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelResponse, TextPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.tools import RunContext
 
 from capability.persistence import EventLogPersistence
 from eventlog import LmdbEventLog
@@ -163,6 +171,32 @@ class Mode:
     """Bytes on disk at each checkpoint (last repetition)."""
 
 
+@dataclass
+class SyncedCommitFloor(AbstractCapability[Any]):
+    """One synced LMDB commit of one small value wherever `EventLogPersistence` must commit in a
+    plain exchange: the floor of any store that makes each of them durable before going on."""
+
+    env: lmdb.Environment
+
+    def _commit(self) -> None:
+        with self.env.begin(write=True) as txn:
+            txn.put(b'%016d' % txn.stat()['entries'], b'x' * 64, append=True)
+
+    async def wrap_run(self, ctx: RunContext[Any], *, handler: Any) -> Any:
+        result = await handler()
+        self._commit()
+        return result
+
+    async def before_model_request(self, ctx: RunContext[Any], request_context: Any) -> Any:
+        self._commit()
+        return request_context
+
+    async def after_node_run(self, ctx: RunContext[Any], *, node: Any, result: Any) -> Any:
+        if isinstance(node, ModelRequestNode):
+            self._commit()
+        return result
+
+
 def make_agent(replies: list[str], capabilities: list[AbstractCapability[Any]]) -> Agent[None, str]:
     position = {'i': 0}
 
@@ -189,6 +223,9 @@ async def one_repetition(
         Mode('none', make_agent(replies, [])),
         Mode('eventlog', make_agent(replies, [EventLogPersistence(log)])),
     ]
+    floor_env = lmdb.open(str(workdir / f'floor-{rep}'), map_size=64 << 20)  # synced commits, as LMDB's default
+    modes.append(Mode('none-3', make_agent(replies, [])))
+    modes.append(Mode('floor', make_agent(replies, [SyncedCommitFloor(floor_env)])))
     ref_db = workdir / f'reference-{rep}.db'
     if with_reference:
         from pydantic_ai_harness.step_persistence import SqliteStepStore, StepPersistence
@@ -201,7 +238,7 @@ async def one_repetition(
     for mode in modes:
         mode.times.append([])
     # Each persistence runs interleaved, exchange by exchange, with its own run without persistence,
-    # so both see the same machine state; the two pairs run one after the other, so the reference's
+    # so both see the same machine state; the pairs run one after the other, so the reference's
     # heavy writes never sit in front of the event log's synced commits.
     pairs = [modes[i : i + 2] for i in range(0, len(modes), 2)]
     for pair in pairs if rep % 2 == 0 else pairs[::-1]:
@@ -218,9 +255,10 @@ async def one_repetition(
                 json_sizes[count] = len(ModelMessagesTypeAdapter.dump_json(pair[0].history or []))
                 if pair[1].name == 'eventlog':
                     pair[1].sizes[count] = disk_bytes(log.path)
-                else:
+                elif pair[1].name == 'reference':
                     pair[1].sizes[count] = disk_bytes(ref_db)
     log.close()
+    floor_env.close()
     return modes, json_sizes
 
 
@@ -268,11 +306,15 @@ async def main() -> None:
         name: [statistics.median(reps[i].times[0][x] for reps in all_modes) for x in range(checkpoints[-1])]
         for i, name in enumerate(names)
     }
-    last = all_modes[-1]
+    last = {mode.name: mode for mode in all_modes[-1]}
+
+    def overhead(name: str, base: str, span: range) -> float:
+        return statistics.median(per_run[name][x] - per_run[base][x] for x in span)
+
     print()
-    header = f'{"exchanges":>9} | {"run, no persistence":>19} | {"eventlog overhead":>17} | '
+    header = f'{"exchanges":>9} | {"run, no persistence":>19} | {"eventlog overhead":>17} | {"3-commit floor":>14} | '
     if with_reference:
-        header += f'{"reference overhead":>18} | {"ratio":>7} | '
+        header += f'{"reference overhead":>18} | {"ratio":>7} | {"ceiling":>7} | '
     header += f'{"messages JSON":>13} | {"eventlog store":>14}'
     if with_reference:
         header += f' | {"reference store":>15}'
@@ -281,29 +323,31 @@ async def main() -> None:
     for checkpoint in checkpoints:
         span = window(checkpoint)
         base = statistics.median(per_run['none'][x] for x in span)
-        ours = statistics.median(per_run['eventlog'][x] - per_run['none'][x] for x in span)
-        line = f'{checkpoint:>9} | {fmt_ms(base):>19} | {fmt_ms(ours):>17} | '
+        ours = overhead('eventlog', 'none', span)
+        floor = overhead('floor', 'none-3', span)
+        line = f'{checkpoint:>9} | {fmt_ms(base):>19} | {fmt_ms(ours):>17} | {fmt_ms(floor):>14} | '
         if with_reference:
-            theirs = statistics.median(per_run['reference'][x] - per_run['none-2'][x] for x in span)
-            line += f'{fmt_ms(theirs):>18} | {theirs / ours:6.1f}x | '
+            theirs = overhead('reference', 'none-2', span)
+            line += f'{fmt_ms(theirs):>18} | {theirs / ours:6.1f}x | {theirs / floor:6.1f}x | '
         json_size = json_sizes[checkpoint]
-        our_size = last[1].sizes[checkpoint]
+        our_size = last['eventlog'].sizes[checkpoint]
         line += f'{fmt_bytes(json_size):>13} | {fmt_bytes(our_size):>9} {our_size / json_size:4.1f}x'
         if with_reference:
-            ref_size = last[3].sizes[checkpoint]
+            ref_size = last['reference'].sizes[checkpoint]
             line += f' | {fmt_bytes(ref_size):>9} {ref_size / json_size:5.1f}x'
         print(line)
     print()
     first, final = window(checkpoints[0]), window(checkpoints[-1])
-    ours_growth = statistics.median(per_run['eventlog'][x] - per_run['none'][x] for x in final) / statistics.median(
-        per_run['eventlog'][x] - per_run['none'][x] for x in first
-    )
+    ours_growth = overhead('eventlog', 'none', final) / overhead('eventlog', 'none', first)
     print(f'eventlog overhead per run, last checkpoint / first: {ours_growth:.2f}x')
     if with_reference:
-        ref_growth = statistics.median(per_run['reference'][x] - per_run['none'][x] for x in final) / statistics.median(
-            per_run['reference'][x] - per_run['none'][x] for x in first
-        )
+        ref_growth = overhead('reference', 'none-2', final) / overhead('reference', 'none-2', first)
         print(f'reference overhead per run, last checkpoint / first: {ref_growth:.2f}x')
+    print(
+        '3-commit floor: a capability doing nothing but one synced LMDB commit of one small value for the\n'
+        "request, the response and the run's end; ceiling = reference overhead / floor, the best ratio a\n"
+        'store that makes each of them durable before going on can reach on this machine.'
+    )
     print('store sizes are bytes on disk (LMDB data file blocks; SQLite database and WAL files).')
 
 
