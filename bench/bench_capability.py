@@ -173,19 +173,24 @@ class Mode:
 
 @dataclass
 class SyncedCommitFloor(AbstractCapability[Any]):
-    """One synced LMDB commit of one small value wherever `EventLogPersistence` must commit in a
-    plain exchange: the floor of any store that makes each of them durable before going on."""
+    """`EventLogPersistence`'s hooks, making one synced LMDB commit of one small value wherever it
+    commits in a plain exchange: the floor of any store that makes each of them durable before
+    going on. Without an environment the hooks do nothing."""
 
-    env: lmdb.Environment
+    env: lmdb.Environment | None = None
 
     def _commit(self) -> None:
-        with self.env.begin(write=True) as txn:
-            txn.put(b'%016d' % txn.stat()['entries'], b'x' * 64, append=True)
+        if self.env is not None:
+            with self.env.begin(write=True) as txn:
+                txn.put(b'%016d' % txn.stat()['entries'], b'x' * 64, append=True)
 
     async def wrap_run(self, ctx: RunContext[Any], *, handler: Any) -> Any:
         result = await handler()
         self._commit()
         return result
+
+    async def before_run(self, ctx: RunContext[Any]) -> None:
+        return None
 
     async def before_model_request(self, ctx: RunContext[Any], request_context: Any) -> Any:
         self._commit()

@@ -37,11 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import lmdb
-from bench_capability import exchanges, make_agent
-from pydantic_ai import ModelRequestNode
-from pydantic_ai.capabilities import AbstractCapability
+from bench_capability import SyncedCommitFloor, exchanges, make_agent
 from pydantic_ai.messages import ModelMessage
-from pydantic_ai.tools import RunContext
 
 from capability.persistence import EventLogPersistence
 from eventlog import LmdbEventLog
@@ -53,11 +50,11 @@ Store = tuple[lmdb.Environment, Any, Any]
 
 
 @dataclass
-class CommitShape(AbstractCapability[Any]):
-    """Three synced commits per plain exchange, each of a chosen shape (`store=None`: no commit)."""
+class CommitShape(SyncedCommitFloor):
+    """The floor's hooks, each commit writing an entry and touching `leaves` index leaves."""
 
     store: Store | None = None
-    entry_bytes: int = 0
+    entry_bytes: int = 1200
     leaves: int = 0
 
     def _commit(self) -> None:
@@ -66,27 +63,10 @@ class CommitShape(AbstractCapability[Any]):
         env, entries, index = self.store
         with env.begin(write=True) as txn:
             count = txn.stat(entries)['entries']
-            txn.put(b'%016d' % count, b'x' * max(self.entry_bytes, 64), append=True, db=entries)
+            txn.put(b'%016d' % count, b'x' * self.entry_bytes, append=True, db=entries)
             for leaf in range(self.leaves):
                 # Keys of table `leaf` sit together, so each lands on a leaf of its own.
                 txn.put(b'%02d%08d' % (leaf, count * 7919 % _FILLER_KEYS), b'y' * 100, db=index)
-
-    async def wrap_run(self, ctx: RunContext[Any], *, handler: Any) -> Any:
-        result = await handler()
-        self._commit()
-        return result
-
-    async def before_run(self, ctx: RunContext[Any]) -> None:
-        return None
-
-    async def before_model_request(self, ctx: RunContext[Any], request_context: Any) -> Any:
-        self._commit()
-        return request_context
-
-    async def after_node_run(self, ctx: RunContext[Any], *, node: Any, result: Any) -> Any:
-        if isinstance(node, ModelRequestNode):
-            self._commit()
-        return result
 
 
 def open_store(path: Path) -> Store:
@@ -113,14 +93,15 @@ async def main() -> None:
     with tempfile.TemporaryDirectory(prefix='bench-commit-cost-') as tmp:
         for rep in range(args.reps):
             root = Path(tmp) / str(rep)
-            stores = [open_store(root / name) for name in ('one', 'leaf1', 'leaf6')]
+            stores = [open_store(root / name) for name in ('leaf1', 'leaf6')]
+            plain = lmdb.open(str(root / 'one'), map_size=64 << 20)  # synced commits: LMDB's default
             logs = [LmdbEventLog(root / 'log-nosync', sync=False), LmdbEventLog(root / 'log')]
             agents = {
                 'none': make_agent(replies, []),
-                'hooks only': make_agent(replies, [CommitShape()]),
-                'commit: 1 value': make_agent(replies, [CommitShape(stores[0])]),
-                'commit: entry + 1 leaf': make_agent(replies, [CommitShape(stores[1], 1200, 1)]),
-                'commit: entry + 6 leaves': make_agent(replies, [CommitShape(stores[2], 1200, 6)]),
+                'hooks only': make_agent(replies, [SyncedCommitFloor()]),
+                'commit: 1 value': make_agent(replies, [SyncedCommitFloor(plain)]),
+                'commit: entry + 1 leaf': make_agent(replies, [CommitShape(store=stores[0], leaves=1)]),
+                'commit: entry + 6 leaves': make_agent(replies, [CommitShape(store=stores[1], leaves=6)]),
                 'eventlog, sync=False': make_agent(replies, [EventLogPersistence(logs[0])]),
                 'eventlog': make_agent(replies, [EventLogPersistence(logs[1])]),
             }
@@ -141,7 +122,7 @@ async def main() -> None:
                     history[name] = result.all_messages()
             for log in logs:
                 log.close()
-            for env, _, _ in stores:
+            for env in [plain, *(env for env, _, _ in stores)]:
                 env.close()
             print(f'  repetition {rep + 1} done')
     per_run = {name: [statistics.median(rep[x] for rep in reps) for x in range(count)] for name, reps in times.items()}
