@@ -21,7 +21,7 @@ from pydantic_ai.exceptions import UserError
 from pydantic_ai.tools import AgentDepsT
 from pydantic_ai.toolsets import AgentToolset, FunctionToolset
 
-from eventlog import LmdbEventLog, ReplayHistorySource
+from eventlog import EventLogBase, LmdbEventLog, ReplayHistorySource
 from search import (
     Analyzer,
     HistorySource,
@@ -34,20 +34,25 @@ from search import (
     validate_search_options,
 )
 from search.lmdb_index import LmdbIndex
+from search.render import SEARCH_TOOL_NAME
 
 __all__ = ['TOOL_NAME', 'ConversationSearch', 'ScopeDefaultWarning', 'SearchScope', 'backend_for']
 
 
-def backend_for(source: HistorySource | SearchBackend, analyzer: Analyzer) -> HistorySource | SearchBackend:
+def backend_for(
+    source: HistorySource | SearchBackend | EventLogBase, analyzer: Analyzer
+) -> HistorySource | SearchBackend:
     """The persistent index when `source` replays an LMDB log (searches then read only the
     postings of the query's terms); otherwise `source` itself, indexed in memory per search."""
+    if isinstance(source, EventLogBase):
+        source = ReplayHistorySource(source)
     if isinstance(source, ReplayHistorySource) and isinstance(source.log, LmdbEventLog):
         return LmdbIndex.for_log(source.log, analyzer)
     return source
 
 
-TOOL_NAME = 'search_conversation_history'
-"""The name of the tool the model calls."""
+TOOL_NAME = SEARCH_TOOL_NAME
+"""The name of the tool the model calls (its calls and returns are not indexed)."""
 
 _SCOPE_REACH: dict[SearchScope, str] = {
     'conversation': (
@@ -138,8 +143,9 @@ class ConversationSearch(AbstractCapability[AgentDepsT]):
         ImportError: `analyzer` needs an optional dependency that is missing.
     """
 
-    source: HistorySource | SearchBackend
-    """Where the history comes from."""
+    source: HistorySource | SearchBackend | EventLogBase
+    """Where the history comes from. An event log given here is read through a
+    `ReplayHistorySource` over it (after construction, `source` holds that source)."""
 
     _: KW_ONLY
 
@@ -175,7 +181,15 @@ class ConversationSearch(AbstractCapability[AgentDepsT]):
     _toolset: FunctionToolset[AgentDepsT] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        """Validate the options and warn, once, when `scope` was left unset."""
+        """Validate the source and the options, and warn, once, when `scope` was left unset."""
+        if isinstance(self.source, EventLogBase):
+            self.source = ReplayHistorySource(self.source)
+        elif not isinstance(self.source, (HistorySource, SearchBackend)):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError(
+                'ConversationSearch reads history from an event log, a HistorySource (such as '
+                'eventlog.ReplayHistorySource(log)) or a search.SearchBackend; got '
+                f'{type(self.source).__name__}, which is none of these'
+            )
         validate_search_options(
             max_matches=self.max_matches,
             context_lines=self.context_lines,
@@ -246,7 +260,9 @@ class ConversationSearch(AbstractCapability[AgentDepsT]):
                 query: The words to look for. Each word counts on its own; rare words weigh most.
                 run_id: Search only this run's messages (a run id from an earlier result or a summary).
             """
-            return await engine.search(query, scope=scope, conversation_id=ctx.conversation_id, run_id=run_id)
+            return await engine.search(
+                query, scope=scope, conversation_id=ctx.conversation_id, run_id=run_id, searching_run_id=ctx.run_id
+            )
 
         toolset = FunctionToolset[AgentDepsT](id=self.tool_id)
         toolset.add_function(

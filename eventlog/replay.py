@@ -22,7 +22,16 @@ class ReplayHistorySource:
     """
 
     def __init__(self, log: EventLogBase) -> None:
+        """Read runs and messages from `log`."""
         self.log = log
+
+    def __eq__(self, other: object) -> bool:
+        """Two sources over the same log are the same source."""
+        return isinstance(other, ReplayHistorySource) and other.log is self.log
+
+    def __hash__(self) -> int:
+        """Hash of the log's identity, consistent with `__eq__`."""
+        return id(self.log)
 
     async def list_runs(self) -> list[RunRecord]:
         """Every run in the log, in start order."""

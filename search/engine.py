@@ -16,9 +16,9 @@ from __future__ import annotations
 import logging
 import math
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, overload
 
 from pydantic_ai.messages import ModelMessage
 
@@ -186,6 +186,7 @@ class SearchEngine:
         scope: SearchScope,
         conversation_id: str | None,
         run_id: str | None = None,
+        searching_run_id: str | None = None,
     ) -> str:
         """The answer to `query`.
 
@@ -194,6 +195,9 @@ class SearchEngine:
             scope: `'conversation'` to search only `conversation_id`, `'all'` to search every run.
             conversation_id: The calling run's conversation id; ignored under `'all'`.
             run_id: Search only this run (within scope).
+            searching_run_id: The run asking. Its own messages (the request that prompted the search,
+                the response calling the tool) are in its context already, so they are not results,
+                unless `run_id` names that very run. They still count in the corpus statistics.
 
         Returns:
             Text for the model: the results, or why there are none.
@@ -220,7 +224,8 @@ class SearchEngine:
             )
 
         try:
-            return await self._search(query, terms, within=within, run_id=run_id)
+            skip = searching_run_id if searching_run_id != run_id else None
+            return await self._search(query, terms, within=within, run_id=run_id, skip_run=skip)
         except Exception as exc:
             logger.warning('conversation search failed', exc_info=True)
             return (
@@ -229,7 +234,9 @@ class SearchEngine:
                 'The current conversation is not affected.'
             )
 
-    async def _search(self, query: str, terms: list[str], *, within: str | None, run_id: str | None) -> str:
+    async def _search(
+        self, query: str, terms: list[str], *, within: str | None, run_id: str | None, skip_run: str | None
+    ) -> str:
         options = self.options
         corpus = await self.backend.open_corpus(conversation_id=within, run_id=run_id, analyzer=options.analyzer)
         total = corpus.document_count
@@ -241,7 +248,9 @@ class SearchEngine:
         if run_id is not None:
             where += f' of run {_echo(run_id)}'
 
-        hits = await corpus.rank(terms, k1=options.bm25_k1, b=options.bm25_b)
+        hits: Sequence[Hit] = await corpus.rank(terms, k1=options.bm25_k1, b=options.bm25_b)
+        if skip_run is not None:
+            hits = _WithoutRun(hits, skip_run)
         if not hits:
             return (
                 f'No message matches {_echo(query)} among the {total} {where}. Try other words: a synonym, '
@@ -300,6 +309,36 @@ class SearchEngine:
             heading = f'score {hit.score:.1f} | run {hit.run_id} | {conversation}'
             blocks.append('\n'.join([heading, *lines]))
         return blocks
+
+
+class _WithoutRun(Sequence[Hit]):
+    """Ranked hits less those of one run, read lazily.
+
+    Ranking stays as the corpus computed it; the run's hits are only passed over, and they are
+    counted (a walk over every hit) only when the total number is asked for.
+    """
+
+    def __init__(self, hits: Sequence[Hit], run_id: str) -> None:
+        self._hits = hits
+        self._run_id = run_id
+
+    def __iter__(self) -> Iterator[Hit]:
+        return (hit for hit in self._hits if hit.run_id != self._run_id)
+
+    def __bool__(self) -> bool:
+        return next(iter(self), None) is not None
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    @overload
+    def __getitem__(self, index: int) -> Hit: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Hit]: ...
+
+    def __getitem__(self, index: int | slice) -> Hit | Sequence[Hit]:
+        return list(self)[index]
 
 
 async def _fetch_windows(corpus: Corpus, windows: list[tuple[str, int, int]]) -> list[list[tuple[int, ModelMessage]]]:

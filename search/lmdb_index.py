@@ -54,7 +54,9 @@ from search.render import index_text
 
 __all__ = ['IndexAnalyzerMismatch', 'IndexState', 'LmdbIndex']
 
-INDEX_FORMAT: Final = 1
+INDEX_FORMAT: Final = 2
+"""What the index holds, by version: 2 leaves the search tool's own calls and returns out of
+the documents. An index of another version is rebuilt from the entries when first opened."""
 _BLOCK: Final = 64
 """Postings per block: small enough that rewriting the last block on append stays cheap."""
 _MAX_TERM_BYTES: Final = 200
@@ -354,6 +356,15 @@ class LmdbIndex:
                 f'the search index of this store was built with the {stored!r} analyzer, not {self.analyzer.name!r}; '
                 f'rebuild it with that analyzer first (`eventlog reindex --analyzer {self.analyzer.name}`)'
             )
+        if stored is not None and self._stored_format() != INDEX_FORMAT:
+            self.rebuild()
+
+    def _stored_format(self) -> int | None:
+        raw = run_projection(self.log, lambda txn, _: txn.get(b'format', db=self.db['meta']), write=False)
+        try:
+            return None if raw is None else int(bytes(raw))
+        except ValueError:
+            return None
 
     def _stored_analyzer(self) -> str | None:
         raw = run_projection(self.log, lambda txn, _: txn.get(b'analyzer', db=self.db['meta']), write=False)

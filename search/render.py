@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from pydantic_ai import messages as _messages
 from pydantic_ai.messages import (
@@ -48,6 +48,7 @@ __all__ = [
     'ELLIPSIS',
     'EXCERPT_CHARS',
     'LEGACY_SUMMARY_PREFIX',
+    'SEARCH_TOOL_NAME',
     'SHORT_EXCERPT_CHARS',
     'Locator',
     'Segment',
@@ -57,6 +58,11 @@ __all__ = [
     'make_locator',
     'message_segments',
 ]
+
+SEARCH_TOOL_NAME: Final = 'search_conversation_history'
+"""The search tool's own name. Its calls and returns are bookkeeping of earlier searches, not
+conversation: they stay in the log but are neither indexed nor shown, so a search never
+answers with the questions and answers of earlier searches."""
 
 EXCERPT_CHARS = 500
 """Display cap for conversational text: prompts, replies, tool returns, retries, summaries, speech."""
@@ -178,6 +184,8 @@ def _request_segment(part: object) -> Segment | None:
     if isinstance(part, InstructionDeltaPart):
         return Segment('System: ', part.render(), SHORT_EXCERPT_CHARS)
     if isinstance(part, ToolReturnPart):
+        if part.tool_name == SEARCH_TOOL_NAME:
+            return None
         if part.outcome == 'retried':
             return Segment(f'Retry [{part.tool_name}]: ', part.model_response_str(wrap_if_error=False), EXCERPT_CHARS)
         return Segment(
@@ -186,6 +194,8 @@ def _request_segment(part: object) -> Segment | None:
     if isinstance(part, RetryFeedbackPart):
         return Segment('Retry: ', _error_details_text(part.content), EXCERPT_CHARS)
     if isinstance(part, RetryPromptPart):  # pyright: ignore[reportDeprecated]
+        if part.tool_name == SEARCH_TOOL_NAME:
+            return None
         return Segment(f'Retry [{part.tool_name}]: ', _error_details_text(part.content), EXCERPT_CHARS)
     if isinstance(part, CompactionPart):
         return Segment('Summary: ', part.content, EXCERPT_CHARS) if part.content else None
@@ -198,6 +208,8 @@ def _response_segment(part: object) -> Segment | None:
     if isinstance(part, TextPart):
         return Segment('Assistant: ', part.content, EXCERPT_CHARS)
     if isinstance(part, ToolCallPart):
+        if part.tool_name == SEARCH_TOOL_NAME:
+            return None
         return Segment(
             f'Tool Call [{part.tool_name}]: ', _tool_args_text(cast('ToolCallPart[Any]', part)), SHORT_EXCERPT_CHARS
         )

@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 from clitools import invoke
+from pydantic_ai.messages import ModelRequest, ToolReturnPart
 
 from capability.cli import DEMO_STORE, _demo_target  # pyright: ignore[reportPrivateUsage]
-from capability.demo import CONVERSATION_ID, DETAIL_PATH, SEARCH_QUERY
+from capability.demo import CONVERSATION_ID, DETAIL_PATH, FINAL_QUESTION, SEARCH_QUERY
+from capability.search import TOOL_NAME, ConversationSearch
 from eventlog import LmdbEventLog
 
 
@@ -44,6 +46,33 @@ def test_the_offline_demo_recalls_the_compacted_detail(tmp_path: Path) -> None:
             assert DETAIL_PATH.encode() not in (await log.context_payloads(CONVERSATION_ID))[0]
             transcript = await log.transcript_payloads(CONVERSATION_ID)
             assert sum(DETAIL_PATH.encode() in p for p in transcript) >= 2  # the statement, the answer (+ tool result)
+            # The search answers with the fact, not with the question that prompted it (the
+            # searching run's own messages are not results).
+            answers = [
+                part.content
+                for message in await log.run_messages(final.run_id)
+                if isinstance(message, ModelRequest)
+                for part in message.parts
+                if isinstance(part, ToolReturnPart) and part.tool_name == TOOL_NAME
+            ]
+            assert answers and isinstance(answers[0], str)
+            first = answers[0].split('Result 2 of')[0]
+            assert 'Result 1 of' in first and DETAIL_PATH in first
+            assert 'One last thing' not in answers[0] and f'run {final.run_id}' not in answers[0]
+            # Asked in the final question's own words, from inside the final run, the search still
+            # answers with the stated fact: the question itself (which holds every one of those
+            # words) is the searching run's own message, and earlier search calls are not indexed.
+            engine = ConversationSearch(log, scope='conversation').build_engine()
+            answer = await engine.search(
+                FINAL_QUESTION, scope='conversation', conversation_id=CONVERSATION_ID, searching_run_id=final.run_id
+            )
+            results = answer.split('\n', 1)[1]  # the first line repeats the query
+            assert DETAIL_PATH in results.split('Result 2 of')[0] and 'One last thing' not in results, answer[:600]
+            assert 'search_conversation_history' not in results and SEARCH_QUERY not in results
+            # The same words from outside any run find the question too: only the asking run's own
+            # messages are left out.
+            outside = await engine.search(FINAL_QUESTION, scope='conversation', conversation_id=CONVERSATION_ID)
+            assert 'One last thing' in outside.split('\n', 1)[1]
         finally:
             log.close()
 

@@ -117,14 +117,14 @@ async def test_conversation_scope_fails_closed_without_a_conversation_id() -> No
     toolset = scoped(source).get_toolset()
     assert isinstance(toolset, FunctionToolset)
     tool = toolset.tools[TOOL_NAME]
-    answer = await tool.function(SimpleNamespace(conversation_id=None), query='secret')  # pyright: ignore[reportCallIssue]
+    answer = await tool.function(SimpleNamespace(conversation_id=None, run_id=None), query='secret')  # pyright: ignore[reportCallIssue]
     assert answer.startswith('Nothing was searched') and 'no conversation id' in answer
     answer = (
         await scoped(source, scope='all')
         .get_toolset()
         .tools[TOOL_NAME]
         .function(  # pyright: ignore[reportAttributeAccessIssue, reportOptionalMemberAccess]
-            SimpleNamespace(conversation_id=None), query='secret'
+            SimpleNamespace(conversation_id=None, run_id=None), query='secret'
         )
     )
     assert 'unlabelled secret' in answer
