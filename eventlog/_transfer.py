@@ -22,7 +22,7 @@ import msgspec
 
 from eventlog import _engine as engine
 from eventlog._storage import ReadTxn, WriteTxn
-from eventlog.entries import Entry, ForkInfo, NewEntry
+from eventlog.entries import CompactionInfo, Entry, ForkInfo, NewEntry
 from eventlog.errors import ConversationNotFound, InvalidArgumentError
 
 FORMAT_NAME: Final = 'pydantic-ai-eventlog'
@@ -375,6 +375,9 @@ def import_lines(txn: WriteTxn, lines: Iterable[tuple[int, ExportedEntry]]) -> i
             parent = _resolve_parent(number, line, mapping)
             if line.kind == 'forked_from':
                 payload = _retarget_fork(number, line, parent, seen)
+        elif line.kind == 'compaction':
+            flush()
+            payload = _retarget_compaction(number, payload, mapping)
         pending.append(
             (
                 line.seq,
@@ -429,6 +432,23 @@ def _retarget_fork(number: int, line: ExportedEntry, parent: int | None, importe
             'which the export does not carry; an import may only reference its own entries'
         )
     return msgspec.json.encode(ForkInfo(conversation_id=info.conversation_id, seq=parent))
+
+
+def _retarget_compaction(number: int, payload: bytes, mapping: _SeqMap) -> bytes:
+    """The `compaction` payload naming the replaced entries by their `seq`s in this store.
+
+    A replaced `seq` the export does not carry (deleted in the source) cannot be on the
+    branch in this store either, so it is left out rather than matched against whatever
+    entry holds that number here.
+    """
+    try:
+        info = msgspec.json.decode(payload, type=CompactionInfo)
+    except msgspec.DecodeError as exc:
+        raise InvalidArgumentError(f'line {number}: the compaction payload is not valid: {exc}') from None
+    replaced = [new for old in info.replaced if (new := mapping.get(old)) is not None]
+    if replaced == info.replaced:
+        return payload
+    return msgspec.json.encode(CompactionInfo(replaced=replaced, summary=info.summary))
 
 
 def import_from(

@@ -14,9 +14,10 @@ import msgspec
 import pytest
 from conftest import make_log
 from logtools import add_run, exchange, tool_exchange
+from pydantic_ai.messages import ModelRequest, UserPromptPart
 from transfertools import Crafted
 
-from eventlog import ConversationNotFound, InvalidArgumentError, NewEntry, encode_message
+from eventlog import ConversationNotFound, InvalidArgumentError, NewEntry, compaction_entry, encode_message
 from eventlog._transfer import RestartableLines
 from eventlog.entries import ForkInfo
 from eventlog.log import EventLogBase
@@ -105,6 +106,9 @@ async def _store_with_everything(log: EventLogBase) -> None:
     await add_run(log, 'f', 'r4', exchange(5, 'on the fork'), parent=seqs[1])
     await log.fork('b', new_conversation_id='g')  # a fork whose point lies in another conversation's entries
     await log.set_title('a', 'Title')
+    compacted = await add_run(log, 'k', 'rk', exchange(9, 'to be summarised') + exchange(10), finish=False)
+    summary = ModelRequest(parts=[UserPromptPart('Summary: two questions')])
+    await log.append(compaction_entry(conversation_id='k', run_id='rk', replaced=compacted[:2], summary=[summary]))
     gone = await add_run(log, 'gone', 'rg', exchange(6, 'deleted later'))
     await add_run(log, 'orphan', 'ro', exchange(7, 'continued deleted history'), parent=gone[-1])
     await log.delete_conversation('gone')
