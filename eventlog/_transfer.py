@@ -39,8 +39,8 @@ IMPORT_MAX_SEQ: Final = 2**48
 
 An import keeps the `seq`s of its entries when the store has not reached them, so a crafted
 export could otherwise move the store's next `seq` next to `MAX_SEQ` and leave it unable to
-take more appends. At 2**48 the store keeps 2**53 - 2**48 (over 8.7e15) `seq`s of room: 275
-years of a million appends a second. Real stores are nowhere near 2**48 (2.8e14) entries."""
+take more appends. At 2**48 the store keeps 2**53 - 2**48 (over 8.7e15) `seq`s of room: over
+270 years of a million appends a second. Real stores are nowhere near 2**48 (2.8e14) entries."""
 
 _BATCH_ENTRIES: Final = 512
 _BATCH_BYTES: Final = 8 << 20
