@@ -630,6 +630,11 @@ def _apply_conversation_kind(
         check_seq(info.seq, 'the fork point')
         if conv is not None and not conv.deleted:
             raise InvalidArgumentError(f'conversation {conv_id!r} already exists; a fork needs a new id')
+        if entry.parent is None:
+            # Imported: the fork point was deleted before the export. The conversation starts
+            # here with no history, which is what its source replayed for it.
+            _reopen(batch, conv, conv_id, seq, ts)
+            return None
         if entry.parent != info.seq:
             raise InvalidArgumentError('a forked_from entry must have the fork point as its parent')
         if info.seq >= seq or batch.entry_conversation(info.seq) is None:

@@ -337,8 +337,8 @@ def import_lines(txn: WriteTxn, lines: Iterable[tuple[int, ExportedEntry]]) -> i
     A `run_started` or `forked_from` entry's parent must be an entry imported before it from
     the same export: it is never looked up among the store's own entries, so an export cannot
     graft another conversation's history into the ones it brings. A parent the export marks
-    `detached` (deleted in the source) is dropped from a `run_started` entry; a fork of deleted
-    history cannot be imported.
+    `detached` (deleted in the source) is dropped: the run, or the fork, starts with no history,
+    as its source replayed it.
     """
     seen: set[str] = set()
     mapping = _SeqMap()
@@ -373,7 +373,7 @@ def import_lines(txn: WriteTxn, lines: Iterable[tuple[int, ExportedEntry]]) -> i
         if line.kind in ('run_started', 'forked_from') and line.parent is not None:
             flush()  # the parent may be in the batch not yet written
             parent = _resolve_parent(number, line, mapping)
-            if line.kind == 'forked_from':
+            if line.kind == 'forked_from' and parent is not None:
                 payload = _retarget_fork(number, line, parent, seen)
         elif line.kind == 'compaction':
             flush()
@@ -407,26 +407,21 @@ def _resolve_parent(number: int, line: ExportedEntry, mapping: _SeqMap) -> int |
         if line.detached:
             raise InvalidArgumentError(f'line {number}: marked detached, yet its parent {line.parent} is in the export')
         return parent
-    if line.detached and line.kind == 'run_started':
-        return None
     if line.detached:
-        raise InvalidArgumentError(
-            f'line {number}: conversation {line.conversation_id!r} was forked from history that was deleted '
-            'before the export; such a fork cannot be imported'
-        )
+        return None
     raise InvalidArgumentError(
         f'line {number} (seq {line.seq}, conversation {line.conversation_id!r}) continues from entry '
         f'{line.parent}, which the export does not carry; an import may only reference its own entries'
     )
 
 
-def _retarget_fork(number: int, line: ExportedEntry, parent: int | None, imported: set[str]) -> bytes:
+def _retarget_fork(number: int, line: ExportedEntry, parent: int, imported: set[str]) -> bytes:
     """The `forked_from` payload pointing at the fork point's `seq` in this store."""
     try:
         info = msgspec.json.decode(payload_of(line), type=ForkInfo)
     except msgspec.DecodeError as exc:
         raise InvalidArgumentError(f'line {number}: the forked_from payload is not valid: {exc}') from None
-    if parent is None or info.conversation_id not in imported:
+    if info.conversation_id not in imported:
         raise InvalidArgumentError(
             f'line {number}: conversation {line.conversation_id!r} is a fork of {info.conversation_id!r}, '
             'which the export does not carry; an import may only reference its own entries'

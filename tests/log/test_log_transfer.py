@@ -80,6 +80,13 @@ async def test_a_graft_marked_detached_is_dropped_not_followed(log: EventLogBase
     run = await log.get_run('ra')
     assert run is not None and run.branch_parent is None
     assert b'launch code' not in await log.run_messages_json('ra')
+    crafted = Crafted()
+    payload = msgspec.json.encode(ForkInfo('victim', seqs[-1]))
+    crafted.add(200, 'mine-fork', 'forked_from', payload, parent=seqs[-1], detached=True)
+    assert await log.import_(io.BytesIO(crafted.export())) == 1
+    record = await log.get_conversation('mine-fork')
+    assert record is not None and record.forked_from is None
+    assert await log.context_payloads('mine-fork') == [] and await log.transcript_payloads('mine-fork') == []
 
 
 async def test_forked_from_entries_are_made_by_fork_only(log: EventLogBase) -> None:
@@ -111,6 +118,8 @@ async def _store_with_everything(log: EventLogBase) -> None:
     await log.append(compaction_entry(conversation_id='k', run_id='rk', replaced=compacted[:2], summary=[summary]))
     gone = await add_run(log, 'gone', 'rg', exchange(6, 'deleted later'))
     await add_run(log, 'orphan', 'ro', exchange(7, 'continued deleted history'), parent=gone[-1])
+    await log.fork('gone', new_conversation_id='gone-fork')
+    await add_run(log, 'gone-fork', 'rgf', exchange(8, 'on a fork of deleted history'), parent=gone[-1])
     await log.delete_conversation('gone')
     await log.archive('f')
 
@@ -124,7 +133,11 @@ async def test_a_whole_store_round_trip_with_forks_and_continued_runs(
     count = await log.export(buffer)
     assert count == len(await log.entries())
     detached = [json.loads(line) for line in buffer.getvalue().splitlines()[1:-1] if b'"detached"' in line]
-    assert [(d['conversation_id'], d['kind']) for d in detached] == [('orphan', 'run_started')]
+    assert [(d['conversation_id'], d['kind']) for d in detached] == [
+        ('orphan', 'run_started'),
+        ('gone-fork', 'forked_from'),
+        ('gone-fork', 'run_started'),
+    ]
     target = make_log(backend, tmp_path / 'copy')
     try:
         if shifted:  # the target already holds entries, so every imported seq moves
@@ -138,36 +151,44 @@ async def test_a_whole_store_round_trip_with_forks_and_continued_runs(
             assert await target.run_messages_json(run.run_id) == await log.run_messages_json(run.run_id)
         assert (await target.verify()).ok
         if not shifted:
-            # Exported again, every line is the same but those of 'orphan', whose reference to
-            # deleted history was dropped on import (which changes its chain's hashes) - and the
-            # closing line, which carries those hashes.
+            # Exported again, every line is the same but those of 'orphan' and 'gone-fork', whose
+            # references to deleted history were dropped on import (which changes their chains'
+            # hashes) - and the closing line, which carries those hashes.
             again = io.BytesIO()
             await target.export(again)
             old, new = buffer.getvalue().splitlines(), again.getvalue().splitlines()
             assert len(old) == len(new)
             changed = [json.loads(line) for line, other in zip(old[1:-1], new[1:-1], strict=True) if line != other]
-            assert changed and {line['conversation_id'] for line in changed} == {'orphan'}
-            roots = [e for e in await target.entries(conversation_id='orphan') if e.kind == 'run_started']
-            assert [e.parent for e in roots] == [None]
+            assert changed and {line['conversation_id'] for line in changed} == {'orphan', 'gone-fork'}
+            for conv_id in ('orphan', 'gone-fork'):
+                roots = [e for e in await target.entries(conversation_id=conv_id) if e.kind != 'message']
+                assert {e.parent for e in roots if e.kind in ('run_started', 'forked_from')} == {None}
     finally:
         target.close()
 
 
-async def test_exporting_a_fork_of_deleted_history(log: EventLogBase) -> None:
-    seqs = await add_run(log, 'a', 'r1', exchange(1))
+async def test_a_fork_of_deleted_history_round_trips(log: EventLogBase, backend: str, tmp_path: Path) -> None:
+    seqs = await add_run(log, 'a', 'r1', exchange(1, 'deleted later'))
     await log.fork('a', at_seq=seqs[-1], new_conversation_id='f')
-    await add_run(log, 'f', 'r2', exchange(2), parent=seqs[-1])
+    await log.fork('a', at_seq=seqs[-1], new_conversation_id='empty-fork')
+    await add_run(log, 'f', 'r2', exchange(2, 'kept'), parent=seqs[-1])
     await log.delete_conversation('a')
     buffer = io.BytesIO()
-    await log.export(buffer, conversation_ids=['f'])  # no longer ConversationNotFound for the deleted source
+    await log.export(buffer, conversation_ids=['f', 'empty-fork'])  # the deleted source is left out
     with pytest.raises(ConversationNotFound):
         await log.export(io.BytesIO(), conversation_ids=['a'])
-    from eventlog import InMemoryEventLog
-
-    target = InMemoryEventLog()
-    with pytest.raises(InvalidArgumentError, match='forked from history that was deleted'):
-        await target.import_(io.BytesIO(buffer.getvalue()))
-    assert await target.last_seq() == 0
+    target = make_log(backend, tmp_path / 'copy')
+    try:
+        assert await target.import_(io.BytesIO(buffer.getvalue())) == len(buffer.getvalue().splitlines()) - 2
+        for conv_id in ('f', 'empty-fork'):
+            assert await target.transcript_json(conv_id) == await log.transcript_json(conv_id)
+            assert await target.context_payloads(conv_id) == await log.context_payloads(conv_id)
+            record = await target.get_conversation(conv_id)
+            assert record is not None and record.forked_from is None  # its fork point is gone
+        assert b'deleted later' not in await target.transcript_json('f')
+        assert (await target.verify()).ok
+    finally:
+        target.close()
 
 
 # --- framing ----------------------------------------------------------------------------------
