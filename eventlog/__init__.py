@@ -1,6 +1,7 @@
 """pydantic-ai-eventlog's substrate: an append-only, crash-safe entry log with exact replay."""
 
 from eventlog.entries import (
+    MAX_SEQ,
     CompactionInfo,
     ConversationRecord,
     Entry,
@@ -29,6 +30,7 @@ from eventlog.errors import (
     InvalidArgumentError,
     InvalidPayloadError,
     LogClosedError,
+    LogFullError,
     NotFoundError,
     RunNotFound,
     StorageError,
@@ -41,6 +43,7 @@ from eventlog.memory import InMemoryEventLog
 from eventlog.replay import ReplayHistorySource
 
 __all__ = [
+    'MAX_SEQ',
     'Appended',
     'CompactionInfo',
     'ConversationNotFound',
@@ -57,6 +60,7 @@ __all__ = [
     'Kind',
     'LmdbEventLog',
     'LogClosedError',
+    'LogFullError',
     'NewEntry',
     'NotFoundError',
     'ReplayHistorySource',

@@ -44,6 +44,7 @@ from eventlog._storage import ReadTxn, Table, WriteTxn
 from eventlog.entries import (
     CONVERSATION_KINDS,
     KINDS,
+    MAX_SEQ,
     RUN_KINDS,
     CompactionInfo,
     ConversationRecord,
@@ -64,6 +65,7 @@ from eventlog.errors import (
     CorruptEntryError,
     InvalidArgumentError,
     InvalidPayloadError,
+    LogFullError,
     RunNotFound,
     StoreVersionError,
 )
@@ -186,8 +188,17 @@ def check_id(value: object, what: str) -> str:
 
 
 def check_seq(value: object, what: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise InvalidArgumentError(f'{what} must be a positive integer seq, got {value!r}')
+    """Return `value` if it is a `seq` the log can hold (1 to `MAX_SEQ`), else raise `InvalidArgumentError`."""
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_SEQ:
+        raise InvalidArgumentError(f'{what} must be an integer seq from 1 to {MAX_SEQ}, got {value!r}')
+    return value
+
+
+def check_count(value: object, what: str) -> int:
+    """Return `value` if it is an integer from 0 to `MAX_SEQ` (a count, or a `seq` where 0 means
+    "before the first"), else raise `InvalidArgumentError`."""
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_SEQ:
+        raise InvalidArgumentError(f'{what} must be an integer from 0 to {MAX_SEQ}, got {value!r}')
     return value
 
 
@@ -498,6 +509,8 @@ def append_entries(
         seq = batch.next_seq
         if seq_hints is not None and seq_hints[index] > seq:
             seq = seq_hints[index]
+        if seq > MAX_SEQ:
+            raise LogFullError(f'the log has used every seq up to {MAX_SEQ}; nothing more can be appended')
         if entry.idempotency_key is not None:
             idem_key = _idem_key(batch, entry, entry.idempotency_key, seq)
             existing = batch.idem.get(idem_key)
@@ -580,12 +593,16 @@ def _apply(batch: _Batch, entry: NewEntry, seq: int, ts: datetime, *, allow_inte
         conv.message_count += 1
     elif kind == 'run_finished':
         finished: RunFinishedInfo = _decode_info(_finished_decoder, entry.payload, kind)
+        for name, value in finished.usage.items():
+            check_count(value, f'usage value {name!r}')
         run.status = finished.status
         run.error = finished.error
         run.usage = dict(finished.usage)
         run.finished_at = ts
     elif kind == 'compaction':
         compaction: CompactionInfo = _decode_info(_compaction_decoder, entry.payload, kind)
+        for replaced in compaction.replaced:
+            check_seq(replaced, 'a seq in compaction.replaced')
         validate_messages([bytes(raw) for raw in compaction.summary])
         conv.compaction_count += 1
     elif kind == 'tool_effect':
@@ -607,9 +624,17 @@ def _apply_conversation_kind(
     kind = entry.kind
     conv_id = entry.conversation_id
     if kind == 'forked_from':
+        if not allow_internal:
+            raise InvalidArgumentError('use fork() to fork a conversation')
         info: ForkInfo = _decode_info(_fork_decoder, entry.payload, kind)
+        check_seq(info.seq, 'the fork point')
         if conv is not None and not conv.deleted:
             raise InvalidArgumentError(f'conversation {conv_id!r} already exists; a fork needs a new id')
+        if entry.parent is None:
+            # Imported: the fork point was deleted before the export. The conversation starts
+            # here with no history, which is what its source replayed for it.
+            _reopen(batch, conv, conv_id, seq, ts)
+            return None
         if entry.parent != info.seq:
             raise InvalidArgumentError('a forked_from entry must have the fork point as its parent')
         if info.seq >= seq or batch.entry_conversation(info.seq) is None:
@@ -870,7 +895,7 @@ def fork(txn: WriteTxn, conversation_id: str, at_seq: int | None, new_id: str | 
         payload=_json_encoder.encode(ForkInfo(conversation_id=conversation_id, seq=point)),
         parent=point,
     )
-    append_entries(txn, [entry])
+    append_entries(txn, [entry], allow_internal=True)
     return target
 
 

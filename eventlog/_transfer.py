@@ -1,36 +1,62 @@
 """Export and import as JSON Lines: a lossless, human-readable copy of entries.
 
-The first line is a header naming the format; every other line is one entry with its
-payload embedded as JSON (every payload the log accepts is JSON, or empty) and its
-chain hash in hex. Importing re-checks each conversation's chain before writing, so an
-edited export is refused instead of silently imported.
+The first line is a header naming the format and its version; every other line but the
+last is one entry with its payload embedded as JSON (every payload the log accepts is JSON,
+or empty) and its chain hash in hex; the last line closes the export with the number of
+entries and the last hash of each conversation, so an export cut short is refused instead
+of imported as a shorter log. Importing re-checks each conversation's chain while it reads,
+so an edited export is refused too. docs/transfer.md describes the format and the rules.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import bisect
+import tempfile
+from array import array
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
-from typing import IO
+from pathlib import Path
+from typing import IO, Final
 
 import msgspec
 
 from eventlog import _engine as engine
 from eventlog._storage import ReadTxn, WriteTxn
-from eventlog.entries import Entry, ForkInfo, NewEntry
+from eventlog.entries import CompactionInfo, Entry, ForkInfo, NewEntry
 from eventlog.errors import ConversationNotFound, InvalidArgumentError
 
-FORMAT_NAME = 'pydantic-ai-eventlog'
-EXPORT_VERSION = 1
-"""The version of the JSON Lines layout (independent of the store's on-disk format)."""
+FORMAT_NAME: Final = 'pydantic-ai-eventlog'
+EXPORT_VERSION: Final = 2
+"""The version of the JSON Lines layout this code writes (independent of the store's on-disk format).
+
+Version 2 added the closing line and the `detached` mark; version 1 (no closing line) is read
+only when the caller asks for it (`allow_version_1`)."""
+READ_VERSIONS: Final = (1, 2)
+"""Every export version this code reads."""
+
+IMPORT_MAX_SEQ: Final = 2**48
+"""The largest `seq` (or `parent`) an import accepts.
+
+An import keeps the `seq`s of its entries when the store has not reached them, so a crafted
+export could otherwise move the store's next `seq` next to `MAX_SEQ` and leave it unable to
+take more appends. At 2**48 the store keeps 2**53 - 2**48 (over 8.7e15) `seq`s of room: over
+270 years of a million appends a second. Real stores are nowhere near 2**48 (2.8e14) entries."""
+
+_BATCH_ENTRIES: Final = 512
+_BATCH_BYTES: Final = 8 << 20
+"""An import hands entries to the engine in batches of at most this many entries or payload
+bytes, so memory stays bounded whatever the export's size."""
 
 
 class Header(msgspec.Struct, frozen=True):
+    """The first line of an export."""
+
     format: str
     version: int
 
 
 class ExportedEntry(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    """One line of an export."""
+    """One entry line of an export."""
 
     seq: int
     conversation_id: str
@@ -43,23 +69,42 @@ class ExportedEntry(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     payload: msgspec.Raw
     """The payload's JSON as stored; `null` for an empty payload."""
     hash: str
+    detached: bool = False
+    """The entry's `parent` (a run's branch point or a fork point) is not in the export because
+    the source store no longer held it (its conversation was deleted); an import drops it."""
+
+
+class Closing(msgspec.Struct, frozen=True, kw_only=True, tag_field='type', tag='closing'):
+    """The last line of an export (version 2): what a reader must have read to have it all."""
+
+    entries: int
+    """How many entry lines the export holds."""
+    heads: dict[str, str]
+    """The hash (hex) of the last entry of each conversation in the export."""
 
 
 _encoder = msgspec.json.Encoder()
 _header_decoder = msgspec.json.Decoder(Header)
 _line_decoder = msgspec.json.Decoder(ExportedEntry)
+_closing_decoder = msgspec.json.Decoder(Closing)
+
+
+# --- export -----------------------------------------------------------------------------------
 
 
 def _closure(txn: ReadTxn, conversation_ids: list[str]) -> set[str]:
     """The conversations asked for plus every conversation their history reaches into."""
     wanted: set[str] = set()
     todo = list(conversation_ids)
+    asked = set(conversation_ids)
     while todo:
         conv_id = todo.pop()
         if conv_id in wanted:
             continue
         conv = engine.get_conversation(txn, conv_id)
         if conv is None or conv.deleted:
+            if conv_id not in asked:
+                continue  # history deleted in this store: its references are exported as detached
             raise ConversationNotFound(f'no conversation {conv_id!r} in this log')
         wanted.add(conv_id)
         if conv.forked_from is not None:
@@ -73,16 +118,35 @@ def _closure(txn: ReadTxn, conversation_ids: list[str]) -> set[str]:
 
 
 def export_lines(txn: ReadTxn, conversation_ids: list[str] | None) -> Iterator[bytes]:
-    """The export, one encoded line (with its newline) at a time."""
+    """The export as encoded lines (with their newlines): the header, each entry, the closing line.
+
+    The closing line comes in one chunk with the last entry's line (with the header's when
+    there are no entries), so the number of chunks after the first is the number of entries.
+    """
     wanted = None if conversation_ids is None else _closure(txn, conversation_ids)
-    yield _encoder.encode(Header(FORMAT_NAME, EXPORT_VERSION)) + b'\n'
+    pending = _encoder.encode(Header(FORMAT_NAME, EXPORT_VERSION)) + b'\n'
+    heads: dict[str, str] = {}
+    count = 0
     for entry in engine.iter_entries(txn):
         if wanted is not None and entry.conversation_id not in wanted:
             continue
-        yield _encoder.encode(_exported(entry)) + b'\n'
+        yield pending
+        line = _exported(entry, detached=_is_detached(txn, entry, wanted))
+        heads[entry.conversation_id] = line.hash
+        count += 1
+        pending = _encoder.encode(line) + b'\n'
+    yield pending + _encoder.encode(Closing(entries=count, heads=heads)) + b'\n'
 
 
-def _exported(entry: Entry) -> ExportedEntry:
+def _is_detached(txn: ReadTxn, entry: Entry, wanted: set[str] | None) -> bool:
+    """Whether the entry's branch point or fork point is missing from the export."""
+    if entry.parent is None or entry.kind not in ('run_started', 'forked_from'):
+        return False
+    held = engine.get_entry(txn, entry.parent)
+    return held is None or (wanted is not None and held.conversation_id not in wanted)
+
+
+def _exported(entry: Entry, *, detached: bool) -> ExportedEntry:
     return ExportedEntry(
         seq=entry.seq,
         conversation_id=entry.conversation_id,
@@ -94,79 +158,150 @@ def _exported(entry: Entry) -> ExportedEntry:
         inherited=entry.inherited,
         payload=msgspec.Raw(entry.payload or b'null'),
         hash=entry.hash.hex(),
+        detached=detached,
     )
 
 
-def read_export(stream: IO[bytes]) -> list[ExportedEntry]:
-    """Parse and check an export completely before anything is written."""
-    first = stream.readline()
+# --- reading ----------------------------------------------------------------------------------
+
+
+class RestartableLines:
+    """The lines of a byte stream, readable from the start again as often as needed.
+
+    An import reads its source inside a write transaction that the LMDB backend runs again
+    from the start when the store's map had to grow, so the source must be readable twice.
+    A seekable stream is sought back to where it started; any other stream (a pipe, stdin) is
+    copied to a temporary file as it is read, and later passes read that copy first. Only one
+    line is held in memory at a time.
+    """
+
+    def __init__(self, stream: IO[bytes]) -> None:
+        """Wrap `stream`, positioned at the export's first byte."""
+        self._stream = stream
+        self._start: int | None = None
+        try:
+            if stream.seekable():
+                self._start = stream.tell()
+        except (AttributeError, OSError, ValueError):
+            self._start = None
+        self._spool: IO[bytes] | None = None
+        self._spooled = 0
+
+    def __iter__(self) -> Iterator[bytes]:
+        """Every line from the start of the export."""
+        stream = self._stream
+        if self._start is not None:
+            stream.seek(self._start)
+            yield from iter(stream.readline, b'')
+            return
+        if self._spool is None:
+            self._spool = tempfile.TemporaryFile()  # noqa: SIM115 (closed by `close`)
+        spool = self._spool
+        spool.seek(0)
+        done = 0
+        while done < self._spooled:
+            line = spool.readline()
+            if not line:  # pragma: no cover - the copy is never shorter than what was counted
+                break
+            done += len(line)
+            yield line
+        spool.seek(self._spooled)
+        for line in iter(stream.readline, b''):
+            spool.write(line)
+            self._spooled += len(line)
+            yield line
+
+    def close(self) -> None:
+        """Remove the temporary copy, if one was made (the stream itself stays open)."""
+        if self._spool is not None:
+            self._spool.close()
+            self._spool = None
+            self._spooled = 0
+
+
+def read_export(lines: Iterable[bytes], *, allow_version_1: bool = False) -> Iterator[tuple[int, ExportedEntry]]:
+    """Parse and check an export line by line; yield `(line number, entry)` for each entry.
+
+    Each entry is checked (its bounds, its place in the order, its hash chain) before it is
+    yielded, and the closing line is checked against everything read before the generator
+    finishes; any problem raises `InvalidArgumentError`, so a caller writing inside one
+    transaction aborts it and nothing is imported.
+    """
+    it = iter(lines)
+    first = next(it, b'')
     try:
         header = _header_decoder.decode(first)
     except msgspec.DecodeError:
         raise InvalidArgumentError('not an eventlog export: the first line is not its header') from None
     if header.format != FORMAT_NAME:
         raise InvalidArgumentError(f'not an eventlog export (format {header.format!r})')
-    if header.version > EXPORT_VERSION:
+    if header.version not in READ_VERSIONS:
         raise InvalidArgumentError(
-            f'the export is in format {header.version}; this version reads format {EXPORT_VERSION} at most'
+            f'the export says it is in format {header.version}, which this version does not know; '
+            f'it reads formats {", ".join(map(str, READ_VERSIONS))}'
         )
-    lines: list[ExportedEntry] = []
+    if header.version == 1 and not allow_version_1:
+        raise InvalidArgumentError(
+            'the export is in format 1, which has no closing line, so a copy cut short cannot be told '
+            'from a whole one; export the store again with this version, or import it with '
+            'allow_version_1=True if you know the file is complete'
+        )
     heads: dict[str, bytes] = {}
     last = 0
-    for number, raw in enumerate(stream, start=2):
+    count = 0
+    closing: Closing | None = None
+    for number, raw in enumerate(it, start=2):
         if not raw.strip():
             continue
+        if closing is not None:
+            raise InvalidArgumentError(f'line {number} of the export follows its closing line')
         try:
             line = _line_decoder.decode(raw)
         except msgspec.DecodeError as exc:
+            if header.version >= 2:
+                try:
+                    closing = _closing_decoder.decode(raw)
+                except msgspec.DecodeError:
+                    pass
+                else:
+                    continue
             raise InvalidArgumentError(f'line {number} of the export is not a valid entry: {exc}') from None
-        if line.seq <= last:
-            raise InvalidArgumentError(f'line {number}: entries are out of order (seq {line.seq} after {last})')
+        _check_line(number, line, last)
         last = line.seq
         prev = b'' if line.kind == 'deleted' else heads.get(line.conversation_id, b'')
-        body = engine.encode_body_of(line, payload_of(line))
-        digest = engine.chain_hash(prev, body)
+        digest = engine.chain_hash(prev, engine.encode_body_of(line, payload_of(line)))
         if digest.hex() != line.hash:
             raise InvalidArgumentError(
                 f'line {number} (seq {line.seq}, conversation {line.conversation_id!r}) fails its hash check: '
                 'the export was altered or is missing entries'
             )
         heads[line.conversation_id] = digest
-        lines.append(line)
-    return lines
-
-
-def import_lines(txn: WriteTxn, lines: list[ExportedEntry]) -> int:
-    """Write checked export lines into the store; returns how many entries were written."""
-    conversations = {line.conversation_id for line in lines}
-    for conv_id in sorted(conversations):
-        existing = engine.get_conversation(txn, conv_id)
-        if existing is not None and not existing.deleted:
-            raise InvalidArgumentError(f'conversation {conv_id!r} already exists in this log; nothing was imported')
-    mapping: dict[int, int] = {}
-    written = 0
-    for line in lines:
-        parent = None if line.parent is None else mapping.get(line.parent)
-        if line.parent is not None and parent is None:
-            existing_parent = engine.get_entry(txn, line.parent)
-            parent = line.parent if existing_parent is not None else None
-        new = NewEntry(
-            conversation_id=line.conversation_id,
-            run_id=line.run_id,
-            kind=line.kind,
-            payload=payload_of(line),
-            parent=parent if line.kind in ('run_started', 'forked_from') else None,
-            idempotency_key=line.idempotency_key,
-            inherited=line.inherited,
-            timestamp=line.timestamp,
-            prevalidated=False,
+        count += 1
+        yield number, line
+    if header.version == 1:
+        return
+    if closing is None:
+        raise InvalidArgumentError(
+            f'the export ends after {count} entries without its closing line: it was cut short; nothing was imported'
         )
-        if line.kind == 'forked_from' and parent is not None:
-            new = _retarget_fork(new, parent)
-        (seq,) = engine.append_entries(txn, [new], allow_internal=True, seq_hints=[line.seq])
-        mapping[line.seq] = seq
-        written += 1
-    return written
+    if closing.entries != count or closing.heads != {conv: digest.hex() for conv, digest in heads.items()}:
+        raise InvalidArgumentError(
+            f'the closing line of the export (for {closing.entries} entries) does not match the {count} '
+            'entries read: entries are missing or were added; nothing was imported'
+        )
+
+
+def _check_line(number: int, line: ExportedEntry, last: int) -> None:
+    if not 1 <= line.seq <= IMPORT_MAX_SEQ:
+        raise InvalidArgumentError(
+            f'line {number}: seq {line.seq} is outside 1..{IMPORT_MAX_SEQ}, which imports accept'
+        )
+    if line.parent is not None and not 1 <= line.parent <= IMPORT_MAX_SEQ:
+        raise InvalidArgumentError(
+            f'line {number}: parent {line.parent} is outside 1..{IMPORT_MAX_SEQ}, which imports accept'
+        )
+    if line.seq <= last:
+        raise InvalidArgumentError(f'line {number}: entries are out of order (seq {line.seq} after {last})')
 
 
 def payload_of(line: ExportedEntry) -> bytes:
@@ -175,13 +310,159 @@ def payload_of(line: ExportedEntry) -> bytes:
     return b'' if raw == b'null' else raw
 
 
-def _retarget_fork(entry: NewEntry, parent: int) -> NewEntry:
-    info = msgspec.json.decode(entry.payload, type=ForkInfo)
-    payload = msgspec.json.encode(ForkInfo(conversation_id=info.conversation_id, seq=parent))
-    return NewEntry(
-        conversation_id=entry.conversation_id,
-        kind=entry.kind,
-        payload=payload,
-        parent=parent,
-        timestamp=entry.timestamp,
+# --- importing --------------------------------------------------------------------------------
+
+
+class _SeqMap:
+    """The `seq` each imported line got, by the `seq` it had in the export (16 bytes an entry)."""
+
+    def __init__(self) -> None:
+        self.old: array[int] = array('Q')
+        self.new: array[int] = array('Q')
+
+    def add(self, old: int, new: int) -> None:
+        self.old.append(old)
+        self.new.append(new)
+
+    def get(self, old: int) -> int | None:
+        index = bisect.bisect_left(self.old, old)
+        if index < len(self.old) and self.old[index] == old:
+            return self.new[index]
+        return None
+
+
+def import_lines(txn: WriteTxn, lines: Iterable[tuple[int, ExportedEntry]]) -> int:
+    """Write checked export lines into the store; return how many entries were written.
+
+    A `run_started` or `forked_from` entry's parent must be an entry imported before it from
+    the same export: it is never looked up among the store's own entries, so an export cannot
+    graft another conversation's history into the ones it brings. A parent the export marks
+    `detached` (deleted in the source) is dropped: the run, or the fork, starts with no history,
+    as its source replayed it.
+    """
+    seen: set[str] = set()
+    mapping = _SeqMap()
+    pending: list[tuple[int, NewEntry]] = []
+    pending_bytes = 0
+    written = 0
+
+    def flush() -> None:
+        nonlocal pending_bytes, written
+        if not pending:
+            return
+        hints = [old for old, _ in pending]
+        seqs = engine.append_entries(txn, [new for _, new in pending], allow_internal=True, seq_hints=hints)
+        for old, new_seq in zip(hints, seqs, strict=True):
+            if mapping.old and new_seq <= mapping.new[-1]:
+                raise InvalidArgumentError(f'the entry with seq {old} repeats an idempotency key of its run')
+            mapping.add(old, new_seq)
+        written += len(pending)
+        pending.clear()
+        pending_bytes = 0
+
+    for number, line in lines:
+        conv_id = line.conversation_id
+        if conv_id not in seen:
+            engine.check_id(conv_id, f'line {number}: conversation_id')
+            existing = engine.get_conversation(txn, conv_id)
+            if existing is not None and not existing.deleted:
+                raise InvalidArgumentError(f'conversation {conv_id!r} already exists in this log; nothing was imported')
+            seen.add(conv_id)
+        parent: int | None = None
+        payload = payload_of(line)
+        if line.kind in ('run_started', 'forked_from') and line.parent is not None:
+            flush()  # the parent may be in the batch not yet written
+            parent = _resolve_parent(number, line, mapping)
+            if line.kind == 'forked_from' and parent is not None:
+                payload = _retarget_fork(number, line, parent, seen)
+        elif line.kind == 'compaction':
+            flush()
+            payload = _retarget_compaction(number, payload, mapping)
+        pending.append(
+            (
+                line.seq,
+                NewEntry(
+                    conversation_id=conv_id,
+                    run_id=line.run_id,
+                    kind=line.kind,
+                    payload=payload,
+                    parent=parent,
+                    idempotency_key=line.idempotency_key,
+                    inherited=line.inherited,
+                    timestamp=line.timestamp,
+                ),
+            )
+        )
+        pending_bytes += len(payload)
+        if len(pending) >= _BATCH_ENTRIES or pending_bytes >= _BATCH_BYTES:
+            flush()
+    flush()
+    return written
+
+
+def _resolve_parent(number: int, line: ExportedEntry, mapping: _SeqMap) -> int | None:
+    assert line.parent is not None
+    parent = mapping.get(line.parent)
+    if parent is not None:
+        if line.detached:
+            raise InvalidArgumentError(f'line {number}: marked detached, yet its parent {line.parent} is in the export')
+        return parent
+    if line.detached:
+        return None
+    raise InvalidArgumentError(
+        f'line {number} (seq {line.seq}, conversation {line.conversation_id!r}) continues from entry '
+        f'{line.parent}, which the export does not carry; an import may only reference its own entries'
     )
+
+
+def _retarget_fork(number: int, line: ExportedEntry, parent: int, imported: set[str]) -> bytes:
+    """The `forked_from` payload pointing at the fork point's `seq` in this store."""
+    try:
+        info = msgspec.json.decode(payload_of(line), type=ForkInfo)
+    except msgspec.DecodeError as exc:
+        raise InvalidArgumentError(f'line {number}: the forked_from payload is not valid: {exc}') from None
+    if info.conversation_id not in imported:
+        raise InvalidArgumentError(
+            f'line {number}: conversation {line.conversation_id!r} is a fork of {info.conversation_id!r}, '
+            'which the export does not carry; an import may only reference its own entries'
+        )
+    return msgspec.json.encode(ForkInfo(conversation_id=info.conversation_id, seq=parent))
+
+
+def _retarget_compaction(number: int, payload: bytes, mapping: _SeqMap) -> bytes:
+    """The `compaction` payload naming the replaced entries by their `seq`s in this store.
+
+    A replaced `seq` the export does not carry (deleted in the source) cannot be on the
+    branch in this store either, so it is left out rather than matched against whatever
+    entry holds that number here.
+    """
+    try:
+        info = msgspec.json.decode(payload, type=CompactionInfo)
+    except msgspec.DecodeError as exc:
+        raise InvalidArgumentError(f'line {number}: the compaction payload is not valid: {exc}') from None
+    replaced = [new for old in info.replaced if (new := mapping.get(old)) is not None]
+    if replaced == info.replaced:
+        return payload
+    return msgspec.json.encode(CompactionInfo(replaced=replaced, summary=info.summary))
+
+
+def import_from(
+    write: Callable[[Callable[[WriteTxn], int]], int],
+    source: str | Path | IO[bytes],
+    *,
+    allow_version_1: bool = False,
+) -> int:
+    """Read the export at `source` (a path or a binary stream) and write it with `write`, which
+    runs a function in one write transaction and may run it again from the start."""
+
+    def run(stream: IO[bytes]) -> int:
+        lines = RestartableLines(stream)
+        try:
+            return write(lambda txn: import_lines(txn, read_export(lines, allow_version_1=allow_version_1)))
+        finally:
+            lines.close()
+
+    if isinstance(source, (str, Path)):
+        with open(source, 'rb') as fh:
+            return run(fh)
+    return run(source)

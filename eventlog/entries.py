@@ -16,9 +16,12 @@ from typing import Final, Literal
 import msgspec
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 
+from eventlog.errors import InvalidPayloadError
+
 __all__ = [
     'CONVERSATION_KINDS',
     'KINDS',
+    'MAX_SEQ',
     'RUN_KINDS',
     'CompactionInfo',
     'ConversationRecord',
@@ -36,6 +39,7 @@ __all__ = [
     'VerifyProblem',
     'VerifyReport',
     'compaction_entry',
+    'encode_info',
     'encode_message',
     'message_entry',
     'run_finished_entry',
@@ -64,6 +68,14 @@ CONVERSATION_KINDS: Final = frozenset({'title', 'archived', 'unarchived', 'forke
 """Kinds that describe a conversation as a whole and carry no `run_id`."""
 
 KINDS: Final = RUN_KINDS | CONVERSATION_KINDS
+
+MAX_SEQ: Final = 2**53 - 1
+"""The largest `seq` the log assigns or accepts, and the bound of every seq-like or counting
+integer it takes (`parent`, `at_seq`, `after_seq`, `limit`, usage values, compaction `replaced`).
+
+2**53 - 1 is the largest integer every JSON reader (JavaScript's included) holds exactly, so
+`--json` output and exports stay exact, and it is far inside the 8-byte keys the store packs
+`seq`s into. At a million appends a second a log takes 285 years to reach it."""
 
 RunStatus = Literal['running', 'completed', 'failed', 'cancelled']
 """The life of a run: `running` until a `run_finished` entry says how it ended."""
@@ -227,8 +239,24 @@ _json_encoder = msgspec.json.Encoder()
 
 
 def encode_message(message: ModelMessage) -> bytes:
-    """One message as pydantic-ai serializes it inside `ModelMessagesTypeAdapter` output."""
-    return ModelMessagesTypeAdapter.dump_json([message])[1:-1]
+    """One message as pydantic-ai serializes it inside `ModelMessagesTypeAdapter` output.
+
+    Raises `InvalidPayloadError` when pydantic-ai cannot serialize it (tool arguments nested
+    deeper than its limit, values it cannot encode, lone surrogates).
+    """
+    try:
+        return ModelMessagesTypeAdapter.dump_json([message])[1:-1]
+    except (ValueError, TypeError, RecursionError) as exc:  # PydanticSerializationError is a ValueError
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise InvalidPayloadError(f'the message cannot be serialized: {first}') from None
+
+
+def encode_info(info: msgspec.Struct) -> bytes:
+    """A non-message payload struct as JSON; `InvalidPayloadError` when a value cannot be encoded."""
+    try:
+        return _json_encoder.encode(info)
+    except (ValueError, TypeError, OverflowError, RecursionError, msgspec.EncodeError) as exc:
+        raise InvalidPayloadError(f'the {type(info).__name__} payload cannot be encoded: {exc}') from None
 
 
 def message_entry(
@@ -269,7 +297,7 @@ def run_started_entry(
         conversation_id=conversation_id,
         run_id=run_id,
         kind='run_started',
-        payload=_json_encoder.encode(info),
+        payload=encode_info(info),
         parent=parent,
         idempotency_key=idempotency_key,
     )
@@ -290,7 +318,7 @@ def run_finished_entry(
         conversation_id=conversation_id,
         run_id=run_id,
         kind='run_finished',
-        payload=_json_encoder.encode(info),
+        payload=encode_info(info),
         idempotency_key=idempotency_key,
     )
 
@@ -311,7 +339,7 @@ def tool_effect_entry(
         conversation_id=conversation_id,
         run_id=run_id,
         kind='tool_effect',
-        payload=_json_encoder.encode(info),
+        payload=encode_info(info),
         idempotency_key=idempotency_key,
     )
 
@@ -330,6 +358,6 @@ def compaction_entry(
         conversation_id=conversation_id,
         run_id=run_id,
         kind='compaction',
-        payload=_json_encoder.encode(info),
+        payload=encode_info(info),
         idempotency_key=idempotency_key,
     )

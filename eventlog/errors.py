@@ -14,6 +14,7 @@ __all__ = [
     'InvalidArgumentError',
     'InvalidPayloadError',
     'LogClosedError',
+    'LogFullError',
     'NotFoundError',
     'RunNotFound',
     'StorageError',
@@ -64,3 +65,7 @@ class CorruptEntryError(EventLogError):
 
 class LogClosedError(EventLogError):
     """The log was closed; open a new one to continue."""
+
+
+class LogFullError(EventLogError):
+    """The log has assigned every `seq` up to `MAX_SEQ`; nothing more can be appended to it."""

@@ -16,13 +16,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Protocol, Self, TypeVar, runtime_checkable
 
-import msgspec
 from pydantic_ai.messages import ModelMessage
 
 from eventlog import _engine as engine
 from eventlog import _transfer as transfer
 from eventlog._storage import ReadTxn, WriteTxn
-from eventlog.entries import ConversationRecord, Entry, NewEntry, RunRecord, TitleInfo, VerifyReport
+from eventlog.entries import ConversationRecord, Entry, NewEntry, RunRecord, TitleInfo, VerifyReport, encode_info
 from eventlog.errors import ConversationNotFound, InvalidArgumentError, LogClosedError
 
 __all__ = ['Appended', 'EventLog', 'EventLogBase']
@@ -149,8 +148,8 @@ class EventLog(Protocol):
         """Write entries as JSON Lines; return how many entries were written."""
         ...
 
-    async def import_(self, source: str | Path | IO[bytes]) -> int:
-        """Read an export into this log; return how many entries were written."""
+    async def import_(self, source: str | Path | IO[bytes], *, allow_version_1: bool = False) -> int:
+        """Read an export into this log (all or nothing); return how many entries were written."""
         ...
 
     async def verify(self) -> VerifyReport:
@@ -326,10 +325,9 @@ class EventLogBase(ABC):
         kind_set = None if kinds is None else frozenset(kinds)
         if kind_set is not None and not kind_set <= engine.KINDS:
             raise InvalidArgumentError(f'unknown kinds {sorted(kind_set - engine.KINDS)}')
-        if not isinstance(after_seq, int) or after_seq < 0:  # pyright: ignore[reportUnnecessaryIsInstance]
-            raise InvalidArgumentError(f'after_seq must be a non-negative integer, got {after_seq!r}')
-        if limit is not None and (not isinstance(limit, int) or limit < 0):  # pyright: ignore[reportUnnecessaryIsInstance]
-            raise InvalidArgumentError(f'limit must be a non-negative integer, got {limit!r}')
+        engine.check_count(after_seq, 'after_seq')
+        if limit is not None:
+            engine.check_count(limit, 'limit')
 
         def read(txn: ReadTxn) -> list[Entry]:
             out: list[Entry] = []
@@ -367,7 +365,7 @@ class EventLogBase(ABC):
         """Give a conversation a title; return the `title` entry's `seq`."""
         if not isinstance(title, str) or len(title) > 1000:  # pyright: ignore[reportUnnecessaryIsInstance]
             raise InvalidArgumentError('title must be a string of at most 1000 characters')
-        payload = msgspec.json.encode(TitleInfo(title))
+        payload = encode_info(TitleInfo(title))
         return await self.append(NewEntry(conversation_id=conversation_id, kind='title', payload=payload))
 
     async def archive(self, conversation_id: str) -> int:
@@ -416,20 +414,18 @@ class EventLogBase(ABC):
         self._check_open()
         return await asyncio.to_thread(work)
 
-    async def import_(self, source: str | Path | IO[bytes]) -> int:
+    async def import_(self, source: str | Path | IO[bytes], *, allow_version_1: bool = False) -> int:
         """Read an export into this log; return how many entries were written.
 
-        The whole export is parsed and its hash chains checked first; a conversation that
-        already exists here is refused. Nothing is written unless everything is accepted.
+        The export is read and its hash chains and closing line checked as it is written,
+        in one transaction, holding a bounded number of lines in memory; a conversation that
+        already exists here, a reference to an entry the export does not carry, or any other
+        problem anywhere aborts it, so nothing is written unless everything is accepted.
+        Exports of format 1 (no closing line) are refused unless `allow_version_1`.
         """
 
         def work() -> int:
-            if isinstance(source, (str, Path)):
-                with open(source, 'rb') as fh:
-                    lines = transfer.read_export(fh)
-            else:
-                lines = transfer.read_export(source)
-            return self._write_sync(lambda txn: transfer.import_lines(txn, lines))
+            return transfer.import_from(self._write_sync, source, allow_version_1=allow_version_1)
 
         self._check_open()
         return await asyncio.to_thread(work)

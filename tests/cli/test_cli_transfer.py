@@ -23,8 +23,9 @@ def test_export_everything_to_stdout(shared: Store) -> None:
     assert result.exit_code == 0, result.output
     lines = _lines(result.stdout)
     assert lines[0]['format'] == 'pydantic-ai-eventlog'
-    assert {line['conversation_id'] for line in lines[1:]} == {'alpha', 'beta'}
-    assert result.stderr == f'exported {len(lines) - 1} entries\n'
+    assert {line['conversation_id'] for line in lines[1:-1]} == {'alpha', 'beta'}
+    assert lines[-1]['type'] == 'closing' and lines[-1]['entries'] == len(lines) - 2
+    assert result.stderr == f'exported {len(lines) - 2} entries\n'
 
 
 def test_export_one_conversation_to_a_file_and_import_it(shared: Store, tmp_path: Path) -> None:
@@ -34,7 +35,7 @@ def test_export_one_conversation_to_a_file_and_import_it(shared: Store, tmp_path
     assert result.stdout == ''
     assert result.stderr == f'exported 22 entries to {target}\n'
     assert not list(tmp_path.glob('.alpha.jsonl.*'))
-    assert {line['conversation_id'] for line in _lines(target.read_text())[1:]} == {'alpha'}
+    assert {line['conversation_id'] for line in _lines(target.read_text())[1:-1]} == {'alpha'}
 
     copy = tmp_path / 'copy.lmdb'
     imported = invoke('import', target, store=copy)

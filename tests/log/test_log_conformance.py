@@ -339,7 +339,7 @@ async def test_export_of_one_conversation_includes_history_it_references(log: Ev
     path = tmp_path / 'f.jsonl'
     await log.export(path, conversation_ids=['f'])
     lines = path.read_bytes().splitlines()
-    conversations = {msgspec.json.decode(line)['conversation_id'] for line in lines[1:]}
+    conversations = {msgspec.json.decode(line)['conversation_id'] for line in lines[1:-1]}
     assert conversations == {'a', 'f'}
     with pytest.raises(ConversationNotFound):
         await log.export(tmp_path / 'x.jsonl', conversation_ids=['nope'])
