@@ -27,7 +27,7 @@ import warnings
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass, field, fields
+from dataclasses import KW_ONLY, dataclass, field, fields
 from typing import Any, Literal
 
 from pydantic_ai import CallToolsNode, ModelRequestNode
@@ -177,10 +177,11 @@ class EventLogPersistence(AbstractCapability[AgentDepsT]):
     """
 
     log: EventLog
+    _: KW_ONLY
     agent_name: str | None = None
     metadata: Mapping[str, str] | None = None
     on_error: OnError = 'raise'
-    id: str | None = field(default='eventlog_persistence', kw_only=True)
+    id: str | None = 'eventlog_persistence'
     """Stable, because durable engines find the capability's operations by it."""
 
     _recent: _History = field(default_factory=_History, init=False, repr=False, compare=False)

@@ -742,3 +742,11 @@ async def test_re_executing_a_run_killed_mid_way_appends_nothing_twice(budget: i
     run = await log.get_run('durable-run')
     assert run is not None and run.status == 'completed'
     assert run.message_count == len(result.all_messages())
+
+
+def test_options_after_the_log_are_keyword_only() -> None:
+    """`EventLogPersistence(log, *, agent_name=..., ...)`, as the README documents it."""
+    log = InMemoryEventLog()
+    with pytest.raises(TypeError):
+        EventLogPersistence(log, 'planner')  # pyright: ignore[reportCallIssue]
+    assert EventLogPersistence(log, agent_name='planner').agent_name == 'planner'
