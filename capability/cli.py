@@ -16,7 +16,6 @@ import io
 import os
 import shutil
 import sys
-import tempfile
 import time
 from collections import Counter
 from collections.abc import AsyncGenerator, Callable, Coroutine, Sequence
@@ -793,25 +792,9 @@ async def _export(store: Path, conversation_ids: list[str] | None, output: Path 
 
 
 async def _export_file(log: LmdbEventLog, output: Path, conversation_ids: list[str] | None) -> int:
-    """Export into a temporary file next to `output`, renamed into place only when complete."""
-    temporary = _temporary_next_to(output)
-    try:
-        count = await log.export(temporary, conversation_ids=conversation_ids)
-        os.replace(temporary, output)
-    except BaseException:
-        _remove(temporary)
-        raise
-    return count
-
-
-def _temporary_next_to(output: Path) -> str:
-    handle, temporary = tempfile.mkstemp(prefix=f'.{output.name}.', suffix='.part', dir=output.parent)
-    os.close(handle)
-    return temporary
-
-
-def _remove(path: str) -> None:
-    Path(path).unlink(missing_ok=True)
+    """Export to `output` through the library's one destination rule (`eventlog._files`): a new
+    0600 file renamed into place when complete, a device or FIFO written in place, a symlink followed."""
+    return await log.export(output, conversation_ids=conversation_ids)
 
 
 class _CountingReader(io.BufferedReader):
@@ -855,12 +838,41 @@ def import_(
 
 
 async def _import(store: Path, file: Path) -> None:
-    if str(file) == '-':
-        async with _open(store, create=True) as log:
-            count = await log.import_(sys.stdin.buffer)
-        sys.stderr.write(f'imported {count} entries into {store}\n')
+    """Import `file` (or stdin) into `store`; a store this call had to create is removed again
+    unless the import wrote something into it."""
+    created = _first_missing(store)
+    total = None if str(file) == '-' else _file_size(file)
+    outcome: dict[str, bool] = {'empty': True}
+    try:
+        count = await _import_into(store, file, total, outcome)
+    except BaseException:
+        if created is not None and outcome['empty']:
+            _discard_created(created)
+        raise
+    if count == 0 and created is not None and outcome['empty']:
+        _discard_created(created)
+        sys.stderr.write(f'imported 0 entries (the export holds none); no store was created at {store}\n')
         return
-    total = _file_size(file)
+    source = '' if total is None else f' from {file}'
+    sys.stderr.write(f'imported {count} entries{source} into {store}\n')
+
+
+async def _import_into(store: Path, file: Path, total: int | None, outcome: dict[str, bool]) -> int:
+    """Run the import; `outcome['empty']` ends False when the store holds entries afterwards
+    (written by this import or, racing it, by another process)."""
+    async with _open(store, create=True) as log:
+        try:
+            if total is None:
+                return await log.import_(sys.stdin.buffer)
+            return await _import_file(log, file, total)
+        finally:
+            try:
+                outcome['empty'] = await log.last_seq() == 0
+            except EventLogError:
+                outcome['empty'] = False
+
+
+async def _import_file(log: LmdbEventLog, file: Path, total: int) -> int:
     progress = Progress(
         TextColumn('{task.description}'),
         BarColumn(),
@@ -878,11 +890,24 @@ async def _import(store: Path, file: Path) -> None:
 
         reader = _CountingReader(io.FileIO(file, 'rb'), report)
         try:
-            async with _open(store, create=True) as log:
-                count = await log.import_(reader)
+            return await log.import_(reader)
         finally:
             reader.close()
-    sys.stderr.write(f'imported {count} entries from {file} into {store}\n')
+
+
+def _first_missing(store: Path) -> Path | None:
+    """The outermost directory opening `store` would create (`None` when the store exists)."""
+    if os.path.lexists(store):
+        return None
+    missing = store
+    while not os.path.lexists(missing.parent) and missing.parent != missing:
+        missing = missing.parent
+    return missing
+
+
+def _discard_created(created: Path) -> None:
+    """Remove a directory this command created for a store that stayed empty."""
+    shutil.rmtree(created, ignore_errors=True)
 
 
 def _file_size(file: Path) -> int:

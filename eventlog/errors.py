@@ -10,6 +10,7 @@ from __future__ import annotations
 __all__ = [
     'ConversationNotFound',
     'CorruptEntryError',
+    'DestinationError',
     'EventLogError',
     'InvalidArgumentError',
     'InvalidPayloadError',
@@ -17,6 +18,7 @@ __all__ = [
     'NotFoundError',
     'RunNotFound',
     'StorageError',
+    'StoreBusyError',
     'StoreLocationError',
     'StoreVersionError',
 ]
@@ -64,3 +66,12 @@ class CorruptEntryError(EventLogError):
 
 class LogClosedError(EventLogError):
     """The log was closed; open a new one to continue."""
+
+
+class DestinationError(EventLogError):
+    """An export destination cannot be written: a directory, a socket, a symlink to nothing,
+    or a path this process may not write."""
+
+
+class StoreBusyError(EventLogError):
+    """The operation needs the store to itself (`compact`), but another handle or process has it open."""
