@@ -34,6 +34,8 @@ from typer.core import TyperGroup
 from capability import _cli_render as render
 from capability._cli_index import backend_for, index_state, rebuild_index
 from eventlog import ConversationRecord, Entry, EventLogError, LmdbEventLog, RunRecord
+from eventlog.errors import StoreBusyError
+from eventlog.lmdb_log import CompactResult
 from search import ANALYZER_NAMES, Analyzer, display_lines, get_analyzer, index_text, unique_terms
 from search.bm25 import DEFAULT_B, DEFAULT_K1
 from search.render import make_locator
@@ -733,7 +735,10 @@ def delete(
     yes: Annotated[bool, typer.Option('--yes', help='Really delete (without it, only explain).')] = False,
     store: StoreOption = DEFAULT_STORE,
 ) -> None:
-    """Remove a conversation's entries for good, leaving a tombstone. Needs --yes."""
+    """Remove a conversation's entries for good, leaving a tombstone, then compact. Needs --yes.
+
+    When another process has the store open, the compaction is left for `eventlog compact`.
+    """
     _run(_delete(store, conversation, yes))
 
 
@@ -758,7 +763,38 @@ async def _delete(store: Path, conversation_id: str, yes: bool) -> None:
             sys.stderr.write('\n'.join(lines) + '\n')
             raise typer.Exit(1)
         removed = await log.delete_conversation(conversation_id)
-    render.console().print(f'deleted {conversation_id}: {removed} entries removed')
+        render.console().print(f'deleted {conversation_id}: {removed} entries removed')
+        try:
+            result = await log.compact()
+        except StoreBusyError as exc:
+            sys.stderr.write(
+                f'eventlog: the deleted text stays in the store file until it is compacted, and compacting '
+                f"is not possible now: {exc}. Run 'eventlog compact' once nothing else has the store open.\n"
+            )
+            return
+    sys.stderr.write(f'compacted {store}: {_compaction(result)}; the deleted text is gone from the disk\n')
+
+
+@app.command()
+def compact(store: StoreOption = DEFAULT_STORE, as_json: JsonOption = False) -> None:
+    """Rewrite the store without its free pages, so deleted text is gone from the disk.
+
+    Refused while another process has the store open.
+    """
+    _run(_compact(store, as_json))
+
+
+async def _compact(store: Path, as_json: bool) -> None:
+    async with _open(store) as log:
+        result = await log.compact()
+    if as_json:
+        render.print_json({'store': str(store), 'bytes_before': result.bytes_before, 'bytes_after': result.bytes_after})
+        return
+    render.console().print(f'compacted {store}: {_compaction(result)}')
+
+
+def _compaction(result: CompactResult) -> str:
+    return f'{render.size(result.bytes_before)} before, {render.size(result.bytes_after)} after'
 
 
 # --- export, import, verify, stats, index --------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import stat
 import threading
@@ -10,12 +11,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from clitools import Store, invoke, shared
+from clitools import Store, fresh, invoke, shared
 
 from eventlog import EventLogError, LmdbEventLog
 from eventlog.errors import DestinationError
 
-__all__ = ['shared']
+__all__ = ['fresh', 'shared']
 
 
 def _export_bytes(store: Path) -> bytes:
@@ -244,3 +245,62 @@ def test_importing_an_empty_export_creates_no_store(shared: Store, tmp_path: Pat
     if result.exit_code == 0:
         assert 'no store was created' in result.stderr
     assert not store.exists()
+
+
+# --- delete --yes compacts; compact -------------------------------------------------------------
+
+
+def _store_bytes(path: Path) -> bytes:
+    return b''.join(Path(root, name).read_bytes() for root, _, files in os.walk(path) for name in files)
+
+
+_HOLDER = 'import sys\nfrom eventlog import LmdbEventLog\nlog = LmdbEventLog(sys.argv[1])\nprint("open", flush=True)\nsys.stdin.readline()\n'
+
+
+def test_delete_with_yes_compacts_the_deleted_text_away(fresh: Store) -> None:
+    assert invoke('search', 'wombat', '--all', store=fresh.path).exit_code == 0  # builds the persistent index
+    assert b'wombat' in _store_bytes(fresh.path)
+    result = invoke('delete', 'beta', '--yes', store=fresh.path)
+    assert result.exit_code == 0, result.output
+    assert result.stdout == 'deleted beta: 4 entries removed\n'
+    assert result.stderr.startswith(f'compacted {fresh.path}: ') and 'gone from the disk' in result.stderr
+    on_disk = _store_bytes(fresh.path)
+    assert b'wombat' not in on_disk
+    assert b'quokka-archive-7731' in on_disk
+    assert invoke('verify', store=fresh.path).exit_code == 0
+    assert '2 matching' in invoke('search', 'quokka', '--all', store=fresh.path).stdout
+
+
+def test_delete_while_the_store_is_open_elsewhere_says_to_compact_later(fresh: Store) -> None:
+    import subprocess
+    import sys
+
+    holder = subprocess.Popen(
+        [sys.executable, '-c', _HOLDER, str(fresh.path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == 'open\n'
+        result = invoke('delete', 'beta', '--yes', store=fresh.path)
+        assert result.exit_code == 0, result.output
+        assert result.stdout == 'deleted beta: 4 entries removed\n'
+        assert result.stderr.count('\n') == 1
+        assert f'pid {holder.pid}' in result.stderr and "Run 'eventlog compact'" in result.stderr
+        busy = invoke('compact', store=fresh.path)
+        assert busy.exit_code == 1 and busy.stderr.count('\n') == 1 and 'open in another process' in busy.stderr
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.write('\n')
+        holder.stdin.close()
+        holder.wait(timeout=60)
+    assert b'wombat' in _store_bytes(fresh.path)
+    done = invoke('compact', '--json', store=fresh.path)
+    assert done.exit_code == 0, done.output
+    data = json.loads(done.stdout)
+    assert data['bytes_after'] <= data['bytes_before']
+    assert b'wombat' not in _store_bytes(fresh.path)
+
+
+def test_compact_needs_a_store(tmp_path: Path) -> None:
+    result = invoke('compact', store=tmp_path / 'none.lmdb')
+    assert result.exit_code == 1 and result.stderr.startswith('eventlog: no store at')
+    assert not (tmp_path / 'none.lmdb').exists()
