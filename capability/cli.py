@@ -6,7 +6,8 @@ into a path that does not exist yet. Commands whose output is data take `--json`
 
 Errors a user can cause (no store at the path, an unknown id, a store written by a newer
 version, a bad option) print one line on stderr and exit with status 1 (2 for a bad option);
-never a traceback.
+never a traceback. A store so damaged that reading it crashes the storage engine ends the
+command with one line and status 3 (`EXIT_STORE_CRASHED`, see `main`).
 """
 
 from __future__ import annotations
