@@ -777,6 +777,8 @@ async def _delete(store: Path, conversation_id: str, yes: bool) -> None:
                 f"is not possible now: {exc}. Run 'eventlog compact' once nothing else has the store open.\n"
             )
             return
+        except EventLogError as exc:  # the delete stands; only the compaction failed
+            _fail(f"deleted {conversation_id}, but compacting failed ({exc}); run 'eventlog compact' later")
     sys.stderr.write(f'compacted {store}: {_compaction(result)}; the deleted text is gone from the disk\n')
 
 

@@ -334,12 +334,12 @@ class LmdbEventLog(EventLogBase):
         A crash at any point leaves either the old store or the compacted one, both complete.
         """
         self._check_open()
-        for before, _ in _compaction_hooks:
-            before(self)
         return await asyncio.to_thread(self._compact_sync)
 
     def _compact_sync(self) -> CompactResult:
         self._check_open()
+        for before, _ in _compaction_hooks:
+            before(self)
         lock = self._store_lock
         with _store_locks_cond:
             while lock.compacting:

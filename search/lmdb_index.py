@@ -511,7 +511,9 @@ def _apply_before_compaction(log: LmdbEventLog) -> None:
     if not log.run_in_txn(lambda txn: txn.get(b'ix.meta') is not None, write=False):
         return
     try:
-        LmdbIndex.open_existing(log).catch_up()
+        index = LmdbIndex.open_existing(log)
+        if index.state().analyzer is not None:  # tables opened (by `eventlog stats`, say) but never built
+            index.catch_up()
     except (EventLogError, ImportError, ValueError):
         tables = [log.open_table(f'ix.{name}'.encode()) for name in _TABLES]
 

@@ -34,9 +34,12 @@ def _store_bytes(path: Path) -> bytes:
 
 
 async def _two_conversations(log: LmdbEventLog) -> None:
+    """Runs of both conversations interleaved (so they share leaf pages), small messages and
+    large ones (kept on overflow pages)."""
     for i in range(5):
-        await add_run(log, 'doomed', f'doomed-{i}', exchange(i, f'the password is {GONE} {i}'))
-        await add_run(log, 'kept', f'kept-{i}', exchange(i, f'remember {KEPT} {i}'))
+        pad = 'padding ' * (1200 if i % 2 else 1)
+        await add_run(log, 'doomed', f'doomed-{i}', exchange(i, f'the password is {GONE} {i} {pad}'))
+        await add_run(log, 'kept', f'kept-{i}', exchange(i, f'remember {KEPT} {i} {pad}'))
 
 
 async def test_compact_removes_deleted_text_from_the_files_and_the_index(tmp_path: Path) -> None:
