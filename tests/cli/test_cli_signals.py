@@ -205,3 +205,17 @@ def test_a_crash_of_any_command_is_one_line(tmp_path: Path) -> None:
     result = _run(script, 'show', 'c', '--store', tmp_path / 'x.lmdb')
     assert result.returncode == EXIT_STORE_CRASHED
     assert _assert_one_line(result).startswith(f'eventlog: the store at {tmp_path / "x.lmdb"} is damaged')
+
+
+def test_a_kill_aimed_at_the_command_ends_it_by_that_signal(intact: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, '-c', GUARDED, 'tail', '--follow', '--store', str(intact)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline()  # running
+    proc.send_signal(signal.SIGTERM)  # to the parent only: it passes the signal on to the command
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGTERM
+    assert err == b''
