@@ -52,6 +52,15 @@ class StoreLocationError(EventLogError):
     """The store's path cannot hold a store: it is a file, or not readable and writable."""
 
 
+class DestinationError(EventLogError):
+    """An export destination cannot be written: a directory, a socket, a symlink to nothing,
+    or a path this process may not write."""
+
+
+class StoreBusyError(EventLogError):
+    """The operation needs the store to itself (`compact`), but another handle or process has it open."""
+
+
 class StoreVersionError(EventLogError):
     """The store was written in a format this version does not understand (a newer one)."""
 
@@ -66,12 +75,3 @@ class CorruptEntryError(EventLogError):
 
 class LogClosedError(EventLogError):
     """The log was closed; open a new one to continue."""
-
-
-class DestinationError(EventLogError):
-    """An export destination cannot be written: a directory, a socket, a symlink to nothing,
-    or a path this process may not write."""
-
-
-class StoreBusyError(EventLogError):
-    """The operation needs the store to itself (`compact`), but another handle or process has it open."""
