@@ -9,7 +9,8 @@ Where the destination is decides how it is written:
 - a character or block device or a FIFO (`/dev/null`, `/dev/stdout`, a named pipe): it is
   written in place, never renamed over or replaced by a regular file;
 - a symlink: followed, and the file it points to is written by the rules above (the link
-  stays a link); a symlink to nothing is refused rather than creating a file wherever it points;
+  stays a link; a device or pipe behind `/dev/stdout` is opened through the link); a symlink
+  to nothing is refused rather than creating a file wherever it points;
 - a directory, a socket or anything else: refused.
 
 Errors are `DestinationError`s naming the path.
@@ -46,24 +47,31 @@ def open_destination(path: str | os.PathLike[str]) -> Generator[BinaryIO]:
         info = None
     except OSError as exc:
         raise _fail(given, exc) from None
+    in_place = False
     if info is not None and stat.S_ISLNK(info.st_mode):
-        target = Path(os.path.realpath(given))
         try:
-            info = os.stat(target)
+            info = os.stat(given)
         except FileNotFoundError:
+            where = os.path.realpath(given)
             raise DestinationError(
-                f'{given} is a symlink to nothing ({target}); refusing to create a file there'
+                f'{given} is a symlink to nothing ({where}); refusing to create a file there'
             ) from None
         except OSError as exc:
             raise _fail(given, exc) from None
-    if info is None or stat.S_ISREG(info.st_mode):
+        if stat.S_ISREG(info.st_mode):
+            target = Path(os.path.realpath(given))
+            # A link through /proc (`/dev/stdout` redirected into a file) can name a file that has
+            # no path any more, or another one: then the file behind the link is written in place.
+            in_place = not _same_file(target, info)
+    if info is None or (stat.S_ISREG(info.st_mode) and not in_place):
         with _replace(target) as stream:
             yield stream
         return
     mode = info.st_mode
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISFIFO(mode):
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISFIFO(mode) or in_place:
+        flags = os.O_WRONLY | os.O_NOCTTY | os.O_CLOEXEC | (os.O_TRUNC if in_place else 0)
         try:
-            fd = os.open(target, os.O_WRONLY | os.O_NOCTTY | os.O_CLOEXEC)
+            fd = os.open(given, flags)
         except OSError as exc:
             raise _fail(given, exc) from None
         try:
@@ -74,6 +82,14 @@ def open_destination(path: str | os.PathLike[str]) -> Generator[BinaryIO]:
         return
     what = 'a directory' if stat.S_ISDIR(mode) else 'a socket' if stat.S_ISSOCK(mode) else 'not a file'
     raise DestinationError(f'cannot write to {given}: it is {what}')
+
+
+def _same_file(path: Path, info: os.stat_result) -> bool:
+    try:
+        found = os.stat(path)
+    except OSError:
+        return False
+    return (found.st_dev, found.st_ino) == (info.st_dev, info.st_ino)
 
 
 @contextlib.contextmanager

@@ -304,3 +304,33 @@ def test_compact_needs_a_store(tmp_path: Path) -> None:
     result = invoke('compact', store=tmp_path / 'none.lmdb')
     assert result.exit_code == 1 and result.stderr.startswith('eventlog: no store at')
     assert not (tmp_path / 'none.lmdb').exists()
+
+
+def test_export_to_dev_stdout_writes_into_the_pipe(shared: Store, tmp_path: Path) -> None:
+    """`/dev/stdout` is a symlink through /proc to whatever fd 1 is: here a pipe, written through."""
+    import subprocess
+    import sys
+
+    script = 'import sys\nfrom capability.cli import app\napp(sys.argv[1:], prog_name="eventlog")\n'
+    done = subprocess.run(
+        [sys.executable, '-c', script, 'export', '-o', '/dev/stdout', '--store', str(shared.path)],
+        capture_output=True,
+        cwd=tmp_path,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == _export_bytes(shared.path)
+    assert os.listdir(tmp_path) == []
+    redirected = tmp_path.parent / f'{tmp_path.name}-redirected.jsonl'
+    with open(redirected, 'wb') as out:
+        into_file = subprocess.run(
+            [sys.executable, '-c', script, 'export', '-o', '/dev/stdout', '--store', str(shared.path)],
+            stdout=out,
+            stderr=subprocess.PIPE,
+            cwd=tmp_path,
+            timeout=120,
+            check=False,
+        )
+    assert into_file.returncode == 0, into_file.stderr
+    assert redirected.read_bytes() == _export_bytes(shared.path)
