@@ -453,6 +453,7 @@ class _StoreLock:
         self.path = path
         self.refs = 1
         self.compacting = False
+        self.lockable = True
 
 
 _store_locks: dict[tuple[int, int], _StoreLock] = {}
@@ -478,10 +479,18 @@ def _acquire_store_lock(path: Path) -> _StoreLock:
             fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
         except OSError as exc:
             raise StoreLocationError(f'cannot open the lock file {lock_path}: {exc.strerror or exc}') from None
-        fcntl.flock(fd, fcntl.LOCK_SH)  # blocks only while another process compacts
+        lockable = True
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)  # blocks only while another process compacts
+        except OSError as exc:
+            if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL):
+                os.close(fd)
+                raise StoreLocationError(f'cannot lock {lock_path}: {exc.strerror or exc}') from None
+            lockable = False  # a file system without flock: the store opens, compact refuses
         with _store_locks_cond:
             if key not in _store_locks:
                 lock = _store_locks[key] = _StoreLock(key, fd, path)
+                lock.lockable = lockable
                 return lock
         os.close(fd)  # another thread registered the store meanwhile: count on its lock
 
@@ -497,6 +506,11 @@ def _release_store_lock(lock: _StoreLock) -> None:
 
 def _upgrade_store_lock(lock: _StoreLock, path: Path) -> None:
     """Turn this process's shared lock into an exclusive one, or raise `StoreBusyError`."""
+    if not lock.lockable:
+        raise StoreBusyError(
+            f'the file system holding {path} does not support file locks, so whether another process has '
+            f'the store open cannot be told; compact refuses rather than risk its writes'
+        )
     try:
         fcntl.flock(lock.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -190,3 +190,24 @@ async def test_an_open_in_another_process_waits_for_a_compaction(tmp_path: Path)
         assert reader.returncode == 0 and out == '2\n'
     finally:
         log.close()
+
+
+async def test_without_file_locks_the_store_opens_and_compact_refuses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    from eventlog import lmdb_log
+
+    def no_locks(fd: int, operation: int) -> None:
+        raise OSError(errno.ENOLCK, 'No locks available')
+
+    monkeypatch.setattr(lmdb_log.fcntl, 'flock', no_locks)
+    log = LmdbEventLog(tmp_path / 'store.lmdb')
+    try:
+        await add_run(log, 'c', 'r', exchange(1))
+        with pytest.raises(StoreBusyError, match='does not support file locks'):
+            await log.compact()
+        assert len(await log.transcript('c')) == 2
+    finally:
+        log.close()
