@@ -6,15 +6,18 @@ into a path that does not exist yet. Commands whose output is data take `--json`
 
 Errors a user can cause (no store at the path, an unknown id, a store written by a newer
 version, a bad option) print one line on stderr and exit with status 1 (2 for a bad option);
-never a traceback.
+never a traceback. A store so damaged that reading it crashes the storage engine ends the
+command with one line and status 3 (`EXIT_STORE_CRASHED`, see `main`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -22,8 +25,9 @@ from collections import Counter
 from collections.abc import AsyncGenerator, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, TypeVar
+from typing import IO, Annotated, Any, NoReturn, TypeVar
 
+import click
 import typer
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -35,6 +39,8 @@ from typer.core import TyperGroup
 from capability import _cli_render as render
 from capability._cli_index import backend_for, index_state, rebuild_index
 from eventlog import ConversationRecord, Entry, EventLogError, LmdbEventLog, RunRecord
+from eventlog.errors import StoreBusyError
+from eventlog.lmdb_log import CompactResult
 from search import ANALYZER_NAMES, Analyzer, display_lines, get_analyzer, index_text, unique_terms
 from search.bm25 import DEFAULT_B, DEFAULT_K1
 from search.render import make_locator
@@ -734,7 +740,10 @@ def delete(
     yes: Annotated[bool, typer.Option('--yes', help='Really delete (without it, only explain).')] = False,
     store: StoreOption = DEFAULT_STORE,
 ) -> None:
-    """Remove a conversation's entries for good, leaving a tombstone. Needs --yes."""
+    """Remove a conversation's entries for good, leaving a tombstone, then compact. Needs --yes.
+
+    When another process has the store open, the compaction is left for `eventlog compact`.
+    """
     _run(_delete(store, conversation, yes))
 
 
@@ -759,7 +768,40 @@ async def _delete(store: Path, conversation_id: str, yes: bool) -> None:
             sys.stderr.write('\n'.join(lines) + '\n')
             raise typer.Exit(1)
         removed = await log.delete_conversation(conversation_id)
-    render.console().print(f'deleted {conversation_id}: {removed} entries removed')
+        render.console().print(f'deleted {conversation_id}: {removed} entries removed')
+        try:
+            result = await log.compact()
+        except StoreBusyError as exc:
+            sys.stderr.write(
+                f'eventlog: the deleted text stays in the store file until it is compacted, and compacting '
+                f"is not possible now: {exc}. Run 'eventlog compact' once nothing else has the store open.\n"
+            )
+            return
+        except EventLogError as exc:  # the delete stands; only the compaction failed
+            _fail(f"deleted {conversation_id}, but compacting failed ({exc}); run 'eventlog compact' later")
+    sys.stderr.write(f'compacted {store}: {_compaction(result)}; the deleted text is gone from the disk\n')
+
+
+@app.command()
+def compact(store: StoreOption = DEFAULT_STORE, as_json: JsonOption = False) -> None:
+    """Rewrite the store without its free pages, so deleted text is gone from the disk.
+
+    Refused while another process has the store open.
+    """
+    _run(_compact(store, as_json))
+
+
+async def _compact(store: Path, as_json: bool) -> None:
+    async with _open(store) as log:
+        result = await log.compact()
+    if as_json:
+        render.print_json({'store': str(store), 'bytes_before': result.bytes_before, 'bytes_after': result.bytes_after})
+        return
+    render.console().print(f'compacted {store}: {_compaction(result)}')
+
+
+def _compaction(result: CompactResult) -> str:
+    return f'{render.size(result.bytes_before)} before, {render.size(result.bytes_after)} after'
 
 
 # --- export, import, verify, stats, index --------------------------------------------------------
@@ -793,25 +835,9 @@ async def _export(store: Path, conversation_ids: list[str] | None, output: Path 
 
 
 async def _export_file(log: LmdbEventLog, output: Path, conversation_ids: list[str] | None) -> int:
-    """Export into a temporary file next to `output`, renamed into place only when complete."""
-    temporary = _temporary_next_to(output)
-    try:
-        count = await log.export(temporary, conversation_ids=conversation_ids)
-        os.replace(temporary, output)
-    except BaseException:
-        _remove(temporary)
-        raise
-    return count
-
-
-def _temporary_next_to(output: Path) -> str:
-    handle, temporary = tempfile.mkstemp(prefix=f'.{output.name}.', suffix='.part', dir=output.parent)
-    os.close(handle)
-    return temporary
-
-
-def _remove(path: str) -> None:
-    Path(path).unlink(missing_ok=True)
+    """Export to `output` through the library's one destination rule (`eventlog._files`): a new
+    0600 file renamed into place when complete, a device or FIFO written in place, a symlink followed."""
+    return await log.export(output, conversation_ids=conversation_ids)
 
 
 class _CountingReader(io.BufferedReader):
@@ -855,12 +881,41 @@ def import_(
 
 
 async def _import(store: Path, file: Path) -> None:
-    if str(file) == '-':
-        async with _open(store, create=True) as log:
-            count = await log.import_(sys.stdin.buffer)
-        sys.stderr.write(f'imported {count} entries into {store}\n')
+    """Import `file` (or stdin) into `store`; a store this call had to create is removed again
+    unless the import wrote something into it."""
+    created = _first_missing(store)
+    total = None if str(file) == '-' else _file_size(file)
+    outcome: dict[str, bool] = {'empty': True}
+    try:
+        count = await _import_into(store, file, total, outcome)
+    except BaseException:
+        if created is not None and outcome['empty']:
+            _discard_created(created)
+        raise
+    if count == 0 and created is not None and outcome['empty']:
+        _discard_created(created)
+        sys.stderr.write(f'imported 0 entries (the export holds none); no store was created at {store}\n')
         return
-    total = _file_size(file)
+    source = '' if total is None else f' from {file}'
+    sys.stderr.write(f'imported {count} entries{source} into {store}\n')
+
+
+async def _import_into(store: Path, file: Path, total: int | None, outcome: dict[str, bool]) -> int:
+    """Run the import; `outcome['empty']` ends False when the store holds entries afterwards
+    (written by this import or, racing it, by another process)."""
+    async with _open(store, create=True) as log:
+        try:
+            if total is None:
+                return await log.import_(sys.stdin.buffer)
+            return await _import_file(log, file, total)
+        finally:
+            try:
+                outcome['empty'] = await log.last_seq() == 0
+            except EventLogError:
+                outcome['empty'] = False
+
+
+async def _import_file(log: LmdbEventLog, file: Path, total: int) -> int:
     progress = Progress(
         TextColumn('{task.description}'),
         BarColumn(),
@@ -878,11 +933,24 @@ async def _import(store: Path, file: Path) -> None:
 
         reader = _CountingReader(io.FileIO(file, 'rb'), report)
         try:
-            async with _open(store, create=True) as log:
-                count = await log.import_(reader)
+            return await log.import_(reader)
         finally:
             reader.close()
-    sys.stderr.write(f'imported {count} entries from {file} into {store}\n')
+
+
+def _first_missing(store: Path) -> Path | None:
+    """The outermost directory opening `store` would create (`None` when the store exists)."""
+    if os.path.lexists(store):
+        return None
+    missing = store
+    while not os.path.lexists(missing.parent) and missing.parent != missing:
+        missing = missing.parent
+    return missing
+
+
+def _discard_created(created: Path) -> None:
+    """Remove a directory this command created for a store that stayed empty."""
+    shutil.rmtree(created, ignore_errors=True)
 
 
 def _file_size(file: Path) -> int:
@@ -1202,9 +1270,119 @@ def _demo_target(store: Path | None, overwrite: bool) -> Path:
     _fail(f'{target} and its numbered alternatives exist; remove some or pass --overwrite')
 
 
+EXIT_STORE_CRASHED = 3
+"""Exit status when reading the store crashed the storage engine (a damaged file): see `main`."""
+
+_CRASH_SIGNALS = frozenset({signal.SIGBUS, signal.SIGSEGV, signal.SIGABRT, signal.SIGILL, signal.SIGFPE})
+"""Signals a damaged store can raise inside LMDB (a map past the file's end, a bad page, an assertion)."""
+
+
 def main() -> None:
-    """The `eventlog` console script."""
-    app()
+    """The `eventlog` console script: the command runs in a forked child, so that a damaged store
+    crashing the storage engine (SIGBUS, SIGSEGV, SIGABRT, ...) ends in one line on stderr and exit
+    status `EXIT_STORE_CRASHED` instead of a dead process. Ctrl-C exits quietly with 130; a closed
+    pipe or a kill signal ends the command as it would end any other (the same signal)."""
+    if not hasattr(os, 'fork'):  # pragma: no cover - POSIX only
+        app()
+        return
+    argv = sys.argv[1:]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    with tempfile.TemporaryFile() as engine_noise:  # the child's C-level stderr (LMDB's assertion message)
+        pid = os.fork()
+        if pid == 0:
+            _child(argv, engine_noise.fileno())
+        _parent(pid, argv, engine_noise)
+
+
+def _child(argv: list[str], noise_fd: int) -> NoReturn:
+    """Run the command in the forked child and exit with its status."""
+    code = 1
+    try:
+        # Python writes to the real stderr through a copy of it; fd 2 itself, where C code writes
+        # before aborting, goes to a file the parent shows only when the child exits normally.
+        sys.stderr.flush()
+        real = os.dup(2)
+        os.dup2(noise_fd, 2)
+        sys.stderr = open(real, 'w', encoding=sys.stderr.encoding, errors='backslashreplace', buffering=1)  # noqa: SIM115
+        if 'demo' not in argv:  # the demo may talk to a model over a socket: keep EPIPE an error there
+            signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `eventlog show | head` ends quietly
+        try:
+            app(argv, prog_name='eventlog')
+            code = 0
+        except SystemExit as exc:
+            code = _exit_code(exc.code)
+        except (KeyboardInterrupt, click.exceptions.Abort):
+            code = 130
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+    finally:
+        os._exit(code)
+
+
+def _exit_code(code: object) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    sys.stderr.write(f'{code}\n')
+    return 1
+
+
+def _parent(pid: int, argv: list[str], engine_noise: IO[bytes]) -> NoReturn:
+    """Wait for the child, then exit as it did; explain a crash of the storage engine in one line."""
+    # The terminal sends Ctrl-C and Ctrl-\\ to the child too: it decides. Kills aimed at this
+    # process are passed on.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGQUIT, signal.SIG_IGN)
+    for forwarded in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(forwarded, lambda signum, _frame: os.kill(pid, signum))
+    _, status = os.waitpid(pid, 0)
+    if os.WIFEXITED(status):
+        _relay(engine_noise)
+        sys.exit(os.WEXITSTATUS(status))
+    number = os.WTERMSIG(status)
+    if number in _CRASH_SIGNALS:
+        name = signal.Signals(number).name
+        advice = 'restore it from an export or a backup' if argv[:1] == ['verify'] else "run 'eventlog verify'"
+        sys.stderr.write(
+            f'eventlog: the store at {_store_of(argv)} is damaged: reading it crashed the storage engine '
+            f'({name}); {advice}\n'
+        )
+        sys.exit(EXIT_STORE_CRASHED)
+    if number == signal.SIGINT:
+        sys.exit(130)
+    # SIGPIPE, SIGTERM, SIGKILL, ...: end the same way, as the shell expects.
+    sys.stdout.flush()
+    signal.signal(number, signal.SIG_DFL)
+    os.kill(os.getpid(), number)
+    sys.exit(128 + number)  # pragma: no cover - the signal ended the process
+
+
+def _relay(engine_noise: IO[bytes]) -> None:
+    """Pass on whatever C code wrote to stderr in a child that exited normally."""
+    with contextlib.suppress(OSError):
+        engine_noise.seek(0)
+        data = engine_noise.read()
+        if data:
+            sys.stderr.flush()
+            sys.stderr.buffer.write(data)
+            sys.stderr.flush()
+
+
+def _store_of(argv: list[str]) -> str:
+    """The store a command line names (as `--store`/`-s`, `$EVENTLOG_STORE` or the default)."""
+    for position, arg in enumerate(argv):
+        if arg in ('--store', '-s') and position + 1 < len(argv):
+            return argv[position + 1]
+        if arg.startswith('--store='):
+            return arg.removeprefix('--store=')
+        if arg.startswith('-s') and len(arg) > 2 and not arg.startswith('--'):
+            return arg[2:]
+    if argv[:1] == ['demo']:
+        return str(DEMO_STORE)
+    return os.environ.get('EVENTLOG_STORE') or str(DEFAULT_STORE)
 
 
 if __name__ == '__main__':

@@ -10,6 +10,7 @@ from __future__ import annotations
 __all__ = [
     'ConversationNotFound',
     'CorruptEntryError',
+    'DestinationError',
     'EventLogError',
     'InvalidArgumentError',
     'InvalidPayloadError',
@@ -18,6 +19,7 @@ __all__ = [
     'NotFoundError',
     'RunNotFound',
     'StorageError',
+    'StoreBusyError',
     'StoreLocationError',
     'StoreVersionError',
 ]
@@ -49,6 +51,15 @@ class RunNotFound(NotFoundError):
 
 class StoreLocationError(EventLogError):
     """The store's path cannot hold a store: it is a file, or not readable and writable."""
+
+
+class DestinationError(EventLogError):
+    """An export destination cannot be written: a directory, a socket, a symlink to nothing,
+    or a path this process may not write."""
+
+
+class StoreBusyError(EventLogError):
+    """The operation needs the store to itself (`compact`), but another handle or process has it open."""
 
 
 class StoreVersionError(EventLogError):

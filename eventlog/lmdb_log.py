@@ -8,10 +8,16 @@ Each append call is one write transaction; a batch is one transaction too.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import errno
+import fcntl
 import os
+import shutil
+import tempfile
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar, cast
 
@@ -19,10 +25,10 @@ import lmdb
 
 from eventlog import _engine as engine
 from eventlog._storage import TABLE_NAMES, ReadTxn, Table, TableId, WriteTxn, prefix_end
-from eventlog.errors import CorruptEntryError, LogClosedError, StorageError, StoreLocationError
+from eventlog.errors import CorruptEntryError, LogClosedError, StorageError, StoreBusyError, StoreLocationError
 from eventlog.log import EventLogBase
 
-__all__ = ['LmdbEventLog']
+__all__ = ['CompactResult', 'LmdbEventLog', 'register_compaction_hook']
 
 T = TypeVar('T')
 
@@ -236,7 +242,12 @@ class LmdbEventLog(EventLogBase):
         self.path = Path(path)
         self.sync = sync
         _prepare_directory(self.path)
-        self._shared = _open_shared(self.path, map_size, sync)
+        self._store_lock = _acquire_store_lock(self.path)
+        try:
+            self._shared = _open_shared(self.path, map_size, sync)
+        except BaseException:
+            _release_store_lock(self._store_lock)
+            raise
         self._closed = False
 
     @property
@@ -309,6 +320,238 @@ class LmdbEventLog(EventLogBase):
                     if value is shared:
                         del _registry[key]
                 shared.env.close()
+        _release_store_lock(self._store_lock)
+
+    async def compact(self) -> CompactResult:
+        """Rewrite the store into a compact copy and put it in place of `data.mdb`, so that the
+        pages freed by deletes (which still hold the deleted text) are gone from the disk.
+
+        The store must be open nowhere else: not in another process (`StoreBusyError` naming
+        the processes holding it, where the system tells) and not through another handle of
+        this process. Readers and writers of this handle wait while it runs; table handles a
+        projection took with `open_table` before are invalid afterwards (open them again).
+        Projections registered with `register_compaction_hook` are brought up to date first.
+        A crash at any point leaves either the old store or the compacted one, both complete.
+        """
+        self._check_open()
+        return await asyncio.to_thread(self._compact_sync)
+
+    def _compact_sync(self) -> CompactResult:
+        self._check_open()
+        for before, _ in _compaction_hooks:
+            before(self)
+        lock = self._store_lock
+        with _store_locks_cond:
+            while lock.compacting:
+                _store_locks_cond.wait()
+            if lock.refs > 1:
+                raise StoreBusyError(
+                    f'the store at {self.path} is open through another handle in this process; '
+                    f'close the other handles and compact again'
+                )
+            lock.compacting = True
+        try:
+            return self._compact_exclusive(lock)
+        finally:
+            with _store_locks_cond:
+                lock.compacting = False
+                _store_locks_cond.notify_all()
+
+    def _compact_exclusive(self, lock: _StoreLock) -> CompactResult:
+        _upgrade_store_lock(lock, self.path)
+        shared = self._shared
+        try:
+            with shared.write_lock, shared.cond:
+                shared.resizing = True  # this handle's readers and writers wait until the swap is done
+                try:
+                    while shared.active:
+                        shared.cond.wait()
+                    return self._swap_in_compact_copy(shared)
+                finally:
+                    shared.resizing = False
+                    shared.cond.notify_all()
+        finally:
+            _downgrade_store_lock(lock)
+
+    def _swap_in_compact_copy(self, shared: _SharedEnv) -> CompactResult:
+        data = self.path / 'data.mdb'
+        for stale in self.path.glob('.compact-*'):  # left by a compaction that crashed
+            shutil.rmtree(stale, ignore_errors=True)
+        before = os.stat(data).st_size
+        map_size = shared.env.info()['map_size']
+        staging = Path(tempfile.mkdtemp(prefix='.compact-', dir=self.path))
+        try:
+            try:
+                shared.env.copy(str(staging), compact=True)
+            except lmdb.Error as exc:
+                raise _storage_error(exc, self.path) from None
+            copy = staging / 'data.mdb'
+            fd = os.open(copy, os.O_RDWR | os.O_CLOEXEC)
+            try:
+                os.fchmod(fd, 0o600)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            with _registry_lock:
+                for key, value in list(_registry.items()):
+                    if value is shared:
+                        del _registry[key]
+                shared.env.close()
+            os.replace(copy, data)
+            _sync_directory(self.path)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        # The old map is closed: open the compacted file (this handle's transactions wait meanwhile).
+        try:
+            fresh = _open_shared(self.path, map_size, self.sync)
+        except BaseException:
+            self._closed = True
+            _release_store_lock(self._store_lock)
+            raise
+        shared.env, shared.dbs = fresh.env, fresh.dbs
+        with _registry_lock:
+            for key, value in list(_registry.items()):
+                if value is fresh:
+                    _registry[key] = shared
+        after = os.stat(data).st_size
+        for _, after_hook in _compaction_hooks:
+            after_hook(self)
+        return CompactResult(bytes_before=before, bytes_after=after)
+
+
+@dataclass(frozen=True)
+class CompactResult:
+    """What `LmdbEventLog.compact` did: the size of `data.mdb` before and after, in bytes."""
+
+    bytes_before: int
+    bytes_after: int
+
+
+_CompactionHook = Callable[[LmdbEventLog], None]
+_compaction_hooks: list[tuple[_CompactionHook, _CompactionHook]] = []
+
+
+def register_compaction_hook(before: _CompactionHook, after: _CompactionHook) -> None:
+    """Have `compact` call `before(log)` first (a projection applies what it has not yet, e.g.
+    drops a deleted conversation's text) and `after(log)` once the compacted store is open (it
+    forgets table handles of the old one). For projections kept in the store, such as the search index."""
+    _compaction_hooks.append((before, after))
+
+
+# --- the store lock: shared by every open handle, exclusive for compact -------------------------
+
+LOCK_FILE = 'eventlog.lock'
+"""The file in the store directory every process opening the store holds a shared `flock` on."""
+
+
+class _StoreLock:
+    """This process's shared `flock` on one store's lock file, counted over its handles."""
+
+    def __init__(self, key: tuple[int, int], fd: int, path: Path) -> None:
+        self.key = key
+        self.fd = fd
+        self.path = path
+        self.refs = 1
+        self.compacting = False
+        self.lockable = True
+
+
+_store_locks: dict[tuple[int, int], _StoreLock] = {}
+_store_locks_cond = threading.Condition()
+
+
+def _acquire_store_lock(path: Path) -> _StoreLock:
+    """Hold a shared lock on the store for one more handle of this process (waits while a
+    compaction, here or in another process, has it)."""
+    st = path.stat()
+    key = (st.st_dev, st.st_ino)
+    lock_path = path / LOCK_FILE
+    while True:
+        with _store_locks_cond:
+            held = _store_locks.get(key)
+            while held is not None and held.compacting:
+                _store_locks_cond.wait()
+                held = _store_locks.get(key)
+            if held is not None:
+                held.refs += 1
+                return held
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        except OSError as exc:
+            raise StoreLocationError(f'cannot open the lock file {lock_path}: {exc.strerror or exc}') from None
+        lockable = True
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)  # blocks only while another process compacts
+        except OSError as exc:
+            if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL):
+                os.close(fd)
+                raise StoreLocationError(f'cannot lock {lock_path}: {exc.strerror or exc}') from None
+            lockable = False  # a file system without flock: the store opens, compact refuses
+        with _store_locks_cond:
+            if key not in _store_locks:
+                lock = _store_locks[key] = _StoreLock(key, fd, path)
+                lock.lockable = lockable
+                return lock
+        os.close(fd)  # another thread registered the store meanwhile: count on its lock
+
+
+def _release_store_lock(lock: _StoreLock) -> None:
+    with _store_locks_cond:
+        lock.refs -= 1
+        if lock.refs == 0:
+            if _store_locks.get(lock.key) is lock:
+                del _store_locks[lock.key]
+            os.close(lock.fd)  # releases the flock
+
+
+def _upgrade_store_lock(lock: _StoreLock, path: Path) -> None:
+    """Turn this process's shared lock into an exclusive one, or raise `StoreBusyError`."""
+    if not lock.lockable:
+        raise StoreBusyError(
+            f'the file system holding {path} does not support file locks, so whether another process has '
+            f'the store open cannot be told; compact refuses rather than risk its writes'
+        )
+    try:
+        fcntl.flock(lock.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        # A failed conversion may have dropped the shared lock: take it back before reporting.
+        fcntl.flock(lock.fd, fcntl.LOCK_SH)
+        holders = _lock_holders(lock.fd)
+        who = f' (pid {", ".join(map(str, holders))})' if holders else ''
+        raise StoreBusyError(
+            f'the store at {path} is open in another process{who}; compacting it now would lose that '
+            f"process's writes. Close it and run compact again"
+        ) from None
+
+
+def _downgrade_store_lock(lock: _StoreLock) -> None:
+    with contextlib.suppress(OSError):  # the descriptor is gone when the handle closed on a failed reopen
+        fcntl.flock(lock.fd, fcntl.LOCK_SH)
+
+
+def _lock_holders(fd: int) -> list[int]:
+    """Other processes holding a `flock` on the file behind `fd`, where /proc/locks tells (Linux)."""
+    st = os.fstat(fd)
+    ident = f'{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}'
+    holders: set[int] = set()
+    with contextlib.suppress(OSError), open('/proc/locks') as fh:
+        for line in fh:
+            fields = line.split()
+            if 'FLOCK' in fields and len(fields) >= 6 and fields[-3] == ident:
+                pid = fields[-4]
+                if pid.isdigit() and int(pid) != os.getpid():
+                    holders.add(int(pid))
+    return sorted(holders)
+
+
+def _sync_directory(directory: Path) -> None:
+    """Make a rename in `directory` durable (best effort: some file systems refuse)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 _LOW_SPACE = 8 * 1024 * 1024

@@ -20,6 +20,7 @@ from pydantic_ai.messages import ModelMessage
 
 from eventlog import _engine as engine
 from eventlog import _transfer as transfer
+from eventlog._files import open_destination
 from eventlog._storage import ReadTxn, WriteTxn
 from eventlog.entries import ConversationRecord, Entry, NewEntry, RunRecord, TitleInfo, VerifyReport, encode_info
 from eventlog.errors import ConversationNotFound, InvalidArgumentError, LogClosedError
@@ -392,7 +393,12 @@ class EventLogBase(ABC):
         self, destination: str | Path | IO[bytes], *, conversation_ids: Sequence[str] | None = None
     ) -> int:
         """Write entries as JSON Lines (all, or the named conversations and the history they
-        reference); return how many entries were written."""
+        reference); return how many entries were written.
+
+        A path that is absent or a regular file gets a new file (mode 0600) renamed into place
+        only once complete; a device or FIFO is written in place; a symlink is followed (one to
+        nothing is refused), see `eventlog._files`.
+        """
         ids = None if conversation_ids is None else [engine.check_id(c, 'conversation_id') for c in conversation_ids]
 
         def write_to(stream: IO[bytes]) -> int:
@@ -407,7 +413,7 @@ class EventLogBase(ABC):
 
         def work() -> int:
             if isinstance(destination, (str, Path)):
-                with open(destination, 'wb') as fh:
+                with open_destination(destination) as fh:
                     return write_to(fh)
             return write_to(destination)
 

@@ -45,6 +45,7 @@ from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 
 from eventlog import Entry, LmdbEventLog, RunRecord
 from eventlog.errors import EventLogError, InvalidArgumentError
+from eventlog.lmdb_log import register_compaction_hook
 from eventlog.projection import LogReader, run_projection
 from search.analyzers import Analyzer, resolve_analyzer
 from search.backend import Corpus, Hit, RankedHits, RunSpan
@@ -512,6 +513,34 @@ class LmdbIndex:
 
 
 _shared: weakref.WeakKeyDictionary[LmdbEventLog, dict[str, LmdbIndex]] = weakref.WeakKeyDictionary()
+
+
+def _apply_before_compaction(log: LmdbEventLog) -> None:
+    """Bring the store's index (if one was built) up to date before `LmdbEventLog.compact`, so
+    that a deleted conversation's terms are dropped from its tables and not carried into the
+    compacted copy; an index that cannot be opened here is dropped (it is rebuilt from the log)."""
+    if not log.run_in_txn(lambda txn: txn.get(b'ix.meta') is not None, write=False):
+        return
+    try:
+        index = LmdbIndex.open_existing(log)
+        if index.state().analyzer is not None:  # tables opened (by `eventlog stats`, say) but never built
+            index.catch_up()
+    except (EventLogError, ImportError, ValueError):
+        tables = [log.open_table(f'ix.{name}'.encode()) for name in _TABLES]
+
+        def drop(txn: lmdb.Transaction) -> None:
+            for db in tables:
+                txn.drop(db, delete=False)
+
+        log.run_in_txn(drop, write=True)
+
+
+def _forget_after_compaction(log: LmdbEventLog) -> None:
+    """Forget this process's indexes of `log`: their table handles belonged to the store before compaction."""
+    _shared.pop(log, None)
+
+
+register_compaction_hook(_apply_before_compaction, _forget_after_compaction)
 
 
 class _NoRuns:
