@@ -874,20 +874,28 @@ class _CountingReader(io.BufferedReader):
 @app.command(name='import')
 def import_(
     file: Annotated[Path, typer.Argument(help="An export (JSON Lines), or '-' for stdin.")],
+    allow_version_1: Annotated[
+        bool,
+        typer.Option(
+            '--allow-version-1',
+            help='Accept an export of format 1 (written before 0.2), which has no closing line: a copy '
+            'cut short at a line boundary cannot be told from a whole one.',
+        ),
+    ] = False,
     store: StoreOption = DEFAULT_STORE,
 ) -> None:
     """Read an export into the store (created if absent); all or nothing."""
-    _run(_import(store, file))
+    _run(_import(store, file, allow_version_1=allow_version_1))
 
 
-async def _import(store: Path, file: Path) -> None:
+async def _import(store: Path, file: Path, *, allow_version_1: bool = False) -> None:
     """Import `file` (or stdin) into `store`; a store this call had to create is removed again
     unless the import wrote something into it."""
     created = _first_missing(store)
     total = None if str(file) == '-' else _file_size(file)
     outcome: dict[str, bool] = {'empty': True}
     try:
-        count = await _import_into(store, file, total, outcome)
+        count = await _import_into(store, file, total, outcome, allow_version_1)
     except BaseException:
         if created is not None and outcome['empty']:
             _discard_created(created)
@@ -900,14 +908,16 @@ async def _import(store: Path, file: Path) -> None:
     sys.stderr.write(f'imported {count} entries{source} into {store}\n')
 
 
-async def _import_into(store: Path, file: Path, total: int | None, outcome: dict[str, bool]) -> int:
+async def _import_into(
+    store: Path, file: Path, total: int | None, outcome: dict[str, bool], allow_version_1: bool
+) -> int:
     """Run the import; `outcome['empty']` ends False when the store holds entries afterwards
     (written by this import or, racing it, by another process)."""
     async with _open(store, create=True) as log:
         try:
             if total is None:
-                return await log.import_(sys.stdin.buffer)
-            return await _import_file(log, file, total)
+                return await log.import_(sys.stdin.buffer, allow_version_1=allow_version_1)
+            return await _import_file(log, file, total, allow_version_1)
         finally:
             try:
                 outcome['empty'] = await log.last_seq() == 0
@@ -915,7 +925,7 @@ async def _import_into(store: Path, file: Path, total: int | None, outcome: dict
                 outcome['empty'] = False
 
 
-async def _import_file(log: LmdbEventLog, file: Path, total: int) -> int:
+async def _import_file(log: LmdbEventLog, file: Path, total: int, allow_version_1: bool) -> int:
     progress = Progress(
         TextColumn('{task.description}'),
         BarColumn(),
@@ -933,7 +943,7 @@ async def _import_file(log: LmdbEventLog, file: Path, total: int) -> int:
 
         reader = _CountingReader(io.FileIO(file, 'rb'), report)
         try:
-            return await log.import_(reader)
+            return await log.import_(reader, allow_version_1=allow_version_1)
         finally:
             reader.close()
 

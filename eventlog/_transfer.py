@@ -244,7 +244,7 @@ def read_export(lines: Iterable[bytes], *, allow_version_1: bool = False) -> Ite
         raise InvalidArgumentError(
             'the export is in format 1, which has no closing line, so a copy cut short cannot be told '
             'from a whole one; export the store again with this version, or import it with '
-            'allow_version_1=True if you know the file is complete'
+            'allow_version_1=True (eventlog import --allow-version-1) if you know the file is complete'
         )
     heads: dict[str, bytes] = {}
     last = 0

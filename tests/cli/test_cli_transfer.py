@@ -153,3 +153,17 @@ def test_exported_detail_survives_the_round_trip(shared: Store, tmp_path: Path) 
     target = tmp_path / 'all.jsonl'
     invoke('export', '-o', target, store=shared.path)
     assert DETAIL in target.read_text()
+
+
+def test_import_of_a_version_1_export_needs_the_flag(tmp_path: Path) -> None:
+    v1 = Path(__file__).parents[1] / 'log' / 'fixtures' / 'v1-export.jsonl'
+    store = tmp_path / 'store.lmdb'
+    refused = invoke('import', v1, store=store)
+    assert refused.exit_code == 1 and refused.stderr.count('\n') == 1
+    assert 'format 1' in refused.stderr and '--allow-version-1' in refused.stderr
+    assert not store.exists()  # a refused import creates nothing
+    accepted = invoke('import', v1, '--allow-version-1', store=store)
+    assert accepted.exit_code == 0, accepted.output
+    assert invoke('verify', store=store).exit_code == 0
+    lines = v1.read_text().splitlines()
+    assert f'imported {len(lines) - 1} entries' in accepted.stderr
