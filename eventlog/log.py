@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from functools import partial
+from itertools import islice
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Protocol, Self, TypeVar, runtime_checkable
@@ -19,17 +21,23 @@ from typing import IO, Protocol, Self, TypeVar, runtime_checkable
 from pydantic_ai.messages import ModelMessage
 
 from eventlog import _engine as engine
+from eventlog import _stream as stream
 from eventlog import _transfer as transfer
 from eventlog._files import open_destination
 from eventlog._storage import ReadTxn, WriteTxn
 from eventlog.entries import ConversationRecord, Entry, NewEntry, RunRecord, TitleInfo, VerifyReport, encode_info
-from eventlog.errors import ConversationNotFound, InvalidArgumentError, LogClosedError
+from eventlog.errors import ConversationNotFound, InvalidArgumentError, LogClosedError, RunNotFound
 
 __all__ = ['Appended', 'EventLog', 'EventLogBase']
 
 T = TypeVar('T')
 
 _BULK_THRESHOLD = 2000
+_DECODE_BATCH = 1000
+"""Messages decoded per pydantic-ai call when a whole record is decoded (bounds the joined JSON)."""
+STREAM_BATCH = 500
+"""Default number of items per list the `iter_*` methods yield."""
+_MESSAGE_KINDS = frozenset({'message'})
 
 
 class Appended(list[int]):
@@ -274,8 +282,15 @@ class EventLogBase(ABC):
         """The run's full record: what it inherited, then what it added."""
         size = await self._run_size(run_id)
 
+        def read(txn: ReadTxn) -> list[ModelMessage]:
+            run = engine.get_run(txn, run_id)
+            if run is None:
+                raise RunNotFound(f'no run {run_id!r} in this log')
+            found = stream.branch_entries(txn, stream.branch_stretches(txn, run.last_seq), _MESSAGE_KINDS)
+            return _decode_in_batches(entry.payload for entry in found)
+
         def work() -> list[ModelMessage]:
-            return engine.decode_payloads(self._read_sync(lambda txn: engine.run_message_payloads(txn, run_id)))
+            return self._read_sync(read)
 
         if size > _BULK_THRESHOLD:
             self._check_open()
@@ -307,7 +322,14 @@ class EventLogBase(ABC):
     async def context(self, conversation_id: str) -> list[ModelMessage]:
         """What an agent continuing the conversation starts from: the latest run's record,
         with each compaction summary in place of the originals it replaced."""
-        return await asyncio.to_thread(engine.decode_payloads, await self.context_payloads(conversation_id))
+        engine.check_id(conversation_id, 'conversation_id')
+
+        def read(txn: ReadTxn) -> list[ModelMessage]:
+            tip = stream.context_tip(txn, conversation_id)
+            plan = stream.context_plan(stream.branch_entries(txn, stream.branch_stretches(txn, tip), _FOLD_KINDS))
+            return _decode_in_batches(stream.plan_payloads(txn, plan))
+
+        return await self._read(read, bulk=True)
 
     async def entries(
         self,
@@ -342,6 +364,67 @@ class EventLogBase(ABC):
             return out
 
         return await self._read(read, bulk=limit is None or limit > _BULK_THRESHOLD)
+
+    async def iter_branch(
+        self, tip: int | None, *, kinds: Iterable[str] | None = None, batch: int = STREAM_BATCH
+    ) -> AsyncIterator[list[Entry]]:
+        """The entries of the branch ending at `tip` (`branch`), oldest first, in lists of at most
+        `batch`, each read in its own short transaction: memory stays bounded by the batch.
+
+        Entries appended after the call starts are not included; a conversation deleted
+        meanwhile ends the branch early.
+        """
+        if tip is not None:
+            engine.check_seq(tip, 'tip')
+        kind_set = _check_kinds(kinds)
+        _check_batch(batch)
+        stretches = await self._read(lambda txn: stream.branch_stretches(txn, tip))
+        after = 0
+        while True:
+            found = await self._read(
+                partial(_take, stretches=stretches, kinds=kind_set, after=after, count=batch),
+                bulk=batch > _BULK_THRESHOLD,
+            )
+            if found:
+                yield found
+            if len(found) < batch:
+                return
+            after = found[-1].seq
+
+    async def iter_run_message_payloads(self, run_id: str, *, batch: int = STREAM_BATCH) -> AsyncIterator[list[bytes]]:
+        """`run_message_payloads` in lists of at most `batch`, read batch by batch (see `iter_branch`)."""
+        engine.check_id(run_id, 'run_id')
+        run = await self._read(lambda txn: engine.get_run(txn, run_id))
+        if run is None:
+            raise RunNotFound(f'no run {run_id!r} in this log')
+        async for found in self.iter_branch(run.last_seq, kinds=_MESSAGE_KINDS, batch=batch):
+            yield [entry.payload for entry in found]
+
+    async def iter_context_payloads(
+        self, conversation_id: str, *, batch: int = STREAM_BATCH
+    ) -> AsyncIterator[list[bytes]]:
+        """`context_payloads` in lists of at most `batch`.
+
+        The fold of compactions is planned first in one transaction, holding one integer per
+        message; the payloads are then read batch by batch.
+        """
+        engine.check_id(conversation_id, 'conversation_id')
+        _check_batch(batch)
+
+        def plan(txn: ReadTxn) -> list[stream.ContextItem]:
+            tip = stream.context_tip(txn, conversation_id)
+            return stream.context_plan(stream.branch_entries(txn, stream.branch_stretches(txn, tip), _FOLD_KINDS))
+
+        items = await self._read(plan, bulk=True)
+        for start in range(0, len(items), batch):
+            chunk = items[start : start + batch]
+            yield await self._read(partial(_plan_payloads, plan=chunk), bulk=batch > _BULK_THRESHOLD)
+
+    async def history_origin(self, conversation_id: str) -> int | None:
+        """The entry in another conversation this one's history continues from (its fork point,
+        or where its first run continued from), or `None`: `iter_branch` of it is the inherited history."""
+        engine.check_id(conversation_id, 'conversation_id')
+        return await self._read(lambda txn: stream.history_origin(txn, conversation_id))
 
     async def branch(self, tip: int) -> list[Entry]:
         """Every entry on the branch ending at `tip`, oldest first."""
@@ -467,3 +550,36 @@ class EventLogBase(ABC):
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+_FOLD_KINDS = frozenset({'message', 'compaction'})
+
+
+def _check_kinds(kinds: Iterable[str] | None) -> frozenset[str] | None:
+    kind_set = None if kinds is None else frozenset(kinds)
+    if kind_set is not None and not kind_set <= engine.KINDS:
+        raise InvalidArgumentError(f'unknown kinds {sorted(kind_set - engine.KINDS)}')
+    return kind_set
+
+
+def _check_batch(batch: int) -> None:
+    if not isinstance(batch, int) or isinstance(batch, bool) or not 0 < batch <= 1_000_000:  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise InvalidArgumentError(f'batch must be an integer from 1 to 1000000, got {batch!r}')
+
+
+def _decode_in_batches(payloads: Iterator[bytes]) -> list[ModelMessage]:
+    """Decode message payloads a batch at a time, never joining them all into one JSON text."""
+    out: list[ModelMessage] = []
+    while chunk := list(islice(payloads, _DECODE_BATCH)):
+        out.extend(engine.decode_payloads(chunk))
+    return out
+
+
+def _take(
+    txn: ReadTxn, *, stretches: list[stream.Stretch], kinds: frozenset[str] | None, after: int, count: int
+) -> list[Entry]:
+    return list(islice(stream.branch_entries(txn, stretches, kinds, after), count))
+
+
+def _plan_payloads(txn: ReadTxn, *, plan: list[stream.ContextItem]) -> list[bytes]:
+    return list(stream.plan_payloads(txn, plan))
