@@ -335,9 +335,13 @@ LONG_TEXT = 20_000
 Rich, whose layout of one huge text costs far more than its size."""
 
 
+_ROWS_CHARS = 200_000
+
+
 class Rows:
     """Rows of a borderless grid (gutter columns, then a body column whose wrapped lines stay
-    aligned), printed every `batch` rows so that a long transcript is never one giant table.
+    aligned), printed every `batch` rows or `_ROWS_CHARS` characters of bodies, so that a long
+    transcript is never one giant table.
 
     A body longer than `LONG_TEXT` is printed at once, cut at the body column's width
     character by character: linear in its size.
@@ -350,6 +354,7 @@ class Rows:
         self._batch = batch
         self._grid = self._new_grid()
         self._count = 0
+        self._chars = 0
 
     def _new_grid(self) -> Table:
         grid = Table.grid(padding=(0, 1))
@@ -367,7 +372,8 @@ class Rows:
             return
         self._grid.add_row(*cells)
         self._count += 1
-        if self._count >= self._batch:
+        self._chars += len(body)
+        if self._count >= self._batch or self._chars >= _ROWS_CHARS:
             self.flush()
 
     def flush(self) -> None:
@@ -376,6 +382,7 @@ class Rows:
             self._out.print(self._grid)
             self._grid = self._new_grid()
             self._count = 0
+            self._chars = 0
 
     def _print_long(self, gutter: Sequence[Text], body: Text) -> None:
         first = ' '.join(cell.plain.ljust(width) for cell, width in zip(gutter, self._gutters, strict=True))

@@ -371,16 +371,10 @@ _READ_BATCH = 500
 
 async def _entry_batches(
     log: LmdbEventLog, *, conversation_id: str | None = None, run_id: str | None = None, kinds: list[str] | None = None
-) -> AsyncGenerator[list[Entry]]:
-    """Matching entries in `seq` order, `_READ_BATCH` at a time, each batch in its own transaction."""
-    after = 0
-    while batch := await log.entries(
-        conversation_id=conversation_id, run_id=run_id, kinds=kinds, after_seq=after, limit=_READ_BATCH
-    ):
+) -> AsyncIterator[list[Entry]]:
+    """Matching entries in `seq` order, a bounded batch at a time, each batch in its own transaction."""
+    async for batch in log.iter_entries(conversation_id=conversation_id, run_id=run_id, kinds=kinds, batch=_READ_BATCH):
         yield batch
-        if len(batch) < _READ_BATCH:
-            return
-        after = batch[-1].seq
 
 
 async def _count_messages(log: LmdbEventLog, tip: int | None) -> int:

@@ -8,7 +8,7 @@ short transaction or all in one.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 import msgspec
 
@@ -121,13 +121,20 @@ def context_plan(entries: Iterable[Entry]) -> list[ContextItem]:
     return [item if isinstance(item, int) else item[1] for item in live]
 
 
-def plan_payloads(txn: ReadTxn, plan: Iterable[ContextItem]) -> Iterator[bytes]:
-    """The message payloads a context plan stands for, in order."""
-    for item in plan:
+def plan_items(txn: ReadTxn, plan: Sequence[ContextItem], start: int = 0) -> Iterator[list[bytes]]:
+    """The message payloads each item of a context plan stands for, from item `start` on."""
+    for index in range(start, len(plan)):
+        item = plan[index]
         if isinstance(item, int):
             entry = engine.get_entry(txn, item)
             if entry is None:
                 raise CorruptEntryError(f'entry {item} of the context is missing')
-            yield entry.payload
+            yield [entry.payload]
         else:
-            yield from item
+            yield item
+
+
+def plan_payloads(txn: ReadTxn, plan: Sequence[ContextItem]) -> Iterator[bytes]:
+    """The message payloads a context plan stands for, in order."""
+    for payloads in plan_items(txn, plan):
+        yield from payloads

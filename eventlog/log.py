@@ -13,7 +13,6 @@ import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from functools import partial
-from itertools import islice
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Protocol, Self, TypeVar, runtime_checkable
@@ -37,6 +36,9 @@ _DECODE_BATCH = 1000
 """Messages decoded per pydantic-ai call when a whole record is decoded (bounds the joined JSON)."""
 STREAM_BATCH = 500
 """Default number of items per list the `iter_*` methods yield."""
+STREAM_BYTES = 2 * 1024 * 1024
+"""Payload bytes after which a list the `iter_*` methods yield ends early (it holds at least one
+item), so that a batch of large messages stays small too."""
 _MESSAGE_KINDS = frozenset({'message'})
 
 
@@ -369,7 +371,8 @@ class EventLogBase(ABC):
         self, tip: int | None, *, kinds: Iterable[str] | None = None, batch: int = STREAM_BATCH
     ) -> AsyncIterator[list[Entry]]:
         """The entries of the branch ending at `tip` (`branch`), oldest first, in lists of at most
-        `batch`, each read in its own short transaction: memory stays bounded by the batch.
+        `batch` entries (fewer once their payloads pass `STREAM_BYTES`), each read in its own short
+        transaction: memory stays bounded by the batch, not the branch.
 
         Entries appended after the call starts are not included; a conversation deleted
         meanwhile ends the branch early.
@@ -381,18 +384,56 @@ class EventLogBase(ABC):
         stretches = await self._read(lambda txn: stream.branch_stretches(txn, tip))
         after = 0
         while True:
-            found = await self._read(
-                partial(_take, stretches=stretches, kinds=kind_set, after=after, count=batch),
+            found, more = await self._read(
+                partial(_take_branch, stretches=stretches, kinds=kind_set, after=after, count=batch),
                 bulk=batch > _BULK_THRESHOLD,
             )
             if found:
                 yield found
-            if len(found) < batch:
+            if not more:
+                return
+            after = found[-1].seq
+
+    async def iter_entries(
+        self,
+        *,
+        conversation_id: str | None = None,
+        run_id: str | None = None,
+        kinds: Iterable[str] | None = None,
+        after_seq: int = 0,
+        batch: int = STREAM_BATCH,
+    ) -> AsyncIterator[list[Entry]]:
+        """`entries` in lists of at most `batch` (fewer once their payloads pass `STREAM_BYTES`),
+        each read in its own short transaction; it ends at the last entry when it is reached."""
+        if conversation_id is not None:
+            engine.check_id(conversation_id, 'conversation_id')
+        if run_id is not None:
+            engine.check_id(run_id, 'run_id')
+        kind_set = _check_kinds(kinds)
+        if after_seq:
+            engine.check_seq(after_seq, 'after_seq')
+        _check_batch(batch)
+        after = after_seq
+        while True:
+            found, more = await self._read(
+                partial(
+                    _take_entries,
+                    conversation_id=conversation_id,
+                    run_id=run_id,
+                    kinds=kind_set,
+                    after=after,
+                    count=batch,
+                ),
+                bulk=batch > _BULK_THRESHOLD,
+            )
+            if found:
+                yield found
+            if not more:
                 return
             after = found[-1].seq
 
     async def iter_run_message_payloads(self, run_id: str, *, batch: int = STREAM_BATCH) -> AsyncIterator[list[bytes]]:
-        """`run_message_payloads` in lists of at most `batch`, read batch by batch (see `iter_branch`)."""
+        """`run_message_payloads` in lists of at most `batch` (see `iter_branch`)."""
         engine.check_id(run_id, 'run_id')
         run = await self._read(lambda txn: engine.get_run(txn, run_id))
         if run is None:
@@ -403,10 +444,10 @@ class EventLogBase(ABC):
     async def iter_context_payloads(
         self, conversation_id: str, *, batch: int = STREAM_BATCH
     ) -> AsyncIterator[list[bytes]]:
-        """`context_payloads` in lists of at most `batch`.
+        """`context_payloads` in lists of at most `batch` messages (fewer once they pass `STREAM_BYTES`).
 
         The fold of compactions is planned first in one transaction, holding one integer per
-        message; the payloads are then read batch by batch.
+        message (and the summaries); the payloads are then read batch by batch.
         """
         engine.check_id(conversation_id, 'conversation_id')
         _check_batch(batch)
@@ -416,9 +457,12 @@ class EventLogBase(ABC):
             return stream.context_plan(stream.branch_entries(txn, stream.branch_stretches(txn, tip), _FOLD_KINDS))
 
         items = await self._read(plan, bulk=True)
-        for start in range(0, len(items), batch):
-            chunk = items[start : start + batch]
-            yield await self._read(partial(_plan_payloads, plan=chunk), bulk=batch > _BULK_THRESHOLD)
+        start = 0
+        while start < len(items):
+            found, start = await self._read(
+                partial(_plan_payloads, plan=items, start=start, count=batch), bulk=batch > _BULK_THRESHOLD
+            )
+            yield found
 
     async def history_origin(self, conversation_id: str) -> int | None:
         """The entry in another conversation this one's history continues from (its fork point,
@@ -570,16 +614,59 @@ def _check_batch(batch: int) -> None:
 def _decode_in_batches(payloads: Iterator[bytes]) -> list[ModelMessage]:
     """Decode message payloads a batch at a time, never joining them all into one JSON text."""
     out: list[ModelMessage] = []
-    while chunk := list(islice(payloads, _DECODE_BATCH)):
-        out.extend(engine.decode_payloads(chunk))
+    chunk: list[bytes] = []
+    size = 0
+    for payload in payloads:
+        chunk.append(payload)
+        size += len(payload)
+        if len(chunk) >= _DECODE_BATCH or size >= STREAM_BYTES:
+            out.extend(engine.decode_payloads(chunk))
+            chunk, size = [], 0
+    out.extend(engine.decode_payloads(chunk))
     return out
 
 
-def _take(
+def _take(found: Iterator[Entry], count: int) -> tuple[list[Entry], bool]:
+    """Up to `count` entries of `found`, fewer once their payloads pass `STREAM_BYTES`; and
+    whether more may follow."""
+    out: list[Entry] = []
+    size = 0
+    for entry in found:
+        out.append(entry)
+        size += len(entry.payload)
+        if len(out) >= count or size >= STREAM_BYTES:
+            return out, True
+    return out, False
+
+
+def _take_branch(
     txn: ReadTxn, *, stretches: list[stream.Stretch], kinds: frozenset[str] | None, after: int, count: int
-) -> list[Entry]:
-    return list(islice(stream.branch_entries(txn, stretches, kinds, after), count))
+) -> tuple[list[Entry], bool]:
+    return _take(stream.branch_entries(txn, stretches, kinds, after), count)
 
 
-def _plan_payloads(txn: ReadTxn, *, plan: list[stream.ContextItem]) -> list[bytes]:
-    return list(stream.plan_payloads(txn, plan))
+def _take_entries(
+    txn: ReadTxn,
+    *,
+    conversation_id: str | None,
+    run_id: str | None,
+    kinds: frozenset[str] | None,
+    after: int,
+    count: int,
+) -> tuple[list[Entry], bool]:
+    found = engine.iter_entries(txn, conversation_id=conversation_id, run_id=run_id, kinds=kinds, after_seq=after)
+    return _take(found, count)
+
+
+def _plan_payloads(txn: ReadTxn, *, plan: list[stream.ContextItem], start: int, count: int) -> tuple[list[bytes], int]:
+    """The payloads of `plan` from item `start`: up to `count` items, fewer once they pass
+    `STREAM_BYTES`; and the index of the next item."""
+    out: list[bytes] = []
+    size = 0
+    index = start
+    for index, payloads in enumerate(stream.plan_items(txn, plan, start), start=start):
+        out.extend(payloads)
+        size += sum(len(payload) for payload in payloads)
+        if len(out) >= count or size >= STREAM_BYTES:
+            return out, index + 1
+    return out, len(plan)
