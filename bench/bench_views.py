@@ -5,8 +5,10 @@ default, short requests and responses) and stores holding a single message of 16
 50 MB of text; then runs `eventlog show` (conversation and `--run --full`), `replay` and
 `context` on each as a real subprocess, output to /dev/null (not a terminal, so 160 columns),
 and the library's `run_messages` and `context`, reporting wall time and the peak resident
-set size of each process (`wait4`'s `ru_maxrss`, which includes the interpreter and imports:
-see the `baseline` line for a process that only imports the CLI).
+set size of each process: its heap (anonymous RSS, sampled every 2 ms) and its whole peak
+(`VmHWM`, which also counts the store's pages LMDB maps while reading). Both include the
+interpreter and imports: see the `baseline` line for a process that only imports the CLI.
+(`getrusage`'s `ru_maxrss` is not used: Linux carries it over `exec` from the parent.)
 
 It prints this project's figures only; it does not run or compare with the reference
 implementation. Usage: `python bench/bench_views.py [--messages N] [--sizes 16,50]`.
@@ -16,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import subprocess
 import sys
 import tempfile
@@ -66,19 +67,50 @@ async def _build_huge(path: Path, megabytes: int) -> None:
         log.close()
 
 
-def _measure(argv: list[str]) -> tuple[float, float, int]:
-    """Run `argv` with output discarded; return seconds, peak RSS in MB, exit status."""
+_PEAK = """
+import atexit, runpy, sys, threading
+
+def status(field):
+    with open('/proc/self/status') as lines:
+        return int(next(line.split()[1] for line in lines if line.startswith(field + ':')))
+
+peak = status('RssAnon')
+
+def sample():
+    global peak
+    while True:
+        peak = max(peak, status('RssAnon'))
+        threading.Event().wait(0.002)
+
+def report():
+    sys.stderr.write(f'\\npeak-kb {max(peak, status("RssAnon"))} {status("VmHWM")}\\n')
+
+threading.Thread(target=sample, daemon=True).start()
+atexit.register(report)
+mode, args = sys.argv[1], sys.argv[2:]
+if mode == 'cli':
+    sys.argv = ['eventlog', *args]
+    runpy.run_module('capability.cli', run_name='__main__', alter_sys=True)
+else:
+    sys.argv = ['program', *args[1:]]
+    exec(compile(args[0], '<program>', 'exec'), {'__name__': '__main__'})
+"""
+
+
+def _measure(*args: str) -> tuple[float, float, float]:
+    """Run `_PEAK` with `args`, output discarded; return seconds, peak heap (sampled anonymous
+    RSS) and peak RSS (`VmHWM`, which also counts the store's pages LMDB maps), in MB."""
     began = time.perf_counter()
-    with open(os.devnull, 'wb') as sink:
-        process = subprocess.Popen(argv, stdout=sink, stderr=subprocess.PIPE)
-        assert process.stderr is not None
-        _, status, usage = os.wait4(process.pid, 0)
-        process.returncode = os.waitstatus_to_exitcode(status)
-        errors = process.stderr.read().decode(errors='replace').strip()
+    result = subprocess.run(
+        [sys.executable, '-c', _PEAK, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False
+    )
     seconds = time.perf_counter() - began
-    if process.returncode:
-        print(f'    ! exit {process.returncode}: {errors[-300:]}')
-    return seconds, usage.ru_maxrss / 1024, process.returncode
+    errors = result.stderr.decode(errors='replace')
+    if result.returncode or 'peak-kb ' not in errors:
+        print(f'    ! exit {result.returncode}: {errors.strip()[-300:]}')
+        return seconds, float('nan'), float('nan')
+    anon, total = errors.rsplit('peak-kb ', 1)[1].split()
+    return seconds, int(anon) / 1024, int(total) / 1024
 
 
 _LIBRARY = """
@@ -99,20 +131,20 @@ asyncio.run(main())
 
 
 def _report(label: str, store: Path) -> None:
-    cli = [sys.executable, '-m', 'capability.cli']
+    where = ['--store', str(store)]
     commands = {
-        'show CONV': [*cli, 'show', CONV, '--store', str(store)],
-        'show --run --full': [*cli, 'show', '--run', RUN, '--full', '--store', str(store)],
-        'replay': [*cli, 'replay', RUN, '--store', str(store)],
-        'context': [*cli, 'context', CONV, '--store', str(store)],
-        'show --json': [*cli, 'show', CONV, '--json', '--store', str(store)],
-        'run_messages (API)': [sys.executable, '-c', _LIBRARY, 'run_messages', str(store), RUN],
-        'context (API)': [sys.executable, '-c', _LIBRARY, 'context', str(store), CONV],
+        'show CONV': ['cli', 'show', CONV, *where],
+        'show --run --full': ['cli', 'show', '--run', RUN, '--full', *where],
+        'replay': ['cli', 'replay', RUN, *where],
+        'context': ['cli', 'context', CONV, *where],
+        'show --json': ['cli', 'show', CONV, '--json', *where],
+        'run_messages (API)': ['code', _LIBRARY, 'run_messages', str(store), RUN],
+        'context (API)': ['code', _LIBRARY, 'context', str(store), CONV],
     }
     print(f'{label}:')
-    for name, argv in commands.items():
-        seconds, peak, _ = _measure(argv)
-        print(f'  {name:<20} {seconds:8.2f} s   peak RSS {peak:8.1f} MB', flush=True)
+    for name, args in commands.items():
+        seconds, heap, total = _measure(*args)
+        print(f'  {name:<20} {seconds:8.2f} s   peak heap {heap:7.1f} MB   peak RSS {total:7.1f} MB', flush=True)
 
 
 def main() -> None:
@@ -121,8 +153,8 @@ def main() -> None:
     parser.add_argument('--sizes', default='16,50', help='sizes in MB of the single huge messages')
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix='bench-views-') as tmp:
-        seconds, peak, _ = _measure([sys.executable, '-c', 'import capability.cli'])
-        print(f'baseline (import the CLI): {seconds:.2f} s, peak RSS {peak:.1f} MB')
+        seconds, heap, total = _measure('code', 'import capability.cli')
+        print(f'baseline (import the CLI): {seconds:.2f} s, peak heap {heap:.1f} MB, peak RSS {total:.1f} MB')
         long_store = Path(tmp) / 'long.lmdb'
         began = time.perf_counter()
         asyncio.run(_build_long(long_store, args.messages))
