@@ -1239,20 +1239,32 @@ async def _tail(
         if run_id is not None:
             await _run_record(log, run_id)
         cursor = await log.last_seq()
-        backlog = await _latest(log, lines, cursor, conversation_id, run_id, kinds)
-        if emit(backlog) or not follow:
+        start = await _latest_start(log, lines, cursor, conversation_id, run_id, kinds)
+        if start is not None:
+            async for batch in log.iter_entries(
+                conversation_id=conversation_id, run_id=run_id, kinds=kinds, after_seq=start, batch=_TAIL_BATCH
+            ):
+                shown = [entry for entry in batch if entry.seq <= cursor]
+                if emit(shown):
+                    return
+                if len(shown) < len(batch):
+                    break
+        if not follow:
             return
         idle_since = time.monotonic()
         while True:
             top = await log.last_seq()
-            batch = await log.entries(
-                conversation_id=conversation_id, run_id=run_id, kinds=kinds, after_seq=cursor, limit=_TAIL_BATCH
-            )
-            if batch and emit(batch):
-                return
+            found = False
+            async for batch in log.iter_entries(
+                conversation_id=conversation_id, run_id=run_id, kinds=kinds, after_seq=cursor, batch=_TAIL_BATCH
+            ):
+                if emit(batch):
+                    return
+                cursor = batch[-1].seq
+                found = True
             # Below `top`, whatever did not come back does not match: skip past it.
-            cursor = batch[-1].seq if len(batch) == _TAIL_BATCH else max(top, batch[-1].seq if batch else cursor)
-            if batch:
+            cursor = max(top, cursor)
+            if found:
                 idle_since = time.monotonic()
                 continue
             if idle_timeout is not None and time.monotonic() - idle_since >= idle_timeout:
@@ -1263,27 +1275,31 @@ async def _tail(
 _TAIL_BATCH = 1000
 
 
-async def _latest(
+async def _latest_start(
     log: LmdbEventLog,
     count: int,
     last: int,
     conversation_id: str | None,
     run_id: str | None,
     kinds: list[str] | None,
-) -> list[Entry]:
-    """The last `count` matching entries up to `last`, reading back in growing windows."""
+) -> int | None:
+    """The `seq` after which the last `count` matching entries up to `last` begin (`None` when
+    there are none), reading back in growing windows and keeping only `seq`s."""
     if count == 0:
-        return []
+        return None
     window = max(4 * count, 64)
     while True:
         after = max(0, last - window)
-        found = [
-            e
-            for e in await log.entries(conversation_id=conversation_id, run_id=run_id, kinds=kinds, after_seq=after)
-            if e.seq <= last
-        ]
-        if len(found) >= count or after == 0:
-            return found[-count:]
+        seqs: list[int] = []
+        async for batch in log.iter_entries(
+            conversation_id=conversation_id, run_id=run_id, kinds=kinds, after_seq=after, batch=_TAIL_BATCH
+        ):
+            seqs.extend(entry.seq for entry in batch if entry.seq <= last)
+            if batch[-1].seq >= last:
+                break
+        if len(seqs) >= count or after == 0:
+            picked = seqs[-count:]
+            return picked[0] - 1 if picked else None
         window *= 4
 
 

@@ -115,6 +115,7 @@ VIEWS = [
     ['context', CONV],
     ['show', CONV, '--json'],
     ['context', CONV, '--json'],
+    ['tail', '-n', '5000'],
 ]
 
 BOUND_MB = 15
