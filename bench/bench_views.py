@@ -68,7 +68,7 @@ async def _build_huge(path: Path, megabytes: int) -> None:
 
 
 _PEAK = """
-import atexit, runpy, sys, threading
+import atexit, sys, threading
 
 def status(field):
     with open('/proc/self/status') as lines:
@@ -90,7 +90,8 @@ atexit.register(report)
 mode, args = sys.argv[1], sys.argv[2:]
 if mode == 'cli':
     sys.argv = ['eventlog', *args]
-    runpy.run_module('capability.cli', run_name='__main__', alter_sys=True)
+    from capability.cli import app  # the app itself: `main()` would fork and do the work in a child
+    app()
 else:
     sys.argv = ['program', *args[1:]]
     exec(compile(args[0], '<program>', 'exec'), {'__name__': '__main__'})

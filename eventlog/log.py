@@ -410,8 +410,7 @@ class EventLogBase(ABC):
         if run_id is not None:
             engine.check_id(run_id, 'run_id')
         kind_set = _check_kinds(kinds)
-        if after_seq:
-            engine.check_seq(after_seq, 'after_seq')
+        engine.check_count(after_seq, 'after_seq')
         _check_batch(batch)
         after = after_seq
         while True:

@@ -61,7 +61,7 @@ def stores(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 _PEAK = """
-import atexit, runpy, sys, threading
+import atexit, sys, threading
 
 def anon_kb():
     with open('/proc/self/status') as status:
@@ -83,7 +83,8 @@ atexit.register(report)
 mode, args = sys.argv[1], sys.argv[2:]
 if mode == 'cli':
     sys.argv = ['eventlog', *args]
-    runpy.run_module('capability.cli', run_name='__main__', alter_sys=True)
+    from capability.cli import app  # the app itself: `main()` would fork and do the work in a child
+    app()
 else:
     sys.argv = ['program', *args[1:]]
     exec(compile(args[0], '<program>', 'exec'), {'__name__': '__main__'})
