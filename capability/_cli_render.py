@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -29,6 +30,10 @@ from search import Analyzer, LocatingAnalyzer, message_segments
 from search.analyzers import WORD_RE
 
 __all__ = [
+    'LONG_TEXT',
+    'Rows',
+    'clean',
+    'clean_text',
     'compaction_info',
     'compaction_summary_text',
     'console',
@@ -63,11 +68,42 @@ _WIDE = 160
 """Output width when stdout is not a terminal (pipes, files): wide enough not to cut ids."""
 
 
+_UNSAFE = re.compile('[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]')
+"""What a terminal could act on or that reorders text: C0 controls but tab, DEL, C1 controls, bidi
+marks and controls, and lone surrogates (which no terminal encoding can write)."""
+_UNSAFE_LINE = re.compile('[\t\n]|' + _UNSAFE.pattern)
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f'\\x{code:02x}' if code < 0x100 else f'\\u{code:04x}'
+
+
+def clean(value: object, *, multiline: bool = False) -> str:
+    """Stored text made safe to print on a terminal: each control character (C0, DEL, C1), bidi
+    control and lone surrogate replaced by its visible escape (`\\x1b`, `\\u202e`).
+
+    Only a `multiline` body keeps its newlines and tabs; in a one-line field (an id, a title, a
+    tool name) they are escaped too. Every human-readable view passes stored strings through here.
+    """
+    text = value if isinstance(value, str) else str(value)
+    return (_UNSAFE if multiline else _UNSAFE_LINE).sub(_escape, text)
+
+
+def clean_text(value: object, style: str = '', *, multiline: bool = False) -> Text:
+    """`clean(value)` as a Rich `Text` (never read as markup) in `style`."""
+    return Text(clean(value, multiline=multiline), style=style)
+
+
 def console(*, stderr: bool = False) -> Console:
-    """A console for the current stdout (or stderr), wide when output goes to a pipe or a file."""
+    """A console for the current stdout (or stderr), wide when output goes to a pipe or a file.
+
+    Markup and emoji codes are off: a plain string printed through it is shown as is, so stored
+    text can never become styling or links.
+    """
     stream = sys.stderr if stderr else sys.stdout
     width = None if stream.isatty() or 'COLUMNS' in os.environ else _WIDE
-    return Console(stderr=stderr, highlight=False, width=width)
+    return Console(stderr=stderr, highlight=False, width=width, markup=False, emoji=False)
 
 
 def print_json(data: object) -> None:
@@ -160,8 +196,8 @@ def message_text(message: ModelMessage, *, limit: int | None = None) -> Text:
         if index:
             out.append('\n')
         body = segment.text if limit is None else _clip(segment.text, limit)
-        out.append(segment.label, style=_label_style(segment.label))
-        out.append(body.replace('\n', '\n  '))
+        out.append(clean(segment.label), style=_label_style(segment.label))
+        out.append(clean(body, multiline=True).replace('\n', '\n  '))
     return out
 
 
@@ -176,7 +212,7 @@ def compaction_info(entry: Entry) -> CompactionInfo:
 
 
 def compaction_summary_text(info: CompactionInfo) -> str:
-    """A compaction's summary messages as plain text."""
+    """A compaction's summary messages as plain text (not yet `clean`)."""
     texts: list[str] = []
     for raw in info.summary:
         try:
@@ -193,7 +229,11 @@ def _decode_message(payload: bytes) -> ModelMessage:
 
 
 def entry_headline(entry: Entry, *, limit: int = 100) -> str:
-    """What one entry says, on one line."""
+    """What one entry says, on one line, safe to print (`clean`)."""
+    return clean(_headline(entry, limit))
+
+
+def _headline(entry: Entry, limit: int) -> str:
     kind = entry.kind
     try:
         if kind == 'message':
@@ -264,19 +304,121 @@ def to_builtins(value: object) -> Any:
 def highlight_terms(text: str, analyzer: Analyzer, terms: Iterable[str], style: str = 'bold reverse') -> Text:
     """`text` with every word whose analyzed form is one of `terms` highlighted."""
     wanted = frozenset(terms)
-    out = Text(text)
     if isinstance(analyzer, LocatingAnalyzer):
-        spans = analyzer.token_spans(text)
-        for term, start, end in spans:
-            if term in wanted:
-                out.stylize(style, start, end)
-        return out
-    for match in WORD_RE.finditer(text):
-        if any(token in wanted for token in analyzer.tokens(match.group())):
-            out.stylize(style, match.start(), match.end())
+        spans = [(start, end) for term, start, end in analyzer.token_spans(text) if term in wanted]
+    else:
+        spans = [
+            (match.start(), match.end())
+            for match in WORD_RE.finditer(text)
+            if any(token in wanted for token in analyzer.tokens(match.group()))
+        ]
+    out = Text()
+    done = 0
+    for start, end in sorted(spans):
+        if start < done:
+            continue
+        out.append(clean(text[done:start], multiline=True))
+        out.append(clean(text[start:end], multiline=True), style=style)
+        done = end
+    out.append(clean(text[done:], multiline=True))
     return out
 
 
 def is_request(message: ModelMessage) -> bool:
     """Whether `message` is a request (user side)."""
     return isinstance(message, ModelRequest)
+
+
+LONG_TEXT = 20_000
+"""Characters from which a row's body is printed pre-wrapped by `Rows` rather than laid out by
+Rich, whose layout of one huge text costs far more than its size."""
+
+
+_ROWS_CHARS = 200_000
+
+
+class Rows:
+    """Rows of a borderless grid: gutter columns, then a body column whose wrapped lines stay
+    aligned. Rows are laid out and printed every `batch` rows or `_ROWS_CHARS` characters of
+    bodies, so that a long transcript is never one giant table; each body is wrapped by Rich
+    (`Text.wrap`, folding long words) and the lines assembled here, which costs a fraction of
+    a Rich `Table` for the same output.
+
+    A body longer than `LONG_TEXT` is printed at once, cut at the body column's width
+    character by character: linear in its size.
+    """
+
+    def __init__(self, out: Console, *gutters: int, batch: int = 200) -> None:
+        """Rows for `out` with gutter columns at least `gutters` wide."""
+        self._out = out
+        self._gutters = gutters
+        self._batch = batch
+        self._rows: list[tuple[Text, ...]] = []
+        self._chars = 0
+
+    def add(self, *cells: Text) -> None:
+        """One row: a cell per gutter (one short line each), then the body."""
+        *gutter, body = cells
+        if len(body) > LONG_TEXT:
+            self.flush()
+            self._print_long(gutter, body)
+            return
+        self._rows.append(cells)
+        self._chars += len(body)
+        if len(self._rows) >= self._batch or self._chars >= _ROWS_CHARS:
+            self.flush()
+
+    def flush(self) -> None:
+        """Print the rows added so far."""
+        if not self._rows:
+            return
+        widths = [
+            max(minimum, *(row[index].cell_len for row in self._rows)) for index, minimum in enumerate(self._gutters)
+        ]
+        indent = sum(widths) + len(widths)
+        body_width = max(20, self._out.width - indent)
+        block = Text()
+        for *gutter, body in self._rows:
+            for number, line in enumerate(body.wrap(self._out, body_width, overflow='fold')):
+                if number == 0:
+                    for cell, width in zip(gutter, widths, strict=True):
+                        pad = ' ' * (width - cell.cell_len)
+                        if cell.justify == 'right':
+                            block.append(pad)
+                            block.append_text(cell)
+                        else:
+                            block.append_text(cell)
+                            block.append(pad)
+                        block.append(' ')
+                else:
+                    block.append(' ' * indent)
+                block.append_text(line)
+                block.append('\n')
+        self._out.print(block, end='', no_wrap=True, overflow='ignore', crop=False)
+        self._rows = []
+        self._chars = 0
+
+    def _print_long(self, gutter: Sequence[Text], body: Text) -> None:
+        first = ' '.join(cell.plain.ljust(width) for cell, width in zip(gutter, self._gutters, strict=True))
+        indent = ' ' * len(first)
+        width = max(20, self._out.width - len(first) - 1)
+        lines = _cut(body.plain, width)
+        block: list[str] = []
+        for number, line in enumerate(lines):
+            block.append(f'{first if number == 0 else indent} {line}'.rstrip())
+            if len(block) >= 1000:
+                self._out.file.write('\n'.join(block) + '\n')
+                block.clear()
+        if block:
+            self._out.file.write('\n'.join(block) + '\n')
+        self._out.file.flush()
+
+
+def _cut(text: str, width: int) -> Iterator[str]:
+    """`text`'s lines, each cut into pieces of at most `width` characters."""
+    for line in text.split('\n'):
+        if len(line) <= width:
+            yield line
+            continue
+        for start in range(0, len(line), width):
+            yield line[start : start + width]

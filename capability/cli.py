@@ -22,8 +22,9 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import AsyncGenerator, Callable, Coroutine, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import IO, Annotated, Any, NoReturn, TypeVar
 
@@ -176,7 +177,7 @@ def _plural(count: int, one: str, many: str) -> str:
 
 
 def _status(status: str) -> Text:
-    return Text(status, style=_STATUS_STYLES.get(status, ''))
+    return render.clean_text(status, _STATUS_STYLES.get(status, ''))
 
 
 # --- listing ----------------------------------------------------------------------------------
@@ -211,8 +212,8 @@ async def _conversations(store: Path, include_archived: bool, as_json: bool) -> 
         table.add_column('archived')
     for c in records:
         row: list[str | Text] = [
-            c.conversation_id,
-            Text(c.title or '', style='italic'),
+            render.clean_text(c.conversation_id),
+            render.clean_text(c.title or '', 'italic'),
             str(c.run_count),
             str(c.message_count),
             render.size(c.payload_bytes),
@@ -253,22 +254,24 @@ async def _runs(store: Path, conversation: str | None, as_json: bool) -> None:
     for column in ('started', 'duration', 'status', 'agent', 'parent run', 'messages', 'tokens in/out'):
         table.add_column(column, justify='right' if column in ('duration', 'messages', 'tokens in/out') else 'left')
     for r in records:
-        row: list[str | Text] = [r.run_id]
+        row: list[str | Text] = [render.clean_text(r.run_id)]
         if conversation is None:
-            row.append(r.conversation_id)
+            row.append(render.clean_text(r.conversation_id))
         row += [
             render.timestamp(r.started_at),
             render.duration(r.started_at, r.finished_at),
             _status(r.status),
-            r.agent_name or '',
-            r.parent_run_id or '',
+            render.clean_text(r.agent_name or ''),
+            render.clean_text(r.parent_run_id or ''),
             str(r.message_count),
             render.tokens(r.usage),
         ]
         table.add_row(*row)
     out.print(table)
     statuses = Counter(r.status for r in records)
-    out.print(Text(f'{len(records)} runs: ' + ', '.join(f'{n} {s}' for s, n in statuses.most_common()), style='dim'))
+    out.print(
+        render.clean_text(f'{len(records)} runs: ' + ', '.join(f'{n} {s}' for s, n in statuses.most_common()), 'dim')
+    )
 
 
 @app.command()
@@ -298,18 +301,23 @@ async def _info(store: Path, conversation_id: str, as_json: bool) -> None:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style='dim')
     grid.add_column()
-    grid.add_row('conversation', record.conversation_id)
-    grid.add_row('title', Text(record.title or '(none)', style='italic'))
+    grid.add_row('conversation', render.clean_text(record.conversation_id))
+    grid.add_row('title', render.clean_text(record.title or '(none)', 'italic'))
     grid.add_row('created', render.timestamp(record.created_at))
     grid.add_row('last activity', render.timestamp(record.updated_at))
     grid.add_row('archived', 'yes' if record.archived else 'no')
     if record.forked_from is not None:
-        grid.add_row('forked from', f'{record.forked_from.conversation_id} at entry #{record.forked_from.seq}')
+        grid.add_row(
+            'forked from', render.clean_text(f'{record.forked_from.conversation_id} at entry #{record.forked_from.seq}')
+        )
     grid.add_row('entries', f'{record.entry_count} (#{record.first_seq} to #{record.last_seq})')
     grid.add_row('messages', f'{record.message_count} ({render.size(record.payload_bytes)} stored)')
-    grid.add_row('runs', f'{record.run_count} (' + ', '.join(f'{n} {s}' for s, n in statuses.most_common()) + ')')
+    grid.add_row(
+        'runs',
+        render.clean_text(f'{record.run_count} (' + ', '.join(f'{n} {s}' for s, n in statuses.most_common()) + ')'),
+    )
     grid.add_row('compactions', str(record.compaction_count))
-    grid.add_row('agents', ', '.join(agents) or '(unnamed)')
+    grid.add_row('agents', render.clean_text(', '.join(agents) or '(unnamed)'))
     grid.add_row(
         'tokens',
         f'{usage.get("input_tokens", 0)} in, {usage.get("output_tokens", 0)} out, '
@@ -340,19 +348,56 @@ def _compaction_body(entry: Entry) -> Text:
     out = Text(f'── compaction: summary replaces {render.seq_list(info.replaced)} ──', style='yellow')
     summary = render.compaction_summary_text(info)
     if summary:
-        out.append('\n' + summary, style='yellow')
+        out.append('\n' + render.clean(summary, multiline=True), style='yellow')
     return out
 
 
-def _entry_rows(grid: Table, entries: Sequence[Entry]) -> None:
+def _entry_rows(rows: render.Rows, entries: Sequence[Entry]) -> None:
     for entry in entries:
         body = _compaction_body(entry) if entry.kind == 'compaction' else render.message_text(entry.message())
-        grid.add_row(_label(f'#{entry.seq}'), body)
+        rows.add(_label(f'#{entry.seq}'), body)
 
 
-def _message_rows(grid: Table, messages: Sequence[ModelMessage], first: int = 0) -> None:
+def _message_rows(rows: render.Rows, messages: Sequence[ModelMessage], first: int = 0) -> int:
+    """Add a row per message, numbered from `first`; return the number after the last."""
     for position, message in enumerate(messages, start=first):
-        grid.add_row(_label(f'[{position}]'), render.message_text(message))
+        rows.add(_label(f'[{position}]'), render.message_text(message))
+    return first + len(messages)
+
+
+_READ_BATCH = 500
+"""Entries read, decoded and printed at a time by the views that stream (show, replay, context)."""
+
+
+async def _entry_batches(
+    log: LmdbEventLog, *, conversation_id: str | None = None, run_id: str | None = None, kinds: list[str] | None = None
+) -> AsyncIterator[list[Entry]]:
+    """Matching entries in `seq` order, a bounded batch at a time, each batch in its own transaction."""
+    async for batch in log.iter_entries(conversation_id=conversation_id, run_id=run_id, kinds=kinds, batch=_READ_BATCH):
+        yield batch
+
+
+async def _count_messages(log: LmdbEventLog, tip: int | None) -> int:
+    """How many messages the branch ending at `tip` holds (read in batches, nothing kept)."""
+    count = 0
+    async for batch in log.iter_branch(tip, kinds=['message'], batch=_READ_BATCH):
+        count += len(batch)
+    return count
+
+
+async def _write_json_list(batches: AsyncIterator[list[bytes]]) -> None:
+    """Print stored message payloads as one JSON list (the bytes `ModelMessagesTypeAdapter.dump_json`
+    gives), batch by batch."""
+    sys.stdout.flush()
+    sink = sys.stdout.buffer
+    sink.write(b'[')
+    first = True
+    async for batch in batches:
+        if batch:
+            sink.write((b'' if first else b',') + b','.join(batch))
+            first = False
+    sink.write(b']\n')
+    sink.flush()
 
 
 @app.command()
@@ -379,25 +424,27 @@ async def _show(store: Path, conversation_id: str | None, run_id: str | None, fu
             return
         assert conversation_id is not None
         record = await _conversation(log, conversation_id)
+        origin = await log.history_origin(conversation_id)
         if as_json:
-            sys.stdout.write((await log.transcript_json(conversation_id)).decode() + '\n')
+            await _write_json_list(_transcript_payloads(log, conversation_id, origin))
             return
-        payloads = await log.transcript_payloads(conversation_id)
-        own = await log.entries(conversation_id=conversation_id, kinds=['message', 'compaction'])
-    out = render.console()
-    title = f' · {record.title}' if record.title else ''
-    out.print(Rule(f'{conversation_id}{title} · {record.message_count} messages', align='left'))
-    inherited = len(payloads) - sum(1 for e in own if e.kind == 'message')
-    if inherited > 0:
-        origin = record.forked_from.conversation_id if record.forked_from else 'another conversation'
-        out.print(Text(f'{inherited} messages inherited from {origin}, by reference:', style='dim italic'))
-        grid = _grid(7)
-        _message_rows(grid, _decode(payloads[:inherited]))
-        out.print(grid)
-        out.print(Text('then this conversation:', style='dim italic'))
-    grid = _grid(7)
-    _entry_rows(grid, own)
-    out.print(grid)
+        inherited = await _count_messages(log, origin)
+        out = render.console()
+        title = f' · {record.title}' if record.title else ''
+        out.print(Rule(render.clean_text(f'{conversation_id}{title} · {record.message_count} messages'), align='left'))
+        if inherited > 0:
+            source = record.forked_from.conversation_id if record.forked_from else 'another conversation'
+            out.print(render.clean_text(f'{inherited} messages inherited from {source}, by reference:', 'dim italic'))
+            rows = render.Rows(out, 7)
+            position = 0
+            async for batch in log.iter_branch(origin, kinds=['message'], batch=_READ_BATCH):
+                position = _message_rows(rows, [entry.message() for entry in batch], position)
+            rows.flush()
+            out.print(Text('then this conversation:', style='dim italic'))
+        rows = render.Rows(out, 7)
+        async for batch in _entry_batches(log, conversation_id=conversation_id, kinds=['message', 'compaction']):
+            _entry_rows(rows, batch)
+        rows.flush()
 
 
 def _decode(payloads: Sequence[bytes]) -> list[ModelMessage]:
@@ -406,24 +453,36 @@ def _decode(payloads: Sequence[bytes]) -> list[ModelMessage]:
     return ModelMessagesTypeAdapter.validate_json(b'[' + b','.join(payloads) + b']')
 
 
+async def _transcript_payloads(
+    log: LmdbEventLog, conversation_id: str, origin: int | None
+) -> AsyncIterator[list[bytes]]:
+    """`transcript_payloads` batch by batch: the inherited history, then the conversation's own messages."""
+    async for batch in log.iter_branch(origin, kinds=['message'], batch=_READ_BATCH):
+        yield [entry.payload for entry in batch]
+    async for batch in _entry_batches(log, conversation_id=conversation_id, kinds=['message']):
+        yield [entry.payload for entry in batch]
+
+
 async def _show_run(log: LmdbEventLog, run_id: str, full: bool, as_json: bool) -> None:
     record = await _run_record(log, run_id)
     if as_json:
-        sys.stdout.write((await log.run_messages_json(run_id)).decode() + '\n')
+        await _write_json_list(log.iter_run_message_payloads(run_id, batch=_READ_BATCH))
         return
     out = render.console()
-    out.print(Rule(f'run {run_id} · conversation {record.conversation_id}', align='left'))
-    grid = _grid(7)
+    out.print(Rule(render.clean_text(f'run {run_id} · conversation {record.conversation_id}'), align='left'))
+    rows = render.Rows(out, 7)
     if full:
-        _message_rows(grid, await log.run_messages(run_id))
-        out.print(grid)
+        position = 0
+        async for batch in log.iter_branch(record.last_seq, kinds=['message'], batch=_READ_BATCH):
+            position = _message_rows(rows, [entry.message() for entry in batch], position)
+        rows.flush()
         return
-    own = await log.entries(run_id=run_id, kinds=['message', 'compaction'])
-    earlier = len(await log.run_message_payloads(run_id)) - sum(1 for e in own if e.kind == 'message')
+    earlier = await _count_messages(log, record.branch_parent)
     if earlier > 0:
         out.print(Text(f'(continues {earlier} earlier messages; --full shows them)', style='dim italic'))
-    _entry_rows(grid, own)
-    out.print(grid)
+    async for batch in _entry_batches(log, run_id=run_id, kinds=['message', 'compaction']):
+        _entry_rows(rows, batch)
+    rows.flush()
 
 
 @app.command()
@@ -439,60 +498,69 @@ def replay(
 async def _replay(store: Path, run_id: str, as_json: bool) -> None:
     async with _open(store) as log:
         record = await _run_record(log, run_id)
-        entries = await log.entries(run_id=run_id)
-    if as_json:
-        render.print_json({'run': render.run_json(record), 'entries': [render.entry_json(e) for e in entries]})
-        return
-    out = render.console()
-    out.print(_run_header(record))
-    out.print(Rule(style='dim'))
-    start = entries[0].timestamp if entries else record.started_at
-    tool_started: dict[str, Entry] = {}
-    grid = _grid(7, 11, 12)
-    for entry in entries:
-        offset = f'+{(entry.timestamp - start).total_seconds() * 1000:.1f} ms'
-        body = Text()
-        if entry.kind == 'message':
-            message = entry.message()
-            body.append(render.message_role(message) + (' (inherited)' if entry.inherited else ''), style='dim')
-            body.append('\n')
-            body.append_text(render.message_text(message))
-        elif entry.kind == 'compaction':
-            body = _compaction_body(entry)
-        else:
-            headline = render.entry_headline(entry, limit=400)
-            effect = render.tool_effect(entry) if entry.kind == 'tool_effect' else None
-            if effect is not None and effect.status == 'started':
-                tool_started[effect.tool_call_id] = entry
-            elif effect is not None and effect.tool_call_id in tool_started:
-                headline += f' after {render.duration(tool_started[effect.tool_call_id].timestamp, entry.timestamp)}'
-            body.append(headline)
-        kind = Text(entry.kind, style=_KIND_STYLES.get(entry.kind, 'bold'))
-        grid.add_row(_label(f'#{entry.seq}'), Text(offset, style='dim', justify='right'), kind, body)
-    out.print(grid)
-    out.print(Text(f'{len(entries)} entries', style='dim'))
+        if as_json:
+            entries = await log.entries(run_id=run_id)
+            render.print_json({'run': render.run_json(record), 'entries': [render.entry_json(e) for e in entries]})
+            return
+        out = render.console()
+        out.print(_run_header(record))
+        out.print(Rule(style='dim'))
+        start: datetime | None = None
+        tool_started: dict[str, datetime] = {}
+        rows = render.Rows(out, 7, 11, 12)
+        count = 0
+        async for batch in _entry_batches(log, run_id=run_id):
+            for entry in batch:
+                start = entry.timestamp if start is None else start
+                rows.add(*_replay_row(entry, start, tool_started))
+            count += len(batch)
+        rows.flush()
+    out.print(Text(f'{count} entries', style='dim'))
+
+
+def _replay_row(entry: Entry, start: datetime, tool_started: dict[str, datetime]) -> tuple[Text, Text, Text, Text]:
+    """One entry of `replay`: its number, its time since the run's first entry, its kind, what it says."""
+    offset = f'+{(entry.timestamp - start).total_seconds() * 1000:.1f} ms'
+    body = Text()
+    if entry.kind == 'message':
+        message = entry.message()
+        body.append(render.message_role(message) + (' (inherited)' if entry.inherited else ''), style='dim')
+        body.append('\n')
+        body.append_text(render.message_text(message))
+    elif entry.kind == 'compaction':
+        body = _compaction_body(entry)
+    else:
+        headline = render.entry_headline(entry, limit=400)
+        effect = render.tool_effect(entry) if entry.kind == 'tool_effect' else None
+        if effect is not None and effect.status == 'started':
+            tool_started[effect.tool_call_id] = entry.timestamp
+        elif effect is not None and effect.tool_call_id in tool_started:
+            headline += f' after {render.duration(tool_started.pop(effect.tool_call_id), entry.timestamp)}'
+        body.append(headline)
+    kind = render.clean_text(entry.kind, _KIND_STYLES.get(entry.kind, 'bold'))
+    return _label(f'#{entry.seq}'), Text(offset, style='dim', justify='right'), kind, body
 
 
 def _run_header(record: RunRecord) -> Table:
     head = Table.grid(padding=(0, 2))
     head.add_column(style='dim')
     head.add_column()
-    head.add_row('run', record.run_id)
-    head.add_row('conversation', record.conversation_id)
-    head.add_row('agent', record.agent_name or '(unnamed)')
+    head.add_row('run', render.clean_text(record.run_id))
+    head.add_row('conversation', render.clean_text(record.conversation_id))
+    head.add_row('agent', render.clean_text(record.agent_name or '(unnamed)'))
     if record.parent_run_id:
-        head.add_row('inside run', record.parent_run_id)
+        head.add_row('inside run', render.clean_text(record.parent_run_id))
     if record.metadata:
-        head.add_row('metadata', ', '.join(f'{k}={v}' for k, v in record.metadata.items()))
+        head.add_row('metadata', render.clean_text(', '.join(f'{k}={v}' for k, v in record.metadata.items())))
     head.add_row('status', _status(record.status))
     head.add_row('started', render.timestamp(record.started_at))
     head.add_row('duration', render.duration(record.started_at, record.finished_at) or '(not finished)')
     if record.branch_parent is not None:
         head.add_row('history', f'continues from entry #{record.branch_parent} (by reference, not copied)')
     if record.usage:
-        head.add_row('usage', ', '.join(f'{k} {v}' for k, v in record.usage.items()))
+        head.add_row('usage', render.clean_text(', '.join(f'{k} {v}' for k, v in record.usage.items())))
     if record.error:
-        head.add_row('error', Text(record.error, style='red'))
+        head.add_row('error', render.clean_text(record.error, 'red', multiline=True))
     return head
 
 
@@ -521,16 +589,18 @@ def context(
 async def _context(store: Path, conversation_id: str, as_json: bool) -> None:
     async with _open(store) as log:
         await _conversation(log, conversation_id)
-        payloads = await log.context_payloads(conversation_id)
-    if as_json:
-        sys.stdout.write((b'[' + b','.join(payloads) + b']').decode() + '\n')
-        return
-    messages = _decode(payloads)
-    out = render.console()
-    out.print(Rule(f'context of {conversation_id} · {len(messages)} messages', align='left'))
-    grid = _grid(5)
-    _message_rows(grid, messages)
-    out.print(grid)
+        batches = log.iter_context_payloads(conversation_id, batch=_READ_BATCH)
+        if as_json:
+            await _write_json_list(batches)
+            return
+        out = render.console()
+        out.print(Rule(render.clean_text(f'context of {conversation_id}'), align='left'))
+        rows = render.Rows(out, 5)
+        count = 0
+        async for batch in batches:
+            count = _message_rows(rows, _decode(batch), count)
+        rows.flush()
+    out.print(Text(f'{_plural(count, "message", "messages")}', style='dim'))
 
 
 # --- search -----------------------------------------------------------------------------------
@@ -632,10 +702,10 @@ async def _search(
         f'run {run_id}' if run_id else f'conversation {conversation_id}' if conversation_id else 'every conversation'
     )
     out.print(
-        Text(
+        render.clean_text(
             f'{len(hits)} matching messages among {corpus.document_count} in {scope} '
             f'({elapsed * 1000:.0f} ms); showing {len(shown)}',
-            style='dim',
+            'dim',
         )
     )
     locate = make_locator(analyzer, frozenset(terms))
@@ -644,7 +714,9 @@ async def _search(
         out.print()
         heading = Text(f'{rank:>2}. ', style='bold')
         heading.append(f'score {hit.score:.2f}', style='bold cyan')
-        heading.append(f' · conversation {conv} · run {hit.run_id} · message [{hit.position}]', style='dim')
+        heading.append(
+            render.clean(f' · conversation {conv} · run {hit.run_id} · message [{hit.position}]'), style='dim'
+        )
         out.print(heading)
         grid = _grid(7)
         for position, message in window:
@@ -654,7 +726,10 @@ async def _search(
             displayed.add((hit.run_id, position))
             lines = display_lines(message, locate) or ['(no text)']
             body = Text('\n').join(
-                render.highlight_terms(line, analyzer, terms) if matched else Text(line, style='dim') for line in lines
+                render.highlight_terms(line, analyzer, terms)
+                if matched
+                else render.clean_text(line, 'dim', multiline=True)
+                for line in lines
             )
             grid.add_row(_label(f'[{position}]'), body)
         out.print(grid)
@@ -1044,7 +1119,7 @@ async def _stats(store: Path, as_json: bool) -> None:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style='dim')
     grid.add_column()
-    grid.add_row('store', str(store))
+    grid.add_row('store', render.clean_text(store))
     grid.add_row('conversations', f'{data["conversations"]} ({data["archived"]} archived)')
     grid.add_row('runs', f'{len(all_runs)} (' + ', '.join(f'{n} {s}' for s, n in statuses.most_common()) + ')')
     grid.add_row('entries', f'{data["entries"]} (last seq #{last_seq})')
@@ -1054,7 +1129,8 @@ async def _stats(store: Path, as_json: bool) -> None:
     current = 'current' if index['current'] else f'behind (at #{index["position"]}; catches up at the next search)'
     built = f'{index["documents"]} documents, {index["analyzer"]} analyzer, {current}'
     grid.add_row(
-        'search index', built if index['analyzer'] is not None else 'not built yet (built at the first search)'
+        'search index',
+        render.clean_text(built if index['analyzer'] is not None else 'not built yet (built at the first search)'),
     )
     render.console().print(grid)
 
@@ -1163,20 +1239,32 @@ async def _tail(
         if run_id is not None:
             await _run_record(log, run_id)
         cursor = await log.last_seq()
-        backlog = await _latest(log, lines, cursor, conversation_id, run_id, kinds)
-        if emit(backlog) or not follow:
+        start = await _latest_start(log, lines, cursor, conversation_id, run_id, kinds)
+        if start is not None:
+            async for batch in log.iter_entries(
+                conversation_id=conversation_id, run_id=run_id, kinds=kinds, after_seq=start, batch=_TAIL_BATCH
+            ):
+                shown = [entry for entry in batch if entry.seq <= cursor]
+                if emit(shown):
+                    return
+                if len(shown) < len(batch):
+                    break
+        if not follow:
             return
         idle_since = time.monotonic()
         while True:
             top = await log.last_seq()
-            batch = await log.entries(
-                conversation_id=conversation_id, run_id=run_id, kinds=kinds, after_seq=cursor, limit=_TAIL_BATCH
-            )
-            if batch and emit(batch):
-                return
+            found = False
+            async for batch in log.iter_entries(
+                conversation_id=conversation_id, run_id=run_id, kinds=kinds, after_seq=cursor, batch=_TAIL_BATCH
+            ):
+                if emit(batch):
+                    return
+                cursor = batch[-1].seq
+                found = True
             # Below `top`, whatever did not come back does not match: skip past it.
-            cursor = batch[-1].seq if len(batch) == _TAIL_BATCH else max(top, batch[-1].seq if batch else cursor)
-            if batch:
+            cursor = max(top, cursor)
+            if found:
                 idle_since = time.monotonic()
                 continue
             if idle_timeout is not None and time.monotonic() - idle_since >= idle_timeout:
@@ -1187,27 +1275,31 @@ async def _tail(
 _TAIL_BATCH = 1000
 
 
-async def _latest(
+async def _latest_start(
     log: LmdbEventLog,
     count: int,
     last: int,
     conversation_id: str | None,
     run_id: str | None,
     kinds: list[str] | None,
-) -> list[Entry]:
-    """The last `count` matching entries up to `last`, reading back in growing windows."""
+) -> int | None:
+    """The `seq` after which the last `count` matching entries up to `last` begin (`None` when
+    there are none), reading back in growing windows and keeping only `seq`s."""
     if count == 0:
-        return []
+        return None
     window = max(4 * count, 64)
     while True:
         after = max(0, last - window)
-        found = [
-            e
-            for e in await log.entries(conversation_id=conversation_id, run_id=run_id, kinds=kinds, after_seq=after)
-            if e.seq <= last
-        ]
-        if len(found) >= count or after == 0:
-            return found[-count:]
+        seqs: list[int] = []
+        async for batch in log.iter_entries(
+            conversation_id=conversation_id, run_id=run_id, kinds=kinds, after_seq=after, batch=_TAIL_BATCH
+        ):
+            seqs.extend(entry.seq for entry in batch if entry.seq <= last)
+            if batch[-1].seq >= last:
+                break
+        if len(seqs) >= count or after == 0:
+            picked = seqs[-count:]
+            return picked[0] - 1 if picked else None
         window *= 4
 
 
@@ -1220,10 +1312,10 @@ def _compact_json(data: object) -> str:
 def _tail_line(entry: Entry) -> Text:
     line = Text(f'#{entry.seq:<7}', style='dim')
     line.append(entry.timestamp.strftime('%H:%M:%S.%f')[:-3] + '  ', style='dim')
-    line.append(f'{entry.conversation_id}  ', style='cyan')
+    line.append(render.clean(entry.conversation_id) + '  ', style='cyan')
     if entry.run_id is not None:
-        line.append(f'{entry.run_id}  ', style='dim')
-    line.append(f'{entry.kind:<13}', style=_KIND_STYLES.get(entry.kind, 'bold'))
+        line.append(render.clean(entry.run_id) + '  ', style='dim')
+    line.append(f'{render.clean(entry.kind):<13}', style=_KIND_STYLES.get(entry.kind, 'bold'))
     line.append(render.entry_headline(entry))
     return line
 

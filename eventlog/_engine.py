@@ -167,7 +167,7 @@ def utcnow() -> datetime:
 # --- validation -------------------------------------------------------------------------------
 
 
-_CONTROL = re.compile('[\x00-\x1f\x7f]')
+_CONTROL = re.compile('[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]')
 
 
 def check_id(value: object, what: str) -> str:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from functools import partial
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Protocol, Self, TypeVar, runtime_checkable
@@ -19,17 +20,26 @@ from typing import IO, Protocol, Self, TypeVar, runtime_checkable
 from pydantic_ai.messages import ModelMessage
 
 from eventlog import _engine as engine
+from eventlog import _stream as stream
 from eventlog import _transfer as transfer
 from eventlog._files import open_destination
 from eventlog._storage import ReadTxn, WriteTxn
 from eventlog.entries import ConversationRecord, Entry, NewEntry, RunRecord, TitleInfo, VerifyReport, encode_info
-from eventlog.errors import ConversationNotFound, InvalidArgumentError, LogClosedError
+from eventlog.errors import ConversationNotFound, InvalidArgumentError, LogClosedError, RunNotFound
 
 __all__ = ['Appended', 'EventLog', 'EventLogBase']
 
 T = TypeVar('T')
 
 _BULK_THRESHOLD = 2000
+_DECODE_BATCH = 1000
+"""Messages decoded per pydantic-ai call when a whole record is decoded (bounds the joined JSON)."""
+STREAM_BATCH = 500
+"""Default number of items per list the `iter_*` methods yield."""
+STREAM_BYTES = 2 * 1024 * 1024
+"""Payload bytes after which a list the `iter_*` methods yield ends early (it holds at least one
+item), so that a batch of large messages stays small too."""
+_MESSAGE_KINDS = frozenset({'message'})
 
 
 class Appended(list[int]):
@@ -274,8 +284,15 @@ class EventLogBase(ABC):
         """The run's full record: what it inherited, then what it added."""
         size = await self._run_size(run_id)
 
+        def read(txn: ReadTxn) -> list[ModelMessage]:
+            run = engine.get_run(txn, run_id)
+            if run is None:
+                raise RunNotFound(f'no run {run_id!r} in this log')
+            found = stream.branch_entries(txn, stream.branch_stretches(txn, run.last_seq), _MESSAGE_KINDS)
+            return _decode_in_batches(entry.payload for entry in found)
+
         def work() -> list[ModelMessage]:
-            return engine.decode_payloads(self._read_sync(lambda txn: engine.run_message_payloads(txn, run_id)))
+            return self._read_sync(read)
 
         if size > _BULK_THRESHOLD:
             self._check_open()
@@ -307,7 +324,14 @@ class EventLogBase(ABC):
     async def context(self, conversation_id: str) -> list[ModelMessage]:
         """What an agent continuing the conversation starts from: the latest run's record,
         with each compaction summary in place of the originals it replaced."""
-        return await asyncio.to_thread(engine.decode_payloads, await self.context_payloads(conversation_id))
+        engine.check_id(conversation_id, 'conversation_id')
+
+        def read(txn: ReadTxn) -> list[ModelMessage]:
+            tip = stream.context_tip(txn, conversation_id)
+            plan = stream.context_plan(stream.branch_entries(txn, stream.branch_stretches(txn, tip), _FOLD_KINDS))
+            return _decode_in_batches(stream.plan_payloads(txn, plan))
+
+        return await self._read(read, bulk=True)
 
     async def entries(
         self,
@@ -342,6 +366,108 @@ class EventLogBase(ABC):
             return out
 
         return await self._read(read, bulk=limit is None or limit > _BULK_THRESHOLD)
+
+    async def iter_branch(
+        self, tip: int | None, *, kinds: Iterable[str] | None = None, batch: int = STREAM_BATCH
+    ) -> AsyncIterator[list[Entry]]:
+        """The entries of the branch ending at `tip` (`branch`), oldest first, in lists of at most
+        `batch` entries (fewer once their payloads pass `STREAM_BYTES`), each read in its own short
+        transaction: memory stays bounded by the batch, not the branch.
+
+        Entries appended after the call starts are not included; a conversation deleted
+        meanwhile ends the branch early.
+        """
+        if tip is not None:
+            engine.check_seq(tip, 'tip')
+        kind_set = _check_kinds(kinds)
+        _check_batch(batch)
+        stretches = await self._read(lambda txn: stream.branch_stretches(txn, tip))
+        after = 0
+        while True:
+            found, more = await self._read(
+                partial(_take_branch, stretches=stretches, kinds=kind_set, after=after, count=batch),
+                bulk=batch > _BULK_THRESHOLD,
+            )
+            if found:
+                yield found
+            if not more:
+                return
+            after = found[-1].seq
+
+    async def iter_entries(
+        self,
+        *,
+        conversation_id: str | None = None,
+        run_id: str | None = None,
+        kinds: Iterable[str] | None = None,
+        after_seq: int = 0,
+        batch: int = STREAM_BATCH,
+    ) -> AsyncIterator[list[Entry]]:
+        """`entries` in lists of at most `batch` (fewer once their payloads pass `STREAM_BYTES`),
+        each read in its own short transaction; it ends at the last entry when it is reached."""
+        if conversation_id is not None:
+            engine.check_id(conversation_id, 'conversation_id')
+        if run_id is not None:
+            engine.check_id(run_id, 'run_id')
+        kind_set = _check_kinds(kinds)
+        engine.check_count(after_seq, 'after_seq')
+        _check_batch(batch)
+        after = after_seq
+        while True:
+            found, more = await self._read(
+                partial(
+                    _take_entries,
+                    conversation_id=conversation_id,
+                    run_id=run_id,
+                    kinds=kind_set,
+                    after=after,
+                    count=batch,
+                ),
+                bulk=batch > _BULK_THRESHOLD,
+            )
+            if found:
+                yield found
+            if not more:
+                return
+            after = found[-1].seq
+
+    async def iter_run_message_payloads(self, run_id: str, *, batch: int = STREAM_BATCH) -> AsyncIterator[list[bytes]]:
+        """`run_message_payloads` in lists of at most `batch` (see `iter_branch`)."""
+        engine.check_id(run_id, 'run_id')
+        run = await self._read(lambda txn: engine.get_run(txn, run_id))
+        if run is None:
+            raise RunNotFound(f'no run {run_id!r} in this log')
+        async for found in self.iter_branch(run.last_seq, kinds=_MESSAGE_KINDS, batch=batch):
+            yield [entry.payload for entry in found]
+
+    async def iter_context_payloads(
+        self, conversation_id: str, *, batch: int = STREAM_BATCH
+    ) -> AsyncIterator[list[bytes]]:
+        """`context_payloads` in lists of at most `batch` messages (fewer once they pass `STREAM_BYTES`).
+
+        The fold of compactions is planned first in one transaction, holding one integer per
+        message (and the summaries); the payloads are then read batch by batch.
+        """
+        engine.check_id(conversation_id, 'conversation_id')
+        _check_batch(batch)
+
+        def plan(txn: ReadTxn) -> list[stream.ContextItem]:
+            tip = stream.context_tip(txn, conversation_id)
+            return stream.context_plan(stream.branch_entries(txn, stream.branch_stretches(txn, tip), _FOLD_KINDS))
+
+        items = await self._read(plan, bulk=True)
+        start = 0
+        while start < len(items):
+            found, start = await self._read(
+                partial(_plan_payloads, plan=items, start=start, count=batch), bulk=batch > _BULK_THRESHOLD
+            )
+            yield found
+
+    async def history_origin(self, conversation_id: str) -> int | None:
+        """The entry in another conversation this one's history continues from (its fork point,
+        or where its first run continued from), or `None`: `iter_branch` of it is the inherited history."""
+        engine.check_id(conversation_id, 'conversation_id')
+        return await self._read(lambda txn: stream.history_origin(txn, conversation_id))
 
     async def branch(self, tip: int) -> list[Entry]:
         """Every entry on the branch ending at `tip`, oldest first."""
@@ -467,3 +593,79 @@ class EventLogBase(ABC):
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+_FOLD_KINDS = frozenset({'message', 'compaction'})
+
+
+def _check_kinds(kinds: Iterable[str] | None) -> frozenset[str] | None:
+    kind_set = None if kinds is None else frozenset(kinds)
+    if kind_set is not None and not kind_set <= engine.KINDS:
+        raise InvalidArgumentError(f'unknown kinds {sorted(kind_set - engine.KINDS)}')
+    return kind_set
+
+
+def _check_batch(batch: int) -> None:
+    if not isinstance(batch, int) or isinstance(batch, bool) or not 0 < batch <= 1_000_000:  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise InvalidArgumentError(f'batch must be an integer from 1 to 1000000, got {batch!r}')
+
+
+def _decode_in_batches(payloads: Iterator[bytes]) -> list[ModelMessage]:
+    """Decode message payloads a batch at a time, never joining them all into one JSON text."""
+    out: list[ModelMessage] = []
+    chunk: list[bytes] = []
+    size = 0
+    for payload in payloads:
+        chunk.append(payload)
+        size += len(payload)
+        if len(chunk) >= _DECODE_BATCH or size >= STREAM_BYTES:
+            out.extend(engine.decode_payloads(chunk))
+            chunk, size = [], 0
+    out.extend(engine.decode_payloads(chunk))
+    return out
+
+
+def _take(found: Iterator[Entry], count: int) -> tuple[list[Entry], bool]:
+    """Up to `count` entries of `found`, fewer once their payloads pass `STREAM_BYTES`; and
+    whether more may follow."""
+    out: list[Entry] = []
+    size = 0
+    for entry in found:
+        out.append(entry)
+        size += len(entry.payload)
+        if len(out) >= count or size >= STREAM_BYTES:
+            return out, True
+    return out, False
+
+
+def _take_branch(
+    txn: ReadTxn, *, stretches: list[stream.Stretch], kinds: frozenset[str] | None, after: int, count: int
+) -> tuple[list[Entry], bool]:
+    return _take(stream.branch_entries(txn, stretches, kinds, after), count)
+
+
+def _take_entries(
+    txn: ReadTxn,
+    *,
+    conversation_id: str | None,
+    run_id: str | None,
+    kinds: frozenset[str] | None,
+    after: int,
+    count: int,
+) -> tuple[list[Entry], bool]:
+    found = engine.iter_entries(txn, conversation_id=conversation_id, run_id=run_id, kinds=kinds, after_seq=after)
+    return _take(found, count)
+
+
+def _plan_payloads(txn: ReadTxn, *, plan: list[stream.ContextItem], start: int, count: int) -> tuple[list[bytes], int]:
+    """The payloads of `plan` from item `start`: up to `count` items, fewer once they pass
+    `STREAM_BYTES`; and the index of the next item."""
+    out: list[bytes] = []
+    size = 0
+    index = start
+    for index, payloads in enumerate(stream.plan_items(txn, plan, start), start=start):
+        out.extend(payloads)
+        size += sum(len(payload) for payload in payloads)
+        if len(out) >= count or size >= STREAM_BYTES:
+            return out, index + 1
+    return out, len(plan)
