@@ -6,13 +6,21 @@ Damage is written through the backends' own storage transactions, so each test r
 
 from __future__ import annotations
 
+import asyncio
+import json
+from pathlib import Path
+
 import pytest
 from logtools import add_run, exchange, tool_exchange
+from typer.testing import CliRunner
+
+from capability.cli import app
 
 from eventlog import (
     CorruptEntryError,
     CorruptStoreError,
     EventLogError,
+    LmdbEventLog,
     NewEntry,
     run_started_entry,
 )
@@ -238,3 +246,63 @@ async def test_every_finding_is_an_event_log_error_free_report(log: EventLogBase
     except EventLogError as exc:  # pragma: no cover - the failure this test guards against
         pytest.fail(f'verify raised {exc!r}')
     assert not report.ok
+
+
+# --- the search index ---------------------------------------------------------------------------
+
+
+async def test_the_search_index_is_checked_against_the_log(tmp_path: Path) -> None:
+    from search.lmdb_index import LmdbIndex  # noqa: PLC0415
+
+    log = LmdbEventLog(tmp_path / 's')
+    try:
+        await _busy_log(log)
+        index = LmdbIndex(log)
+        assert index.verify() == [], 'no index built yet: nothing to check'
+        index.catch_up()
+        await add_run(log, 'late', 'rl', exchange(9, 'appended after the index caught up'))
+        assert index.verify() == []
+        before = index.state()
+        stats = log.open_table(b'ix.stats')
+        held = log.open_table(b'ix.held')
+        with log.env.begin(write=True) as txn:
+            raw = txn.get(b'a\x00', db=stats)
+            assert raw is not None
+            txn.put(b'a\x00', raw[:-1] + bytes([raw[-1] ^ 1]), db=stats)
+            txn.delete(next(k for k, _ in txn.cursor(db=held)), db=held)
+        found = index.verify()
+        assert {f.table for f in found} == {'stats', 'held'}
+        assert 'a' in {f.conversation_id for f in found}
+        assert index.state() == before, 'verify leaves the index as it was'
+        result = await asyncio.to_thread(CliRunner().invoke, app, ['verify', '--json', '--store', str(tmp_path / 's')])
+        assert result.exit_code == 1
+        codes = {p['code'] for p in json.loads(result.stdout)['problems']}
+        assert codes == {'search-index'}
+        assert 'eventlog reindex' in result.stdout
+        index.rebuild()
+        assert index.verify() == []
+        again = await asyncio.to_thread(CliRunner().invoke, app, ['verify', '--store', str(tmp_path / 's')])
+        assert again.exit_code == 0, again.stdout
+    finally:
+        log.close()
+
+
+def test_the_cli_turns_damaged_records_into_one_line(tmp_path: Path) -> None:
+    async def build() -> None:
+        log = LmdbEventLog(tmp_path / 's')
+        try:
+            await add_run(log, 'c', 'r', exchange(1))
+            _put(log, Table.RUNS, b'r', b'\x93\x01')
+            _put(log, Table.CONVS, b'c', b'\xc1')
+        finally:
+            log.close()
+
+    asyncio.run(build())
+    for args in (['runs'], ['stats'], ['show', 'c'], ['info', 'c'], ['conversations']):
+        result = CliRunner().invoke(app, [*args, '--store', str(tmp_path / 's')])
+        assert result.exit_code == 1, (args, result.output)
+        assert result.exception is None or isinstance(result.exception, SystemExit), (args, result.exception)
+        assert 'cannot be decoded' in result.output, (args, result.output)
+    result = CliRunner().invoke(app, ['verify', '--store', str(tmp_path / 's')])
+    assert result.exit_code == 1
+    assert 'run-record' in result.stdout and 'conversation-record' in result.stdout
