@@ -979,9 +979,9 @@ def verify(store: StoreOption = DEFAULT_STORE, as_json: JsonOption = False) -> N
 
 async def _verify(store: Path, as_json: bool) -> bool:
     # Local imports keep this command's additions out of the module's shared import block.
-    from eventlog import VerifyProblem  # noqa: PLC0415
-    from eventlog._verify import report_of  # noqa: PLC0415
-    from search.lmdb_index import LmdbIndex  # noqa: PLC0415
+    from eventlog import VerifyProblem
+    from eventlog._verify import report_of
+    from search.lmdb_index import LmdbIndex
 
     async with _open(store) as log:
         report = await log.verify()

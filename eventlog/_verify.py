@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from array import array
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final
 
 import msgspec
@@ -476,12 +476,16 @@ def _key_conversation(key: bytes) -> str:
     return key[: max(cut, 0)].decode(errors='replace')
 
 
-def _run_conversation(rebuild: _Rebuild) -> Any:
+def _run_conversation(rebuild: _Rebuild) -> Callable[[bytes], str]:
     by_start = {engine.seq_key(run.start_seq): run.conversation_id for run in rebuild.runs.values()}
-    return lambda key: by_start.get(key, '')
+
+    def conversation(key: bytes) -> str:
+        return by_start.get(key, '')
+
+    return conversation
 
 
-def _idem_conversation(rebuild: _Rebuild) -> Any:
+def _idem_conversation(rebuild: _Rebuild) -> Callable[[bytes], str]:
     by_start = {engine.seq_key(run.start_seq): run.conversation_id for run in rebuild.runs.values()}
 
     def conversation(key: bytes) -> str:
@@ -515,7 +519,7 @@ def _compare_by_conv(txn: ReadTxn, rebuild: _Rebuild, findings: _Findings) -> No
 
 
 def _compare_index(
-    txn: ReadTxn, table: int, expected: dict[bytes, bytes], findings: _Findings, conversation: Any
+    txn: ReadTxn, table: int, expected: dict[bytes, bytes], findings: _Findings, conversation: Callable[[bytes], str]
 ) -> None:
     ordered = iter(sorted(expected.items()))
     for key, have, want in _merge(txn.scan(table), ordered):
@@ -546,5 +550,6 @@ def _check_meta(txn: ReadTxn, rebuild: _Rebuild, findings: _Findings, *, tail_br
             'meta',
             '',
             recorded,
-            f'the recorded last seq {recorded} is beyond the last entry {rebuild.max_seq}: the latest entries were removed',
+            f'the recorded last seq {recorded} is beyond the last entry {rebuild.max_seq}: '
+            'the latest entries were removed',
         )

@@ -100,7 +100,7 @@ class IndexFinding(msgspec.Struct, frozen=True):
     reason: str
 
 
-class _Verified(Exception):  # noqa: N818 - an outcome carried out of an aborted transaction
+class _Verified(Exception):
     """Raised to abort `LmdbIndex.verify`'s transaction, carrying its findings."""
 
     def __init__(self, findings: list[IndexFinding]) -> None:

@@ -157,7 +157,7 @@ def test_a_truncated_data_file_is_refused_not_mapped(store: Path, size: str) -> 
     full = data.stat().st_size
     cut = {'zero': 0, '8k': 8192, 'half': full // 2}[size]
     os.truncate(data, cut)
-    with pytest.raises(CorruptStoreError, match='empty|truncated'):
+    with pytest.raises(CorruptStoreError, match=r'empty|truncated'):
         LmdbEventLog(store)
     assert data.stat().st_size == cut, 'the damaged file was left as it was'
     commands = [['verify'], ['runs'], ['show', 'c1']] if size == 'half' else [['conversations']]

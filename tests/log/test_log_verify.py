@@ -15,7 +15,6 @@ from logtools import add_run, exchange, tool_exchange
 from typer.testing import CliRunner
 
 from capability.cli import app
-
 from eventlog import (
     CorruptEntryError,
     CorruptStoreError,
@@ -164,7 +163,7 @@ async def test_an_altered_conversation_record_is_named(log: EventLogBase) -> Non
     await add_run(log, 'd', 'rd', exchange(2))
     record = await log.get_conversation('c')
     assert record is not None
-    import msgspec  # noqa: PLC0415
+    import msgspec
 
     record.message_count = 7
     _put(log, Table.CONVS, b'c', msgspec.msgpack.encode(record))
@@ -210,7 +209,7 @@ async def test_an_entry_that_cannot_follow_its_predecessors_is_named(log: EventL
     await add_run(log, 'c', 'r', exchange(1))
 
     def forge(txn: WriteTxn) -> None:
-        from eventlog._engine import append_entries  # noqa: PLC0415
+        from eventlog._engine import append_entries
 
         # A second run_started for the same run, written with the engine's own chaining.
         txn.delete(Table.RUNS, b'r')
@@ -252,7 +251,7 @@ async def test_every_finding_is_an_event_log_error_free_report(log: EventLogBase
 
 
 async def test_the_search_index_is_checked_against_the_log(tmp_path: Path) -> None:
-    from search.lmdb_index import LmdbIndex  # noqa: PLC0415
+    from search.lmdb_index import LmdbIndex
 
     log = LmdbEventLog(tmp_path / 's')
     try:
