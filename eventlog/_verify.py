@@ -120,7 +120,8 @@ class _Rebuild:
                     if conv is not None and not conv.deleted:
                         raise _Invalid('a fork reuses the id of a live conversation')
                     conv = self._reopen(conv_id, seq, body)
-                    conv.forked_from = info
+                    if body.parent is not None:  # None: imported after its fork point was deleted
+                        conv.forked_from = info
                 elif kind == 'deleted':
                     self._forget(conv_id)
                     conv = self._reopen(conv_id, seq, body)
