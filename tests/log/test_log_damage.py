@@ -264,3 +264,96 @@ def test_every_error_is_typed(store: Path) -> None:
     os.truncate(store / 'data.mdb', 8192)
     with pytest.raises(EventLogError):
         LmdbEventLog(store)
+
+
+# --- fuzz: random bit flips in the pages of the entries tree --------------------------------------
+
+FUZZ_TRIALS = 300 if os.environ.get('EVENTLOG_LONG') else 30
+
+
+def _tree_pages(data: bytes, root: int) -> list[int]:
+    """Every branch, leaf and overflow page of the tree under `root`."""
+    pages: list[int] = []
+    todo = [root]
+    while todo:
+        pgno = todo.pop()
+        pages.append(pgno)
+        flags = _HEADER.unpack_from(data, pgno * PAGE)[2]
+        for _, value in _nodes(data, pgno):
+            if flags & 1:
+                todo.append(struct.unpack('<Q', value)[0])
+            elif value[0] & 0x01:
+                pages.append(struct.unpack('<Q', value[1:9])[0])
+    return pages
+
+
+async def _answers(store: Path) -> dict[str, bytes]:
+    log = LmdbEventLog(store)
+    try:
+        out = {
+            f'c:{c.conversation_id}': await log.transcript_json(c.conversation_id)
+            for c in await log.list_conversations()
+        }
+        for run in await log.list_runs():
+            out[f'r:{run.run_id}'] = await log.run_messages_json(run.run_id)
+        return out
+    finally:
+        log.close()
+
+
+def _fuzz(pristine: Path, workdir: Path, trials: int, seed: int) -> None:
+    """Flip one random bit in a random page of the entries tree per trial; verify must fail
+    whenever the answers differ from the undamaged store's. Prints one line per trial."""
+    import random  # noqa: PLC0415
+
+    rng = random.Random(seed)
+    expected = asyncio.run(_answers(pristine))
+    data = (pristine / 'data.mdb').read_bytes()
+    _, dbs = _live_meta(data)
+    pages = _tree_pages(data, dbs['entries'][0])
+    for trial in range(trials):
+        store = workdir / f't{trial}'
+        store.mkdir(mode=0o700)
+        shutil.copyfile(pristine / 'data.mdb', store / 'data.mdb')
+        pgno = rng.choice(pages)
+        offset = pgno * PAGE + (rng.randrange(16) if rng.random() < 0.5 else rng.randrange(PAGE))
+        _flip(store / 'data.mdb', offset, 1 << rng.randrange(8))
+        print(f'trial {trial} page {pgno} offset {offset}', flush=True)
+        try:
+            findings = asyncio.run(_verify(store))
+        except EventLogError as exc:
+            print(f'  typed error {type(exc).__name__}', flush=True)
+            continue
+        if findings:
+            print(f'  found {sorted({code for code, _ in findings})}', flush=True)
+            continue
+        try:
+            answers = asyncio.run(_answers(store))
+        except EventLogError as exc:
+            print(f'  verify passed but reading failed: {exc!r}', flush=True)
+            raise SystemExit(2) from None
+        if answers != expected:
+            print('  verify passed but the answers differ', flush=True)
+            raise SystemExit(2)
+        print('  harmless: verify ok, answers unchanged', flush=True)
+        shutil.rmtree(store)
+
+
+def test_fuzzed_page_damage_never_passes_verify_with_different_answers(pristine: Path, tmp_path: Path) -> None:
+    """Each trial runs in a worker process: a native crash shows as a negative exit status."""
+    result = subprocess.run(
+        [sys.executable, __file__, str(pristine), str(tmp_path), str(FUZZ_TRIALS), '20261201'],
+        capture_output=True,
+        text=True,
+        timeout=3000,
+        cwd=Path(__file__).parent,
+    )
+    assert result.returncode == 0, (result.returncode, result.stdout[-3000:], result.stderr[-3000:])
+    lines = result.stdout.splitlines()
+    assert sum(line.startswith('trial ') for line in lines) == FUZZ_TRIALS
+    assert any('found' in line for line in lines), 'no trial damaged anything verify could see'
+
+
+if __name__ == '__main__':
+    sys.path.insert(0, str(Path(__file__).parent))
+    _fuzz(Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
