@@ -304,7 +304,7 @@ async def _answers(store: Path) -> dict[str, bytes]:
 def _fuzz(pristine: Path, workdir: Path, trials: int, seed: int) -> None:
     """Flip one random bit in a random page of the entries tree per trial; verify must fail
     whenever the answers differ from the undamaged store's. Prints one line per trial."""
-    import random  # noqa: PLC0415
+    import random
 
     rng = random.Random(seed)
     expected = asyncio.run(_answers(pristine))
