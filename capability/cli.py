@@ -1053,8 +1053,28 @@ def verify(store: StoreOption = DEFAULT_STORE, as_json: JsonOption = False) -> N
 
 
 async def _verify(store: Path, as_json: bool) -> bool:
+    # Local imports keep this command's additions out of the module's shared import block.
+    from eventlog import VerifyProblem
+    from eventlog._verify import report_of
+    from search.lmdb_index import LmdbIndex
+
     async with _open(store) as log:
         report = await log.verify()
+        if not any(p.code == 'structure' for p in report.problems):
+            index = LmdbIndex.open_existing(log)
+            found = await asyncio.to_thread(index.verify)
+            report = report_of(
+                (
+                    VerifyProblem(
+                        f.conversation_id,
+                        0,
+                        f'{f.reason}; the search index is derived from the log: `eventlog reindex` rebuilds it',
+                        code='search-index',
+                    )
+                    for f in found
+                ),
+                report,
+            )
     if as_json:
         render.print_json(render.to_builtins(report))
         return report.ok
@@ -1068,19 +1088,27 @@ async def _verify(store: Path, as_json: bool) -> bool:
             )
         )
         return True
-    out.print(
-        Text(
-            f'BROKEN: {len(report.problems)} of {report.conversations_checked} conversations fail verification '
-            f'({report.entries_checked} entries checked)',
-            style='bold red',
-        )
+    broken = {p.conversation_id for p in report.problems if p.conversation_id}
+    store_wide = sum(1 for p in report.problems if not p.conversation_id)
+    header = (
+        f'BROKEN: {len(broken)} of {report.conversations_checked} conversations fail verification '
+        f'({report.entries_checked} entries checked)'
     )
+    if store_wide:
+        header += f'; {_plural(store_wide, "finding", "findings")} about the store as a whole'
+    out.print(Text(header, style='bold red'))
     table = Table(box=None, header_style='bold')
     table.add_column('conversation', no_wrap=True)
     table.add_column('first bad entry', justify='right')
+    table.add_column('finding', no_wrap=True)
     table.add_column('reason')
     for problem in report.problems:
-        table.add_row(problem.conversation_id, f'#{problem.seq}', problem.reason)
+        table.add_row(
+            Text(problem.conversation_id or '(store)'),
+            f'#{problem.seq}' if problem.seq else '',
+            problem.code,
+            Text(problem.reason),
+        )
     out.print(table)
     return False
 

@@ -26,6 +26,7 @@ from eventlog.entries import (
 from eventlog.errors import (
     ConversationNotFound,
     CorruptEntryError,
+    CorruptStoreError,
     EventLogError,
     InvalidArgumentError,
     InvalidPayloadError,
@@ -49,6 +50,7 @@ __all__ = [
     'ConversationNotFound',
     'ConversationRecord',
     'CorruptEntryError',
+    'CorruptStoreError',
     'Entry',
     'EventLog',
     'EventLogBase',

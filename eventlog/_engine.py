@@ -57,12 +57,11 @@ from eventlog.entries import (
     RunStatus,
     TitleInfo,
     ToolEffectInfo,
-    VerifyProblem,
-    VerifyReport,
 )
 from eventlog.errors import (
     ConversationNotFound,
     CorruptEntryError,
+    CorruptStoreError,
     InvalidArgumentError,
     InvalidPayloadError,
     LogFullError,
@@ -82,6 +81,7 @@ _DENSE_SLACK: Final = 64
 """Foreign entries a run's stretch of the log may hold beyond its own before its entries are
 looked up through the conversation index instead of read in order (see `_run_items`)."""
 _SEQ = struct.Struct('>Q')
+_SEQ_LIMIT: Final = 1 << 64
 
 
 class _Body(msgspec.Struct, array_like=True, frozen=True, gc=False):
@@ -124,10 +124,48 @@ def _encode_run(record: RunRecord) -> bytes:
     return _run_encoder.encode(_StoredRun(*[getattr(record, name) for name in _StoredRun.__struct_fields__]))
 
 
-def _decode_run(run_id: str, raw: bytes) -> RunRecord:
-    if raw[0] & 0xF0 == 0x80 or raw[0] in (0xDE, 0xDF):  # a msgpack map: format 1
-        return _run_decoder.decode(raw)
-    return RunRecord(run_id=run_id, **msgspec.structs.asdict(_stored_run_decoder.decode(raw)))
+def decode_run(run_id: str, raw: bytes) -> RunRecord:
+    """A stored run record; `CorruptStoreError` when it cannot be decoded or cannot be right."""
+    try:
+        if raw[0] & 0xF0 == 0x80 or raw[0] in (0xDE, 0xDF):  # a msgpack map: format 1
+            run = _run_decoder.decode(raw)
+        else:
+            run = RunRecord(run_id=run_id, **msgspec.structs.asdict(_stored_run_decoder.decode(raw)))
+    except (msgspec.DecodeError, IndexError, TypeError, ValueError) as exc:
+        raise CorruptStoreError(f'the record of run {run_id!r} cannot be decoded ({exc}); run verify') from None
+    if not (
+        0 < run.start_seq <= run.last_seq < _SEQ_LIMIT
+        and (run.branch_parent is None or 0 < run.branch_parent < run.start_seq)
+        and 0 <= run.message_count <= run.entry_count
+    ):
+        raise CorruptStoreError(f'the record of run {run_id!r} holds impossible positions; run verify')
+    return run
+
+
+def decode_conversation(conversation_id: str, raw: bytes) -> ConversationRecord:
+    """A stored conversation record; `CorruptStoreError` when it cannot be decoded or cannot be right."""
+    try:
+        conv = _conv_decoder.decode(raw)
+    except (msgspec.DecodeError, ValueError) as exc:
+        raise CorruptStoreError(
+            f'the record of conversation {conversation_id!r} cannot be decoded ({exc}); run verify'
+        ) from None
+    if not (
+        0 < conv.first_seq <= conv.last_seq < _SEQ_LIMIT
+        and (conv.forked_from is None or 0 < conv.forked_from.seq < conv.first_seq)
+    ):
+        raise CorruptStoreError(
+            f'the record of conversation {conversation_id!r} holds impossible positions; run verify'
+        )
+    return conv
+
+
+def decode_id(raw: bytes, what: str) -> str:
+    """An id stored as an index key or value; `CorruptStoreError` when it is not UTF-8."""
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        raise CorruptStoreError(f'{what} {raw[:40]!r} is not a valid id; run verify') from None
 
 
 _body_encoder = msgspec.msgpack.Encoder()
@@ -270,8 +308,8 @@ def migrate(txn: WriteTxn, version: int) -> None:
     if version != 1:
         raise StoreVersionError(f'the store records format {version}, which no version of pydantic-ai-eventlog wrote')
     for key, raw in list(txn.scan(Table.RUNS)):
-        run_id = key.decode()
-        run = _decode_run(run_id, raw)
+        run_id = decode_id(key, 'the run record key')
+        run = decode_run(run_id, raw)
         old_prefix = ck(run_id)
         new_prefix = run_idem_prefix(run.start_seq)
         for idem_key, value in list(txn.scan(Table.IDEM, prefix=old_prefix)):
@@ -290,6 +328,8 @@ def decode_body(seq: int, value: bytes) -> _Body:
         raise CorruptEntryError(f'entry {seq} cannot be decoded: {exc}') from None
     if body.seq != seq:
         raise CorruptEntryError(f'entry stored at seq {seq} says it is seq {body.seq}')
+    if body.parent is not None and not 0 < body.parent < seq:
+        raise CorruptEntryError(f'entry {seq} names an impossible parent {body.parent}')
     return body
 
 
@@ -322,12 +362,12 @@ def _get_body(txn: ReadTxn, seq: int) -> _Body | None:
 
 def get_run(txn: ReadTxn, run_id: str) -> RunRecord | None:
     raw = txn.get(Table.RUNS, run_id.encode())
-    return None if raw is None else _decode_run(run_id, raw)
+    return None if raw is None else decode_run(run_id, raw)
 
 
 def get_conversation(txn: ReadTxn, conversation_id: str) -> ConversationRecord | None:
     raw = txn.get(Table.CONVS, conversation_id.encode())
-    return None if raw is None else _conv_decoder.decode(raw)
+    return None if raw is None else decode_conversation(conversation_id, raw)
 
 
 def last_seq(txn: ReadTxn) -> int:
@@ -787,7 +827,7 @@ def _inherited_prefix(txn: ReadTxn, conversation_id: str) -> list[_Body]:
         return branch_bodies(txn, conv.forked_from.seq)
     first = next(txn.scan(Table.CONV_RUNS, prefix=ck(conversation_id)), None)
     if first is not None:
-        run = get_run(txn, first[1].decode())
+        run = get_run(txn, decode_id(first[1], 'the run id'))
         if run is not None and run.branch_parent is not None:
             parent = _get_body(txn, run.branch_parent)
             if parent is not None and parent.conversation_id != conversation_id:
@@ -807,7 +847,7 @@ def _context_tip(txn: ReadTxn, conversation_id: str) -> int | None:
     conv = _conv_or_raise(txn, conversation_id)
     item = txn.last(Table.CONV_RUNS, ck(conversation_id))
     if item is not None:
-        run = get_run(txn, item[1].decode())
+        run = get_run(txn, decode_id(item[1], 'the run id'))
         if run is not None:
             return run.last_seq
     if conv.forked_from is not None:
@@ -844,7 +884,7 @@ def list_runs(txn: ReadTxn, *, conversation_id: str | None = None, parent_run_id
         items = txn.scan(Table.RUN_ORDER)
     out: list[RunRecord] = []
     for _, run_id in items:
-        run = get_run(txn, run_id.decode())
+        run = get_run(txn, decode_id(run_id, 'the run id'))
         if run is None:
             continue
         if parent_run_id is not None and run.parent_run_id != parent_run_id:
@@ -854,7 +894,7 @@ def list_runs(txn: ReadTxn, *, conversation_id: str | None = None, parent_run_id
 
 
 def list_conversations(txn: ReadTxn, *, include_archived: bool = False) -> list[ConversationRecord]:
-    out = [_conv_decoder.decode(raw) for _, raw in txn.scan(Table.CONVS)]
+    out = [decode_conversation(decode_id(key, 'the conversation key'), raw) for key, raw in txn.scan(Table.CONVS)]
     out = [c for c in out if not c.deleted and (include_archived or not c.archived)]
     out.sort(key=lambda c: c.first_seq)
     return out
@@ -864,7 +904,11 @@ def decode_payloads(payloads: Sequence[bytes]) -> list[ModelMessage]:
     """Decode message payloads in one pydantic-ai call."""
     if not payloads:
         return []
-    return ModelMessagesTypeAdapter.validate_json(join_payloads(payloads))
+    try:
+        return ModelMessagesTypeAdapter.validate_json(join_payloads(payloads))
+    except (pydantic.ValidationError, ValueError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise CorruptEntryError(f'a stored message cannot be decoded ({first}); run verify') from None
 
 
 def join_payloads(payloads: Sequence[bytes]) -> bytes:
@@ -903,7 +947,7 @@ def delete_conversation(txn: WriteTxn, conversation_id: str) -> int:
     """Remove the conversation's entries and derived data; leave a content-free tombstone."""
     _conv_or_raise(txn, conversation_id)
     prefix = ck(conversation_id)
-    run_ids = [run_id.decode() for _, run_id in txn.scan(Table.CONV_RUNS, prefix=prefix)]
+    run_ids = [decode_id(run_id, 'the run id') for _, run_id in txn.scan(Table.CONV_RUNS, prefix=prefix)]
     for run_id in run_ids:
         run = get_run(txn, run_id)
         if run is not None:
@@ -923,92 +967,6 @@ def delete_conversation(txn: WriteTxn, conversation_id: str) -> int:
     txn.delete(Table.CONVS, conversation_id.encode())
     append_entries(txn, [NewEntry(conversation_id=conversation_id, kind='deleted')], allow_internal=True)
     return removed
-
-
-# --- verification -----------------------------------------------------------------------------
-
-
-def verify(txn: ReadTxn) -> VerifyReport:
-    """Walk every conversation's hash chain; report the first bad entry of each."""
-    heads: dict[str, tuple[int, bytes]] = {}
-    problems: dict[str, VerifyProblem] = {}
-    checked = 0
-    for key, value in txn.scan(Table.ENTRIES):
-        checked += 1
-        seq = key_seq(key)
-        try:
-            body = decode_body(seq, value)
-        except CorruptEntryError:
-            conv_of = _conversation_of(txn, seq) or '?'
-            problems.setdefault(conv_id := conv_of, VerifyProblem(conv_id, seq, 'the entry cannot be decoded'))
-            continue
-        conv_id = body.conversation_id
-        if conv_id in problems:
-            continue
-        prev_seq, prev = heads.get(conv_id, (0, b''))
-        if body.kind == 'deleted':
-            prev = b''
-        digest = chain_hash(prev, bytes(value[: len(value) - HASH_SIZE]))
-        if len(value) <= HASH_SIZE or digest != value[-HASH_SIZE:]:
-            problems[conv_id] = _explain_break(txn, body, prev_seq)
-            continue
-        if txn.get(Table.BY_CONV, ck(conv_id) + key) is None:
-            problems[conv_id] = VerifyProblem(conv_id, seq, 'the entry is missing from its conversation index')
-            continue
-        heads[conv_id] = (seq, digest)
-    convs = {c.conversation_id: c for c in (_conv_decoder.decode(raw) for _, raw in txn.scan(Table.CONVS))}
-    for conv_id, conv in convs.items():
-        if conv_id in problems:
-            continue
-        head_seq, head = heads.get(conv_id, (0, b''))
-        if head != conv.head_hash:
-            missing = _first_missing(txn, conv_id, head_seq, None)
-            problems[conv_id] = VerifyProblem(
-                conv_id,
-                missing or conv.last_seq,
-                'the chain ends early: the latest entries were removed',
-            )
-    for conv_id in heads:
-        if conv_id not in convs and conv_id not in problems:
-            problems[conv_id] = VerifyProblem(
-                conv_id, heads[conv_id][0], 'entries exist for a conversation with no record'
-            )
-    ordered = sorted(problems.values(), key=lambda p: (p.conversation_id, p.seq))
-    return VerifyReport(
-        ok=not ordered, entries_checked=checked, conversations_checked=len(set(convs) | set(heads)), problems=ordered
-    )
-
-
-def _explain_break(txn: ReadTxn, body: _Body, prev_seq: int) -> VerifyProblem:
-    """Name the first bad entry when `body` does not chain to the entry before it."""
-    conv_id = body.conversation_id
-    missing = _first_missing(txn, conv_id, prev_seq, body.seq)
-    if missing is not None:
-        return VerifyProblem(conv_id, missing, 'the entry was removed')
-    parent = body.parent
-    if parent is not None and parent > prev_seq and txn.get(Table.ENTRIES, seq_key(parent)) is None:
-        return VerifyProblem(conv_id, parent, 'the entry was removed (with its index keys)')
-    return VerifyProblem(conv_id, body.seq, 'hash mismatch: the entry was altered, reordered, or one before it removed')
-
-
-def _first_missing(txn: ReadTxn, conversation_id: str, after: int, before: int | None) -> int | None:
-    """The first indexed seq of the conversation in (after, before) whose entry is gone."""
-    prefix = ck(conversation_id)
-    for key, _ in txn.scan(Table.BY_CONV, prefix=prefix, start=prefix + seq_key(after + 1)):
-        seq = key_seq(key)
-        if before is not None and seq >= before:
-            break
-        if txn.get(Table.ENTRIES, key[-8:]) is None:
-            return seq
-    return None
-
-
-def _conversation_of(txn: ReadTxn, seq: int) -> str | None:
-    suffix = seq_key(seq)
-    for key, _ in txn.scan(Table.BY_CONV):
-        if key.endswith(suffix):
-            return key[: len(key) - 9].decode()
-    return None
 
 
 def encode_body_of(entry: Any, payload: bytes) -> bytes:

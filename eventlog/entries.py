@@ -219,15 +219,23 @@ class ConversationRecord(msgspec.Struct, kw_only=True):
 
 
 class VerifyProblem(msgspec.Struct, frozen=True):
-    """The first bad entry found in one conversation."""
+    """One finding of `verify`: the first bad entry of a conversation, a derived record or index
+    key that does not match the entries, or damage to the store file (docs/verify.md)."""
 
     conversation_id: str
+    """The conversation concerned; empty for a finding about the store as a whole."""
     seq: int
+    """The entry concerned (the first bad one of a broken chain); 0 when none applies."""
     reason: str
+    code: str = 'hash-mismatch'
+    """What kind of finding: 'hash-mismatch', 'entry-removed', 'entry-undecodable', 'entry-invalid',
+    'chain-truncated', 'conversation-record', 'run-record', 'index-key', 'meta', 'structure' or
+    'search-index'."""
 
 
 class VerifyReport(msgspec.Struct, frozen=True, kw_only=True):
-    """What `verify` found: `ok` only when every chain is intact."""
+    """What `verify` found: `ok` only when every chain is intact and everything derived from the
+    entries (records, indexes, the store file's structure) matches them."""
 
     ok: bool
     entries_checked: int

@@ -10,6 +10,7 @@ from __future__ import annotations
 __all__ = [
     'ConversationNotFound',
     'CorruptEntryError',
+    'CorruptStoreError',
     'DestinationError',
     'EventLogError',
     'InvalidArgumentError',
@@ -80,3 +81,8 @@ class LogClosedError(EventLogError):
 
 class LogFullError(EventLogError):
     """The log has assigned every `seq` up to `MAX_SEQ`; nothing more can be appended to it."""
+
+
+class CorruptStoreError(EventLogError):
+    """The store's own records, indexes or file are damaged (a record or index key cannot be
+    decoded, or the LMDB file is truncated or malformed); `verify` names what is wrong."""

@@ -24,7 +24,11 @@ from typing import TypeVar, cast
 import lmdb
 
 from eventlog import _engine as engine
+from eventlog import _lmdb_check as lmdb_check
 from eventlog._storage import TABLE_NAMES, ReadTxn, Table, TableId, WriteTxn, prefix_end
+from eventlog._verify import report_of
+from eventlog._verify import verify as verify_store
+from eventlog.entries import VerifyProblem, VerifyReport
 from eventlog.errors import CorruptEntryError, LogClosedError, StorageError, StoreBusyError, StoreLocationError
 from eventlog.log import EventLogBase
 
@@ -182,6 +186,7 @@ def _open_shared(path: Path, map_size: int, sync: bool) -> _SharedEnv:
     with _registry_lock:
         shared = _registry.get(key)
         if shared is None:
+            lmdb_check.check_files(path)
             try:
                 env = lmdb.open(
                     str(path),
@@ -302,6 +307,14 @@ class LmdbEventLog(EventLogBase):
                 return shared.env.open_db(name, create=True)
             finally:
                 shared.leave()
+
+    def _verify_sync(self) -> VerifyReport:
+        """`verify`, after walking the file's B-trees in the same snapshot (`_verify_snapshot`)."""
+        for _ in range(_VERIFY_TRIES):
+            report = self.run_in_txn(lambda txn: _verify_snapshot(self.path, self._shared.dbs, txn), write=False)
+            if report is not None:
+                return report
+        raise StorageError('the store changed too often during verify to pin one snapshot; run it again')
 
     def disk_size(self) -> int:
         """Bytes the store's data file takes on disk."""
@@ -580,3 +593,39 @@ def _storage_error(exc: lmdb.Error, path: Path) -> StorageError:
     if isinstance(exc, (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.InvalidError)):
         return StorageError(f'the store file is damaged ({exc}); restore it from an export or a backup')
     return StorageError(f'the storage engine failed: {exc}')
+
+
+_VERIFY_TRIES = 20
+"""Read transactions `verify` starts before giving up on finding its snapshot's meta page."""
+
+
+def _verify_snapshot(path: Path, layout: _Layout, txn: lmdb.Transaction) -> VerifyReport | None:
+    """Walk the file's structure in the snapshot `txn` pins; if it is sound, run the logical
+    checks in the same transaction. None when a writer moved on too fast to find the snapshot.
+
+    On a damaged structure the logical checks are skipped: LMDB cursors over a damaged tree
+    can crash the process.
+    """
+    try:
+        fd = os.open(path / 'data.mdb', os.O_RDONLY)
+    except OSError as exc:
+        raise StorageError(f'cannot read {path / "data.mdb"}: {exc.strerror or exc}') from None
+    try:
+        findings = lmdb_check.walk(lambda offset, size: os.pread(fd, size, offset), txn.id())
+    except LookupError:
+        return None
+    finally:
+        os.close(fd)
+    if findings:
+        problems = [VerifyProblem('', 0, f'{where}: {reason}', code='structure') for where, reason in findings]
+        problems.append(
+            VerifyProblem(
+                '',
+                0,
+                'the store file is damaged, so its entries were not read (a damaged tree can crash a reader); '
+                'restore the store from a backup or an export',
+                code='structure',
+            )
+        )
+        return report_of(problems)
+    return verify_store(_LmdbTxn(txn, layout))

@@ -24,6 +24,7 @@ from eventlog import _stream as stream
 from eventlog import _transfer as transfer
 from eventlog._files import open_destination
 from eventlog._storage import ReadTxn, WriteTxn
+from eventlog._verify import verify as verify_store
 from eventlog.entries import ConversationRecord, Entry, NewEntry, RunRecord, TitleInfo, VerifyReport, encode_info
 from eventlog.errors import ConversationNotFound, InvalidArgumentError, LogClosedError, RunNotFound
 
@@ -563,9 +564,15 @@ class EventLogBase(ABC):
         return await asyncio.to_thread(work)
 
     async def verify(self) -> VerifyReport:
-        """Walk every conversation's hash chain; `ok` only when all are intact, else the first
-        altered, reordered or missing entry of each broken conversation."""
-        return await self._read(engine.verify, bulk=True)
+        """Check every conversation's hash chain and everything derived from the entries (run
+        and conversation records, indexes, and for a store on disk the file's structure); `ok`
+        only when all match. Each problem is a named finding (docs/verify.md)."""
+        self._check_open()
+        return await asyncio.to_thread(self._verify_sync)
+
+    def _verify_sync(self) -> VerifyReport:
+        """`verify` in the calling thread; a backend with a file of its own checks it first."""
+        return self._read_sync(verify_store)
 
     async def require_conversation(self, conversation_id: str) -> ConversationRecord:
         """A conversation's record, or `ConversationNotFound`."""

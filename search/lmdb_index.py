@@ -53,7 +53,7 @@ from search.bm25 import TermPostings, average_length, score_unranked
 from search.memory_index import MemoryCorpus
 from search.render import index_text
 
-__all__ = ['IndexAnalyzerMismatch', 'IndexState', 'LmdbIndex']
+__all__ = ['IndexAnalyzerMismatch', 'IndexFinding', 'IndexState', 'LmdbIndex']
 
 INDEX_FORMAT: Final = 2
 """What the index holds, by version: 2 leaves the search tool's own calls and returns out of
@@ -88,6 +88,63 @@ class IndexState(msgspec.Struct, frozen=True):
     log_position: int
     """The log's last `seq`; the index is current when both are equal."""
     documents: int
+
+
+class IndexFinding(msgspec.Struct, frozen=True):
+    """A difference between the search index and what the log's entries give it."""
+
+    conversation_id: str
+    """The conversation concerned; empty when the difference is not one conversation's."""
+    table: str
+    """The index table (`ix.` + this name) where the difference lies."""
+    reason: str
+
+
+class _Verified(Exception):
+    """Raised to abort `LmdbIndex.verify`'s transaction, carrying its findings."""
+
+    def __init__(self, findings: list[IndexFinding]) -> None:
+        super().__init__()
+        self.findings = findings
+
+
+_MAX_INDEX_FINDINGS: Final = 20
+"""Differences listed per index table; the rest are counted."""
+
+
+def _table_items(txn: lmdb.Transaction, db: lmdb._Database) -> dict[bytes, bytes]:
+    return {bytes(k): bytes(v) for k, v in txn.cursor(db=db)}
+
+
+def _index_conversation(table: str, key: bytes) -> str:
+    if table in ('meta', 'runs') or key == _ALL:
+        return ''
+    cut = key.find(b'\x00')
+    return key[: max(cut, 0)].decode(errors='replace')
+
+
+def _index_differences(
+    stored: dict[str, dict[bytes, bytes]], rebuilt: dict[str, dict[bytes, bytes]]
+) -> list[IndexFinding]:
+    findings: list[IndexFinding] = []
+    for table in _TABLES:
+        have, want = stored[table], rebuilt[table]
+        keys = sorted(set(have) | set(want))
+        differing = [key for key in keys if have.get(key) != want.get(key)]
+        for key in differing[:_MAX_INDEX_FINDINGS]:
+            shown = key[:60].decode('utf-8', errors='backslashreplace')
+            if key not in want:
+                what = f'holds a key the entries do not give: {shown!r}'
+            elif key not in have:
+                what = f'lacks the key {shown!r}'
+            else:
+                what = f'holds another value under {shown!r}'
+            findings.append(IndexFinding(_index_conversation(table, key), table, f'ix.{table} {what}'))
+        if len(differing) > _MAX_INDEX_FINDINGS:
+            findings.append(
+                IndexFinding('', table, f'ix.{table}: {len(differing) - _MAX_INDEX_FINDINGS} more differences')
+            )
+    return findings
 
 
 class _Run(msgspec.Struct, array_like=True):
@@ -467,6 +524,42 @@ class LmdbIndex:
         with self._lock:
             run_projection(self.log, drop, write=True)
         return self.catch_up(progress)
+
+    def verify(self) -> list[IndexFinding]:
+        """Check that the index holds exactly what the log's entries give it.
+
+        In one write transaction that is always aborted (the store is left as it was): the
+        index is brought up to the log's last `seq` as a search would, its tables are read,
+        dropped and rebuilt from the entries, and the two are compared table by table. A
+        finding names the table and the conversation concerned; `LmdbIndex.rebuild`
+        (`eventlog reindex`) repairs any of them. No index built yet gives no findings.
+        Appends wait while it runs, as they do during a reindex.
+        """
+
+        def check(txn: lmdb.Transaction, reader: LogReader) -> list[IndexFinding]:
+            if txn.get(b'analyzer', db=self.db['meta']) is None:
+                raise _Verified([])
+            try:
+                while self._apply_batch(txn, reader)[1]:
+                    pass
+            except (msgspec.DecodeError, struct.error, UnicodeDecodeError, ValueError, KeyError, IndexError) as exc:
+                raise _Verified([IndexFinding('', 'meta', f'the index cannot be brought up to date ({exc})')]) from None
+            stored = {name: _table_items(txn, self.db[name]) for name in _TABLES}
+            for db in self.db.values():
+                txn.drop(db, delete=False)
+            self.decoded.clear()
+            while self._apply_batch(txn, reader)[1]:
+                pass
+            rebuilt = {name: _table_items(txn, self.db[name]) for name in _TABLES}
+            self.decoded.clear()
+            raise _Verified(_index_differences(stored, rebuilt))
+
+        with self._lock:
+            try:
+                run_projection(self.log, check, write=True)
+            except _Verified as done:
+                return done.findings
+        return []  # pragma: no cover - `check` always raises
 
     def _read_scope(self, key: bytes) -> tuple[_Stats, int]:
         """The scope's statistics and how many log positions the index is behind, in one read."""

@@ -1,0 +1,556 @@
+"""`verify`: check a store's entries and everything derived from them.
+
+Two checks run in one pass over the entries:
+
+- the hash chains: each conversation's entries chain by SHA-256, so an altered, reordered
+  or removed entry is named by the first bad `seq` of its conversation;
+- the derived records and indexes (DESIGN invariant 6: projections are rebuildable): the
+  run and conversation records, BY_CONV, RUN_ORDER, CONV_RUNS, IDEM and META's last
+  `seq` are rebuilt in memory from the entries alone, the way the append path builds them,
+  and compared with what the store holds. Replay, listings and search read these, so a
+  store whose replay would differ from its entries never verifies.
+
+Findings carry a `code` (see docs/verify.md). A conversation whose chain is broken gets
+one finding, the first bad entry; differences in its derived records follow from that
+and are not listed again.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Final
+
+import msgspec
+
+from eventlog import _engine as engine
+from eventlog._storage import ReadTxn, Table
+from eventlog.entries import (
+    CONVERSATION_KINDS,
+    CompactionInfo,
+    ConversationRecord,
+    ForkInfo,
+    RunFinishedInfo,
+    RunRecord,
+    RunStartedInfo,
+    TitleInfo,
+    VerifyProblem,
+    VerifyReport,
+)
+from eventlog.errors import CorruptEntryError, CorruptStoreError
+
+__all__ = ['MAX_FINDINGS_PER_CODE', 'report_of', 'verify']
+
+MAX_FINDINGS_PER_CODE: Final = 50
+"""Differences listed per finding code; the rest are counted in one last finding."""
+
+_started: Final = msgspec.json.Decoder(RunStartedInfo)
+_finished: Final = msgspec.json.Decoder(RunFinishedInfo)
+_compaction: Final = msgspec.json.Decoder(CompactionInfo)
+_title: Final = msgspec.json.Decoder(TitleInfo)
+_fork: Final = msgspec.json.Decoder(ForkInfo)
+
+_INDEX_NAMES: Final = {
+    Table.BY_CONV: 'the conversation index (BY_CONV)',
+    Table.RUN_ORDER: 'the run order index (RUN_ORDER)',
+    Table.CONV_RUNS: "the conversation's runs index (CONV_RUNS)",
+    Table.IDEM: 'the idempotency index (IDEM)',
+}
+
+
+class _Invalid(Exception):
+    """An entry that does not follow from the entries before it."""
+
+
+class _Rebuild:
+    """The derived records and indexes, rebuilt from the entries in `seq` order.
+
+    Mirrors the append path (`_engine.append_entries`, `_apply`, `_write_entry`) and
+    `delete_conversation`, without its checks on what other conversations hold: a fork's
+    source, or a run's parent, may have been deleted since.
+    """
+
+    def __init__(self) -> None:
+        self.runs: dict[str, RunRecord] = {}
+        self.convs: dict[str, ConversationRecord] = {}
+        self.conv_seqs: dict[str, array[int]] = {}
+        self.run_order: dict[bytes, bytes] = {}
+        self.conv_runs: dict[bytes, bytes] = {}
+        self.idem: dict[bytes, bytes] = {}
+        self.conv_run_ids: dict[str, list[str]] = {}
+        self.conv_idem: dict[str, list[bytes]] = {}
+        self.max_seq = 0
+
+    def _reopen(self, conversation_id: str, seq: int, body: Any) -> ConversationRecord:
+        conv = ConversationRecord(
+            conversation_id=conversation_id,
+            created_at=body.timestamp,
+            updated_at=body.timestamp,
+            first_seq=seq,
+            last_seq=seq,
+        )
+        self.convs[conversation_id] = conv
+        return conv
+
+    def _forget(self, conversation_id: str) -> None:
+        """What `delete_conversation` removes (the entries are already gone from the store)."""
+        prefix = engine.ck(conversation_id)
+        for run_id in self.conv_run_ids.pop(conversation_id, []):
+            run = self.runs.pop(run_id, None)
+            if run is not None:
+                self.run_order.pop(engine.seq_key(run.start_seq), None)
+                self.conv_runs.pop(prefix + engine.seq_key(run.start_seq), None)
+        for key in self.conv_idem.pop(conversation_id, []):
+            self.idem.pop(key, None)
+        self.conv_seqs.pop(conversation_id, None)
+
+    def apply(self, seq: int, body: Any) -> None:
+        """Apply one decoded entry; `_Invalid` if it cannot follow the ones before it."""
+        conv_id: str = body.conversation_id
+        conv = self.convs.get(conv_id)
+        kind: str = body.kind
+        run: RunRecord | None = None
+        try:
+            if kind in CONVERSATION_KINDS:
+                if body.run_id is not None:
+                    raise _Invalid(f'a {kind} entry names a run')
+                if kind == 'forked_from':
+                    info: ForkInfo = _fork.decode(body.payload)
+                    if conv is not None and not conv.deleted:
+                        raise _Invalid('a fork reuses the id of a live conversation')
+                    conv = self._reopen(conv_id, seq, body)
+                    if body.parent is not None:  # None: imported after its fork point was deleted
+                        conv.forked_from = info
+                elif kind == 'deleted':
+                    self._forget(conv_id)
+                    conv = self._reopen(conv_id, seq, body)
+                    conv.deleted = True
+                else:
+                    if conv is None or conv.deleted:
+                        raise _Invalid(f'a {kind} entry of a conversation that does not exist')
+                    if kind == 'title':
+                        conv.title = _title.decode(body.payload).title
+                    else:
+                        conv.archived = kind == 'archived'
+            else:
+                run_id: str | None = body.run_id
+                if run_id is None:
+                    raise _Invalid(f'a {kind} entry names no run')
+                run = self.runs.get(run_id)
+                if kind == 'run_started':
+                    if run is not None:
+                        raise _Invalid(f'run {run_id!r} starts twice')
+                    started: RunStartedInfo = _started.decode(body.payload or b'{}')
+                    if conv is None or conv.deleted:
+                        conv = self._reopen(conv_id, seq, body)
+                    run = RunRecord(
+                        run_id=run_id,
+                        conversation_id=conv_id,
+                        parent_run_id=started.parent_run_id,
+                        agent_name=started.agent_name,
+                        metadata=dict(started.metadata),
+                        started_at=body.timestamp,
+                        start_seq=seq,
+                        branch_parent=body.parent,
+                        last_seq=seq,
+                        entry_count=1,
+                    )
+                    self.runs[run_id] = run
+                    self.conv_run_ids.setdefault(conv_id, []).append(run_id)
+                    conv.run_count += 1
+                    self.run_order[engine.seq_key(seq)] = run_id.encode()
+                    self.conv_runs[engine.ck(conv_id) + engine.seq_key(seq)] = run_id.encode()
+                else:
+                    if run is None or conv is None or run.conversation_id != conv_id:
+                        raise _Invalid(f'a {kind} entry of run {run_id!r}, which has not started in this conversation')
+                    if run.status != 'running':
+                        raise _Invalid(f'a {kind} entry of run {run_id!r} after it finished')
+                    if kind == 'message':
+                        run.message_count += 1
+                        conv.message_count += 1
+                    elif kind == 'run_finished':
+                        finished: RunFinishedInfo = _finished.decode(body.payload)
+                        run.status = finished.status
+                        run.error = finished.error
+                        run.usage = dict(finished.usage)
+                        run.finished_at = body.timestamp
+                    elif kind == 'compaction':
+                        _compaction.decode(body.payload)
+                        conv.compaction_count += 1
+                    run.last_seq = seq
+                    run.entry_count += 1
+        except msgspec.DecodeError as exc:
+            raise _Invalid(f'the {kind} payload cannot be decoded ({exc})') from None
+        if body.idempotency_key is not None:
+            key_bytes = str(body.idempotency_key).encode()
+            if run is None:
+                idem_key = b'\x00' + engine.ck(conv_id) + key_bytes
+            else:
+                idem_key = engine.run_idem_prefix(run.start_seq) + key_bytes
+            self.idem[idem_key] = engine.seq_key(seq)
+            self.conv_idem.setdefault(conv_id, []).append(idem_key)
+        conv.last_seq = seq
+        conv.updated_at = body.timestamp
+        conv.entry_count += 1
+        conv.payload_bytes += len(body.payload)
+        self.conv_seqs.setdefault(conv_id, array('Q')).append(seq)
+        self.max_seq = seq
+
+
+class _Findings:
+    """Findings, at most `MAX_FINDINGS_PER_CODE` listed per code."""
+
+    def __init__(self) -> None:
+        self.listed: list[VerifyProblem] = []
+        self.counts: Counter[str] = Counter()
+        self.skip: set[str] = set()
+        """Conversations whose chain is broken: their derived differences are not listed."""
+
+    def add(self, code: str, conversation_id: str, seq: int, reason: str) -> None:
+        if conversation_id and conversation_id in self.skip:
+            return
+        self.counts[code] += 1
+        if self.counts[code] <= MAX_FINDINGS_PER_CODE:
+            self.listed.append(VerifyProblem(conversation_id, seq, reason, code=code))
+
+    def all(self) -> list[VerifyProblem]:
+        out = list(self.listed)
+        for code, count in sorted(self.counts.items()):
+            if count > MAX_FINDINGS_PER_CODE:
+                out.append(
+                    VerifyProblem('', 0, f'{count - MAX_FINDINGS_PER_CODE} more {code} findings not listed', code=code)
+                )
+        return out
+
+
+def verify(txn: ReadTxn) -> VerifyReport:
+    """Check every hash chain and every derived record and index against the entries."""
+    chain: dict[str, VerifyProblem] = {}
+    heads: dict[str, tuple[int, bytes]] = {}
+    rebuild = _Rebuild()
+    findings = _Findings()
+    checked = 0
+    for key, value in txn.scan(Table.ENTRIES):
+        checked += 1
+        if len(key) != 8:
+            findings.add('index-key', '', 0, f'an entry is stored under a malformed key {key[:20].hex()}')
+            continue
+        seq = engine.key_seq(key)
+        try:
+            body = engine.decode_body(seq, value)
+        except CorruptEntryError:
+            conv_of = _conversation_of(txn, seq) or '?'
+            chain.setdefault(
+                conv_of, VerifyProblem(conv_of, seq, 'the entry cannot be decoded', code='entry-undecodable')
+            )
+            continue
+        conv_id = body.conversation_id
+        try:
+            rebuild.apply(seq, body)
+        except _Invalid as exc:
+            chain.setdefault(
+                conv_id,
+                VerifyProblem(conv_id, seq, f'the entry cannot follow the ones before it: {exc}', code='entry-invalid'),
+            )
+        if conv_id in chain:
+            continue
+        prev_seq, prev = heads.get(conv_id, (0, b''))
+        if body.kind == 'deleted':
+            prev = b''
+        digest = engine.chain_hash(prev, bytes(value[: len(value) - engine.HASH_SIZE]))
+        if len(value) <= engine.HASH_SIZE or digest != value[-engine.HASH_SIZE :]:
+            chain[conv_id] = _explain_break(txn, body, prev_seq)
+            continue
+        heads[conv_id] = (seq, digest)
+    stored_convs = _stored_conversations(txn, findings)
+    for conv_id, conv in stored_convs.items():
+        if conv_id in chain:
+            continue
+        head_seq, head = heads.get(conv_id, (0, b''))
+        if head != conv.head_hash:
+            missing = _first_missing(txn, conv_id, head_seq, None)
+            chain[conv_id] = VerifyProblem(
+                conv_id,
+                missing or conv.last_seq,
+                'the chain ends early: the latest entries were removed',
+                code='chain-truncated',
+            )
+    for conv_id in heads:
+        if conv_id not in stored_convs and conv_id not in chain:
+            chain[conv_id] = VerifyProblem(
+                conv_id,
+                heads[conv_id][0],
+                'entries exist for a conversation with no record',
+                code='conversation-record',
+            )
+    findings.skip = set(chain)
+    _compare_conversations(rebuild, stored_convs, findings)
+    _compare_runs(txn, rebuild, findings)
+    _compare_by_conv(txn, rebuild, findings)
+    _compare_index(txn, Table.RUN_ORDER, rebuild.run_order, findings, _run_conversation(rebuild))
+    _compare_index(txn, Table.CONV_RUNS, rebuild.conv_runs, findings, _key_conversation)
+    _compare_index(txn, Table.IDEM, rebuild.idem, findings, _idem_conversation(rebuild))
+    _check_meta(txn, rebuild, findings, tail_broken=any(p.code == 'chain-truncated' for p in chain.values()))
+    problems = sorted([*chain.values(), *findings.all()], key=lambda p: (p.conversation_id, p.seq))
+    return VerifyReport(
+        ok=not problems,
+        entries_checked=checked,
+        conversations_checked=len(set(stored_convs) | set(heads)),
+        problems=problems,
+    )
+
+
+def report_of(problems: Iterable[VerifyProblem], base: VerifyReport | None = None) -> VerifyReport:
+    """A report holding `problems` added to `base` (or alone)."""
+    extra = list(problems)
+    if base is None:
+        return VerifyReport(ok=not extra, entries_checked=0, conversations_checked=0, problems=extra)
+    merged = sorted([*base.problems, *extra], key=lambda p: (p.conversation_id, p.seq))
+    return VerifyReport(
+        ok=not merged,
+        entries_checked=base.entries_checked,
+        conversations_checked=base.conversations_checked,
+        problems=merged,
+    )
+
+
+# --- chains -----------------------------------------------------------------------------------
+
+
+def _explain_break(txn: ReadTxn, body: Any, prev_seq: int) -> VerifyProblem:
+    """Name the first bad entry when `body` does not chain to the entry before it."""
+    conv_id: str = body.conversation_id
+    missing = _first_missing(txn, conv_id, prev_seq, body.seq)
+    if missing is not None:
+        return VerifyProblem(conv_id, missing, 'the entry was removed', code='entry-removed')
+    parent = body.parent
+    if parent is not None and parent > prev_seq and txn.get(Table.ENTRIES, engine.seq_key(parent)) is None:
+        return VerifyProblem(conv_id, parent, 'the entry was removed (with its index keys)', code='entry-removed')
+    return VerifyProblem(
+        conv_id,
+        body.seq,
+        'hash mismatch: the entry was altered, reordered, or one before it removed',
+        code='hash-mismatch',
+    )
+
+
+def _first_missing(txn: ReadTxn, conversation_id: str, after: int, before: int | None) -> int | None:
+    """The first indexed seq of the conversation in (after, before) whose entry is gone."""
+    prefix = engine.ck(conversation_id)
+    for key, _ in txn.scan(Table.BY_CONV, prefix=prefix, start=prefix + engine.seq_key(after + 1)):
+        if len(key) != len(prefix) + 8:
+            continue
+        seq = engine.key_seq(key)
+        if before is not None and seq >= before:
+            break
+        if txn.get(Table.ENTRIES, key[-8:]) is None:
+            return seq
+    return None
+
+
+def _conversation_of(txn: ReadTxn, seq: int) -> str | None:
+    suffix = engine.seq_key(seq)
+    for key, _ in txn.scan(Table.BY_CONV):
+        if key.endswith(suffix):
+            return key[: len(key) - 9].decode(errors='replace')
+    return None
+
+
+# --- derived records --------------------------------------------------------------------------
+
+
+def _stored_conversations(txn: ReadTxn, findings: _Findings) -> dict[str, ConversationRecord]:
+    out: dict[str, ConversationRecord] = {}
+    for key, raw in txn.scan(Table.CONVS):
+        try:
+            conv_id = engine.decode_id(key, 'the conversation record key')
+            conv = engine.decode_conversation(conv_id, raw)
+        except CorruptStoreError as exc:
+            findings.add('conversation-record', '', 0, str(exc).removesuffix('; run verify'))
+            continue
+        if conv.conversation_id != conv_id:
+            findings.add(
+                'conversation-record',
+                conv_id,
+                conv.last_seq,
+                f'the record stored under {conv_id!r} is the record of {conv.conversation_id!r}',
+            )
+            continue
+        out[conv_id] = conv
+    return out
+
+
+def _differences(stored: msgspec.Struct, derived: msgspec.Struct, ignore: frozenset[str] = frozenset()) -> list[str]:
+    names = [name for name in type(derived).__struct_fields__ if name not in ignore]
+    return [
+        f'{name} is {getattr(stored, name)!r}, the entries give {getattr(derived, name)!r}'
+        for name in names
+        if getattr(stored, name) != getattr(derived, name)
+    ]
+
+
+def _compare_conversations(rebuild: _Rebuild, stored: dict[str, ConversationRecord], findings: _Findings) -> None:
+    for conv_id, derived in rebuild.convs.items():
+        conv = stored.get(conv_id)
+        if conv is None:
+            findings.add('conversation-record', conv_id, derived.first_seq, 'the conversation record is missing')
+            continue
+        diffs = _differences(conv, derived, frozenset({'head_hash'}))
+        if diffs:
+            findings.add(
+                'conversation-record',
+                conv_id,
+                derived.first_seq,
+                'the conversation record does not match its entries: ' + '; '.join(diffs),
+            )
+    for conv_id, conv in stored.items():
+        if conv_id not in rebuild.convs:
+            findings.add('conversation-record', conv_id, conv.first_seq, 'a conversation record has no entries')
+
+
+def _compare_runs(txn: ReadTxn, rebuild: _Rebuild, findings: _Findings) -> None:
+    seen: set[str] = set()
+    for key, raw in txn.scan(Table.RUNS):
+        try:
+            run_id = engine.decode_id(key, 'the run record key')
+            run = engine.decode_run(run_id, raw)
+        except CorruptStoreError as exc:
+            findings.add('run-record', '', 0, str(exc).removesuffix('; run verify'))
+            continue
+        seen.add(run_id)
+        derived = rebuild.runs.get(run_id)
+        if derived is None:
+            findings.add(
+                'run-record',
+                run.conversation_id,
+                run.start_seq,
+                f'a record of run {run_id!r} has no entries (is its key damaged?)',
+            )
+            continue
+        diffs = _differences(run, derived)
+        if diffs:
+            findings.add(
+                'run-record',
+                derived.conversation_id,
+                derived.start_seq,
+                f'the record of run {run_id!r} does not match its entries: ' + '; '.join(diffs),
+            )
+    for run_id, derived in rebuild.runs.items():
+        if run_id not in seen:
+            findings.add(
+                'run-record',
+                derived.conversation_id,
+                derived.start_seq,
+                f'the record of run {run_id!r} is missing: replays of the run come back short',
+            )
+
+
+def _expected_by_conv(rebuild: _Rebuild) -> Iterator[bytes]:
+    for prefix, conv_id in sorted((engine.ck(conv_id), conv_id) for conv_id in rebuild.conv_seqs):
+        for seq in rebuild.conv_seqs[conv_id]:
+            yield prefix + engine.seq_key(seq)
+
+
+def _merge(
+    stored: Iterator[tuple[bytes, bytes]], expected: Iterator[tuple[bytes, bytes]]
+) -> Iterator[tuple[bytes, bytes | None, bytes | None]]:
+    """Two key-ordered streams side by side: (key, stored value, expected value), None where absent."""
+    done = object()
+    a: Any = next(stored, done)
+    b: Any = next(expected, done)
+    while a is not done or b is not done:
+        if b is done or (a is not done and a[0] < b[0]):
+            yield a[0], a[1], None
+            a = next(stored, done)
+        elif a is done or b[0] < a[0]:
+            yield b[0], None, b[1]
+            b = next(expected, done)
+        else:
+            yield a[0], a[1], b[1]
+            a = next(stored, done)
+            b = next(expected, done)
+
+
+def _key_conversation(key: bytes) -> str:
+    cut = key.find(b'\x00')
+    return key[: max(cut, 0)].decode(errors='replace')
+
+
+def _run_conversation(rebuild: _Rebuild) -> Callable[[bytes], str]:
+    by_start = {engine.seq_key(run.start_seq): run.conversation_id for run in rebuild.runs.values()}
+
+    def conversation(key: bytes) -> str:
+        return by_start.get(key, '')
+
+    return conversation
+
+
+def _idem_conversation(rebuild: _Rebuild) -> Callable[[bytes], str]:
+    by_start = {engine.seq_key(run.start_seq): run.conversation_id for run in rebuild.runs.values()}
+
+    def conversation(key: bytes) -> str:
+        if key[:1] == b'r':
+            return by_start.get(key[1:9], '')
+        return _key_conversation(key[1:])
+
+    return conversation
+
+
+def _describe(table: int, key: bytes, stored: bytes | None, expected: bytes | None) -> str:
+    name = _INDEX_NAMES[table]
+    shown = key[:60].decode('utf-8', errors='backslashreplace')
+    if stored is None:
+        return f'{name} lacks the key {shown!r}'
+    if expected is None:
+        return f'{name} holds a key no entry gives: {shown!r}'
+    return f'{name} maps {shown!r} to {stored[:40]!r}; the entries give {expected[:40]!r}'
+
+
+def _seq_of(key: bytes) -> int:
+    return engine.key_seq(key) if len(key) >= 8 else 0
+
+
+def _compare_by_conv(txn: ReadTxn, rebuild: _Rebuild, findings: _Findings) -> None:
+    stored = ((key, b'') for key, _ in txn.scan(Table.BY_CONV))
+    expected = ((key, b'') for key in _expected_by_conv(rebuild))
+    for key, have, want in _merge(stored, expected):
+        if have is None or want is None:
+            findings.add('index-key', _key_conversation(key), _seq_of(key), _describe(Table.BY_CONV, key, have, want))
+
+
+def _compare_index(
+    txn: ReadTxn, table: int, expected: dict[bytes, bytes], findings: _Findings, conversation: Callable[[bytes], str]
+) -> None:
+    ordered = iter(sorted(expected.items()))
+    for key, have, want in _merge(txn.scan(table), ordered):
+        if have != want:
+            seq = _seq_of(have) if have is not None and len(have) == 8 else _seq_of(key)
+            findings.add('index-key', conversation(key), seq, _describe(table, key, have, want))
+
+
+def _check_meta(txn: ReadTxn, rebuild: _Rebuild, findings: _Findings, *, tail_broken: bool) -> None:
+    try:
+        engine.check_format(txn)
+    except Exception as exc:
+        findings.add('meta', '', 0, str(exc))
+    raw = txn.get(Table.META, b'last_seq')
+    if raw is not None and len(raw) != 8:
+        findings.add('meta', '', 0, f'the recorded last seq {raw[:20]!r} is malformed')
+        return
+    recorded = 0 if raw is None else engine.key_seq(raw)
+    if recorded < rebuild.max_seq:
+        findings.add(
+            'meta',
+            '',
+            recorded,
+            f'the recorded last seq {recorded} is below the last entry {rebuild.max_seq}: new entries would reuse seqs',
+        )
+    elif recorded > rebuild.max_seq and not tail_broken:
+        findings.add(
+            'meta',
+            '',
+            recorded,
+            f'the recorded last seq {recorded} is beyond the last entry {rebuild.max_seq}: '
+            'the latest entries were removed',
+        )
