@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any
 
 import msgspec
-from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelRequest, ModelResponse
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
 from rich.console import Console
 from rich.text import Text
 
@@ -25,6 +25,7 @@ from eventlog import (
     RunStartedInfo,
     TitleInfo,
     ToolEffectInfo,
+    decode_messages,
 )
 from search import Analyzer, LocatingAnalyzer, message_segments
 from search.analyzers import WORD_RE
@@ -225,7 +226,7 @@ def compaction_summary_text(info: CompactionInfo) -> str:
 
 
 def _decode_message(payload: bytes) -> ModelMessage:
-    return ModelMessagesTypeAdapter.validate_json(b'[' + payload + b']')[0]
+    return decode_messages([payload])[0]
 
 
 def entry_headline(entry: Entry, *, limit: int = 100) -> str:

@@ -30,7 +30,7 @@ from typing import IO, Annotated, Any, NoReturn, TypeVar
 
 import click
 import typer
-from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
+from pydantic_ai.messages import ModelMessage
 from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.rule import Rule
 from rich.table import Table
@@ -39,7 +39,7 @@ from typer.core import TyperGroup
 
 from capability import _cli_render as render
 from capability._cli_index import backend_for, index_state, rebuild_index
-from eventlog import ConversationRecord, Entry, EventLogError, LmdbEventLog, RunRecord
+from eventlog import ConversationRecord, Entry, EventLogError, LmdbEventLog, RunRecord, decode_messages
 from eventlog.errors import StoreBusyError
 from eventlog.lmdb_log import CompactResult
 from search import ANALYZER_NAMES, Analyzer, display_lines, get_analyzer, index_text, unique_terms
@@ -448,9 +448,7 @@ async def _show(store: Path, conversation_id: str | None, run_id: str | None, fu
 
 
 def _decode(payloads: Sequence[bytes]) -> list[ModelMessage]:
-    if not payloads:
-        return []
-    return ModelMessagesTypeAdapter.validate_json(b'[' + b','.join(payloads) + b']')
+    return decode_messages(payloads)
 
 
 async def _transcript_payloads(

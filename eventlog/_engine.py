@@ -57,6 +57,7 @@ from eventlog.entries import (
     RunStatus,
     TitleInfo,
     ToolEffectInfo,
+    decode_messages,
 )
 from eventlog.errors import (
     ConversationNotFound,
@@ -902,13 +903,7 @@ def list_conversations(txn: ReadTxn, *, include_archived: bool = False) -> list[
 
 def decode_payloads(payloads: Sequence[bytes]) -> list[ModelMessage]:
     """Decode message payloads in one pydantic-ai call."""
-    if not payloads:
-        return []
-    try:
-        return ModelMessagesTypeAdapter.validate_json(join_payloads(payloads))
-    except (pydantic.ValidationError, ValueError) as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise CorruptEntryError(f'a stored message cannot be decoded ({first}); run verify') from None
+    return decode_messages(payloads)
 
 
 def join_payloads(payloads: Sequence[bytes]) -> bytes:

@@ -75,7 +75,7 @@ def history_origin(txn: ReadTxn, conversation_id: str) -> int | None:
     first = next(txn.scan(Table.CONV_RUNS, prefix=engine.ck(conversation_id)), None)
     if first is None:
         return None
-    run = engine.get_run(txn, first[1].decode())
+    run = engine.get_run(txn, engine.decode_id(first[1], 'a run id in the conversation index'))
     if run is None or run.branch_parent is None:
         return None
     parent = engine.get_entry(txn, run.branch_parent)
@@ -91,7 +91,7 @@ def context_tip(txn: ReadTxn, conversation_id: str) -> int | None:
         raise ConversationNotFound(f'no conversation {conversation_id!r} in this log')
     item = txn.last(Table.CONV_RUNS, engine.ck(conversation_id))
     if item is not None:
-        run = engine.get_run(txn, item[1].decode())
+        run = engine.get_run(txn, engine.decode_id(item[1], 'a run id in the conversation index'))
         if run is not None:
             return run.last_seq
     return conv.forked_from.seq if conv.forked_from is not None else None

@@ -8,15 +8,16 @@ payloads of the other kinds are small msgspec structs defined here.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final, Literal
 
 import msgspec
+import pydantic
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 
-from eventlog.errors import InvalidPayloadError
+from eventlog.errors import CorruptEntryError, InvalidPayloadError
 
 __all__ = [
     'CONVERSATION_KINDS',
@@ -39,6 +40,7 @@ __all__ = [
     'VerifyProblem',
     'VerifyReport',
     'compaction_entry',
+    'decode_messages',
     'encode_info',
     'encode_message',
     'message_entry',
@@ -103,8 +105,30 @@ class Entry(msgspec.Struct, frozen=True, kw_only=True):
     """Chains this entry to the previous entry of its conversation (see `verify`)."""
 
     def message(self) -> ModelMessage:
-        """Decode a `message` entry's payload into a pydantic-ai message."""
-        return ModelMessagesTypeAdapter.validate_json(b'[' + self.payload + b']')[0]
+        """Decode a `message` entry's payload into a pydantic-ai message.
+
+        Raises `CorruptEntryError` when the stored bytes are not one message (a damaged store:
+        `verify` names the entry).
+        """
+        decoded = decode_messages([self.payload], where=f'entry {self.seq}')
+        if len(decoded) != 1:
+            raise CorruptEntryError(f'entry {self.seq} holds {len(decoded)} messages instead of one; run verify')
+        return decoded[0]
+
+
+def decode_messages(payloads: Sequence[bytes], *, where: str = 'a stored message') -> list[ModelMessage]:
+    """Decode stored message payloads (pydantic-ai's JSON, one message each) in one call.
+
+    Raises `CorruptEntryError`, naming `where`, when the bytes are not messages: what the log
+    stored was validated, so only a damaged store gets here.
+    """
+    if not payloads:
+        return []
+    try:
+        return ModelMessagesTypeAdapter.validate_json(b'[' + b','.join(payloads) + b']')
+    except (pydantic.ValidationError, ValueError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise CorruptEntryError(f'{where} cannot be decoded ({first}); run verify') from None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

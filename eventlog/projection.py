@@ -55,7 +55,7 @@ class LogReader:
     def run_at(self, start_seq: int) -> str | None:
         """The id of the run whose `run_started` entry has this `seq`."""
         raw = self._txn.get(Table.RUN_ORDER, engine.seq_key(start_seq))
-        return None if raw is None else raw.decode()
+        return None if raw is None else engine.decode_id(raw, 'a run id in the run order index')
 
     def conversation(self, conversation_id: str) -> ConversationRecord | None:
         """A conversation's record (`None` when absent or deleted)."""
