@@ -32,6 +32,7 @@ from search.analyzers import WORD_RE
 
 __all__ = [
     'LONG_TEXT',
+    'JsonListWriter',
     'Rows',
     'clean',
     'clean_text',
@@ -110,6 +111,30 @@ def console(*, stderr: bool = False) -> Console:
 def print_json(data: object) -> None:
     """Print `data` as indented JSON on stdout."""
     sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=2) + '\n')
+
+
+class JsonListWriter:
+    """Prints `{**head, key: [items...]}` exactly as `print_json` would, one item at a time.
+
+    For long outputs (a run's every entry): the document is never held whole in memory. `key`
+    comes last in the document, after `head`'s keys.
+    """
+
+    def __init__(self, head: dict[str, Any], key: str) -> None:
+        """Remember the document's head; nothing is printed before the first item or `close`."""
+        empty = json.dumps({**head, key: []}, ensure_ascii=False, indent=2)
+        self._prefix = empty[: -len('[]\n}')]
+        self._count = 0
+
+    def add(self, item: object) -> None:
+        """Print one item of the list."""
+        text = json.dumps(item, ensure_ascii=False, indent=2).replace('\n', '\n    ')
+        sys.stdout.write((self._prefix + '[\n    ' if self._count == 0 else ',\n    ') + text)
+        self._count += 1
+
+    def close(self) -> None:
+        """Print the end of the document."""
+        sys.stdout.write(self._prefix + '[]\n}\n' if self._count == 0 else '\n  ]\n}\n')
 
 
 def timestamp(value: datetime | None) -> str:

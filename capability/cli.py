@@ -497,8 +497,11 @@ async def _replay(store: Path, run_id: str, as_json: bool) -> None:
     async with _open(store) as log:
         record = await _run_record(log, run_id)
         if as_json:
-            entries = await log.entries(run_id=run_id)
-            render.print_json({'run': render.run_json(record), 'entries': [render.entry_json(e) for e in entries]})
+            writer = render.JsonListWriter({'run': render.run_json(record)}, 'entries')
+            async for batch in _entry_batches(log, run_id=run_id):
+                for entry in batch:
+                    writer.add(render.entry_json(entry))
+            writer.close()
             return
         out = render.console()
         out.print(_run_header(record))
