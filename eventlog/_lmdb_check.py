@@ -402,6 +402,14 @@ def walk(read: Callable[[int, int], bytes], txn_id: int) -> list[Finding]:
     if meta is None or meta.txn_id != txn_id:
         raise LookupError(txn_id)
     walker = _Walker(read, meta)
+    if other is not None and live.txn_id - other.txn_id not in (0, 1):
+        # LMDB writes the two meta pages in turn, one transaction apart; anything else means
+        # one was altered, and LMDB may be serving an older commit than the last one made.
+        walker.note(
+            'the meta pages',
+            f'they record transactions {live.txn_id} and {other.txn_id}, which LMDB never leaves more than '
+            'one apart: one meta page was altered, and the store may be showing an older state',
+        )
     try:
         walker.page(meta.last_page)
     except _Stop:

@@ -357,3 +357,18 @@ def test_fuzzed_page_damage_never_passes_verify_with_different_answers(pristine:
 if __name__ == '__main__':
     sys.path.insert(0, str(Path(__file__).parent))
     _fuzz(Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
+
+
+def test_meta_pages_that_disagree_are_a_finding(store: Path) -> None:
+    """Lowering the live meta page's transaction id makes LMDB serve the commit before the last
+    one, a store that is consistent on its own: only the two meta pages tell it apart."""
+    data = store / 'data.mdb'
+    raw = data.read_bytes()
+    txnids = [struct.unpack_from('<Q', raw, page * PAGE + 16 + 128)[0] for page in (0, 1)]
+    live = 0 if txnids[0] > txnids[1] else 1
+    assert abs(txnids[0] - txnids[1]) == 1 and txnids[live] >= 2
+    high = txnids[live].bit_length() - 1
+    _flip(data, live * PAGE + 16 + 128 + high // 8, 1 << (high % 8))
+    problems = asyncio.run(_verify(store))
+    assert any(code == 'structure' and 'meta pages' in reason for code, reason in problems), problems
+    assert _cli(store, 'verify').returncode == 1
