@@ -28,7 +28,7 @@ from typing import BinaryIO
 
 from eventlog.errors import DestinationError
 
-__all__ = ['open_destination']
+__all__ = ['open_destination', 'sync_directory']
 
 
 def _fail(path: Path, exc: OSError) -> DestinationError:
@@ -112,10 +112,10 @@ def _replace(target: Path) -> Generator[BinaryIO]:
         if isinstance(exc, OSError):
             raise _fail(target, exc) from None
         raise
-    _sync_directory(directory)
+    sync_directory(directory)
 
 
-def _sync_directory(directory: Path) -> None:
+def sync_directory(directory: Path) -> None:
     """Make a rename in `directory` durable (best effort: some file systems refuse)."""
     with contextlib.suppress(OSError):
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)

@@ -25,6 +25,7 @@ import lmdb
 
 from eventlog import _engine as engine
 from eventlog import _lmdb_check as lmdb_check
+from eventlog._files import sync_directory
 from eventlog._storage import TABLE_NAMES, ReadTxn, Table, TableId, WriteTxn, prefix_end
 from eventlog._verify import report_of
 from eventlog._verify import verify as verify_store
@@ -411,7 +412,7 @@ class LmdbEventLog(EventLogBase):
                         del _registry[key]
                 shared.env.close()
             os.replace(copy, data)
-            _sync_directory(self.path)
+            sync_directory(self.path)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         # The old map is closed: open the compacted file (this handle's transactions wait meanwhile).
@@ -555,16 +556,6 @@ def _lock_holders(fd: int) -> list[int]:
                 if pid.isdigit() and int(pid) != os.getpid():
                     holders.add(int(pid))
     return sorted(holders)
-
-
-def _sync_directory(directory: Path) -> None:
-    """Make a rename in `directory` durable (best effort: some file systems refuse)."""
-    with contextlib.suppress(OSError):
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 _LOW_SPACE = 8 * 1024 * 1024

@@ -383,17 +383,9 @@ class EventLogBase(ABC):
         kind_set = _check_kinds(kinds)
         _check_batch(batch)
         stretches = await self._read(lambda txn: stream.branch_stretches(txn, tip))
-        after = 0
-        while True:
-            found, more = await self._read(
-                partial(_take_branch, stretches=stretches, kinds=kind_set, after=after, count=batch),
-                bulk=batch > _BULK_THRESHOLD,
-            )
-            if found:
-                yield found
-            if not more:
-                return
-            after = found[-1].seq
+        take = partial(_take_branch, stretches=stretches, kinds=kind_set, count=batch)
+        async for found in self._batches(take, after=0, bulk=batch > _BULK_THRESHOLD):
+            yield found
 
     async def iter_entries(
         self,
@@ -413,19 +405,17 @@ class EventLogBase(ABC):
         kind_set = _check_kinds(kinds)
         engine.check_count(after_seq, 'after_seq')
         _check_batch(batch)
-        after = after_seq
+        take = partial(_take_entries, conversation_id=conversation_id, run_id=run_id, kinds=kind_set, count=batch)
+        async for found in self._batches(take, after=after_seq, bulk=batch > _BULK_THRESHOLD):
+            yield found
+
+    async def _batches(
+        self, take: Callable[..., tuple[list[Entry], bool]], *, after: int, bulk: bool
+    ) -> AsyncIterator[list[Entry]]:
+        """Batches `take(txn, after=...)` returns, each read in its own transaction, until it says
+        there is no more; each batch resumes after the last entry of the one before."""
         while True:
-            found, more = await self._read(
-                partial(
-                    _take_entries,
-                    conversation_id=conversation_id,
-                    run_id=run_id,
-                    kinds=kind_set,
-                    after=after,
-                    count=batch,
-                ),
-                bulk=batch > _BULK_THRESHOLD,
-            )
+            found, more = await self._read(partial(take, after=after), bulk=bulk)
             if found:
                 yield found
             if not more:
