@@ -18,6 +18,7 @@ from rich.text import Text
 from eventlog import (
     CompactionInfo,
     ConversationRecord,
+    CorruptEntryError,
     Entry,
     ForkInfo,
     RunFinishedInfo,
@@ -183,6 +184,16 @@ def conversation_json(conversation: ConversationRecord) -> dict[str, Any]:
     return data
 
 
+def _payload_json(entry: Entry) -> Any:
+    """An entry's payload as JSON data (`None` when empty); `CorruptEntryError` when damaged."""
+    if not entry.payload:
+        return None
+    try:
+        return json.loads(entry.payload)
+    except ValueError:
+        raise CorruptEntryError(f'entry {entry.seq} holds a payload that is not JSON; run verify') from None
+
+
 def entry_json(entry: Entry) -> dict[str, Any]:
     """An entry as JSON-ready data: its payload decoded (every payload is JSON or empty), its hash in hex."""
     return {
@@ -194,7 +205,7 @@ def entry_json(entry: Entry) -> dict[str, Any]:
         'parent': entry.parent,
         'idempotency_key': entry.idempotency_key,
         'inherited': entry.inherited,
-        'payload': json.loads(entry.payload) if entry.payload else None,
+        'payload': _payload_json(entry),
         'hash': entry.hash.hex(),
     }
 

@@ -41,10 +41,10 @@ import lmdb
 import msgspec
 import numpy as np
 from numpy.typing import NDArray
-from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
+from pydantic_ai.messages import ModelMessage
 
-from eventlog import Entry, LmdbEventLog, RunRecord
-from eventlog.errors import EventLogError, InvalidArgumentError
+from eventlog import Entry, LmdbEventLog, RunRecord, decode_messages
+from eventlog.errors import CorruptStoreError, EventLogError, InvalidArgumentError
 from eventlog.lmdb_log import register_compaction_hook
 from eventlog.projection import LogReader, run_projection
 from search.analyzers import Analyzer, resolve_analyzer
@@ -54,6 +54,8 @@ from search.memory_index import MemoryCorpus
 from search.render import index_text
 
 __all__ = ['IndexAnalyzerMismatch', 'IndexFinding', 'IndexState', 'LmdbIndex']
+
+_DAMAGED_INDEX: Final = 'the search index is damaged: {}; rebuild it with `eventlog reindex` (the log is not affected)'
 
 INDEX_FORMAT: Final = 2
 """What the index holds, by version: 2 leaves the search tool's own calls and returns out of
@@ -249,7 +251,7 @@ class _Writer:
     def add_doc(
         self, conversation_id: str, flag: bytes, doc_id: int, payload: bytes, run_id: str, position: int, seq: int
     ) -> None:
-        message = ModelMessagesTypeAdapter.validate_json(b'[' + payload + b']')[0]
+        message = decode_messages([payload], where=f'entry {seq}')[0]
         counts = Counter(self.ix.analyzer.tokens(index_text(message)))
         length = counts.total()
         conv_key = _ck(conversation_id)
@@ -750,7 +752,10 @@ class _LmdbCorpus:
         raw = txn.get(run_id.encode(), db=self._ix.db['runs'])
         if raw is None:
             return None
-        run = _run_dec.decode(bytes(raw))
+        try:
+            run = _run_dec.decode(bytes(raw))
+        except msgspec.DecodeError:
+            raise CorruptStoreError(_DAMAGED_INDEX.format(f'its record of run {run_id!r} cannot be read')) from None
         # Across the whole store, history a run continued is held by the runs that wrote it;
         # only within one conversation can it be this run's (a fork, or a run started elsewhere).
         first = run.first if self._conversation_id is not None else run.prefix
@@ -763,7 +768,7 @@ class _LmdbCorpus:
         if span is None:
             span = run_projection(self._ix.log, lambda txn, _: self._read_span(txn, run_id), write=False)
         if span is None:
-            raise KeyError(run_id)
+            raise CorruptStoreError(_DAMAGED_INDEX.format(f'a match names run {run_id!r}, which it has no record of'))
         return span
 
     async def messages(self, run_id: str, start: int, end: int) -> list[tuple[int, ModelMessage]]:
@@ -819,7 +824,7 @@ class _LmdbCorpus:
             )
             present.update((seq, payload) for seq, payload in zip(evicted, again, strict=True) if payload is not None)
         if present:
-            decoded = ModelMessagesTypeAdapter.validate_json(b'[' + b','.join(present.values()) + b']')
+            decoded = decode_messages(list(present.values()))
             for seq, message in zip(present, decoded, strict=True):
                 cache.put(seq, message)
                 messages[seq] = message
