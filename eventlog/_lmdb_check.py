@@ -190,9 +190,42 @@ def check_files(directory: Path) -> None:
                     f'{data} is truncated: it holds {size} bytes and its pages need {needed}. '
                     'Restore it from a backup or an export; nothing was opened'
                 )
+            _check_open_paths(data, lambda offset, count: os.pread(fd, count, offset))
             return
     finally:
         os.close(fd)
+
+
+OPEN_KEYS: Final = {'index': (b'\x00format', b'\x00last_seq')}
+"""What opening a store reads besides the main tree: the format record and the last `seq`
+(META rows of the shared `index` database)."""
+_PATH_TRIES: Final = 5
+
+
+def _check_open_paths(data: Path, read: Callable[[int, int], bytes]) -> None:
+    """Refuse a file whose pages that opening reads are damaged, which would crash LMDB on open.
+
+    Walks the main tree (the named databases; a page or two) and the lookup paths of
+    `OPEN_KEYS`. Nothing pins the snapshot here, so a finding counts only when no commit
+    happened during the walk (the live meta page is unchanged); otherwise it is walked again.
+    """
+    for _ in range(_PATH_TRIES):
+        live, _ = read_metas(read)
+        walker = _Walker(read, live)
+        databases = dict(walker.tree('the main tree', live.main))
+        if not walker.findings:
+            for name, keys in OPEN_KEYS.items():
+                record = databases.get(name)
+                for key in keys if record is not None else ():
+                    walker.descend(f'database {name!r}', record, key)  # pyright: ignore[reportArgumentType]
+        if not walker.findings:
+            return
+        if read_metas(read)[0].txn_id == live.txn_id:
+            where, reason = walker.findings[0]
+            raise CorruptStoreError(
+                f'{data} is damaged where opening reads it ({where}: {reason}); opening it would crash the '
+                'storage engine. Restore it from a backup or an export; nothing was opened'
+            )
 
 
 class _Walker:
@@ -244,6 +277,58 @@ class _Walker:
         if not db.flags & _MDB_DUPSORT and db.entries != counts[3]:
             self.note(name, f'the tree records {db.entries} entries; the walk found {counts[3]}')
         return subs
+
+    def descend(self, name: str, db: DbRecord, key: bytes) -> None:
+        """Check the pages a lookup of `key` reads, from `db`'s root down to its leaf.
+
+        Cheap (one page per level), so it can run before every open; `tree` is the full walk.
+        """
+        if db.root == _P_INVALID:
+            return
+        order = self._key_order(db)
+        target = order(key)
+        pgno, level = db.root, 1
+        while True:
+            where = f'{name}, page {pgno}'
+            if pgno < 2 or pgno > self.meta.last_page:
+                self.note(where, f'the page lies outside the file (last page {self.meta.last_page})')
+                return
+            try:
+                raw = self.page(pgno)
+            except _Stop as stop:
+                self.note(where, str(stop))
+                return
+            stored, _, flags, lower, upper = _HEADER.unpack_from(raw, 0)
+            kind = flags & _P_TYPE
+            if (
+                stored != pgno
+                or flags & ~_P_ALLOWED
+                or kind not in (P_BRANCH, P_LEAF)
+                or not PAGE_HEADER < lower <= upper <= self.size
+                or (lower - PAGE_HEADER) % 2
+            ):
+                self.note(where, 'the page header is damaged')
+                return
+            if level > db.depth or (kind == P_LEAF) != (level == db.depth):
+                self.note(where, f'a {"leaf" if kind == P_LEAF else "branch"} at depth {level} of {db.depth}')
+                return
+            count = (lower - PAGE_HEADER) // 2
+            child: int | None = None
+            for index, offset in enumerate(struct.unpack_from(f'<{count}H', raw, PAGE_HEADER)):
+                if offset < upper or offset + _NODE.size > self.size:
+                    self.note(where, f'node {index} lies outside the page (offset {offset})')
+                    return
+                lo, hi, node_flags, key_size = _NODE.unpack_from(raw, offset)
+                start = offset + _NODE.size
+                data_size = 8 if kind == P_BRANCH or node_flags & F_BIGDATA else lo | hi << 16
+                if start + key_size + (0 if kind == P_BRANCH else data_size) > self.size:
+                    self.note(where, f'node {index} runs past the page')
+                    return
+                if kind == P_BRANCH and (index == 0 or order(raw[start : start + key_size]) <= target):  # type: ignore[operator]
+                    child = lo | hi << 16 | node_flags << 32
+            if kind == P_LEAF or child is None:
+                return
+            pgno, level = child, level + 1
 
     def _key_order(self, db: DbRecord) -> Callable[[bytes], object]:
         if db.flags & _MDB_INTEGERKEY:

@@ -372,3 +372,24 @@ def test_meta_pages_that_disagree_are_a_finding(store: Path) -> None:
     problems = asyncio.run(_verify(store))
     assert any(code == 'structure' and 'meta pages' in reason for code, reason in problems), problems
     assert _cli(store, 'verify').returncode == 1
+
+
+@pytest.mark.parametrize(('field', 'mask'), [('flags', 0x03), ('lower', 0x80), ('pgno', 0x01)])
+def test_damage_on_the_pages_opening_reads_is_refused_before_lmdb_reads_them(
+    store: Path, field: str, mask: int
+) -> None:
+    """Opening reads the `index` database's root on the way to the format record; damaged, LMDB
+    would read garbage there or abort the process (verify included). Now the open is refused
+    with a typed error naming the page, before LMDB reads it."""
+    pgno = _pages(store)['index']
+    _flip(store / 'data.mdb', pgno * PAGE + {'pgno': 0, 'flags': 10, 'lower': 12}[field], mask)
+    opened = subprocess.run(
+        [sys.executable, '-c', f'from eventlog import LmdbEventLog; LmdbEventLog({str(store)!r})'],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert opened.returncode == 1, (opened.returncode, opened.stderr[-500:])  # not killed by a signal
+    assert 'CorruptStoreError' in opened.stderr and 'where opening reads it' in opened.stderr
+    line = _one_line_failure(_cli(store, 'verify'))
+    assert 'damaged where opening reads it' in line and f'page {pgno}' in line
