@@ -189,6 +189,12 @@ def test_bad_meta_pages_are_refused(store: Path) -> None:
 def test_damaged_page_headers_are_structure_findings(store: Path, page: str, field: str, mask: int) -> None:
     pgno = _pages(store)[page]
     offset = {'pgno': 0, 'flags': 10, 'lower': 12, 'upper': 14, 'pages': 12}[field]
+    if field in ('lower', 'upper'):
+        # Raise the bound (a lowered `upper` only understates the free space, which no read
+        # notices): flip the lowest clear bit at or above the mask's, whatever the page holds.
+        value = struct.unpack_from('<H', (store / 'data.mdb').read_bytes(), pgno * PAGE + offset)[0]
+        bit = next(b for b in range(mask.bit_length() - 1, 16) if not value >> b & 1)
+        offset, mask = offset + bit // 8, 1 << bit % 8
     _flip(store / 'data.mdb', pgno * PAGE + offset, mask)
     findings = asyncio.run(_verify(store))
     assert findings, 'verify passed a damaged page'
