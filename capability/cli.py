@@ -79,6 +79,8 @@ class _Group(TyperGroup):
         try:
             status = super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
         except Exception as exc:
+            if type(exc).__name__ == 'NoArgsIsHelpError':
+                sys.exit(0)  # bare `eventlog`: the help was printed, and that is the answer
             format_message = getattr(exc, 'format_message', None)
             code = getattr(exc, 'exit_code', None)
             if not callable(format_message) or not isinstance(code, int):
@@ -99,6 +101,26 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+@app.callback()
+def _main(
+    store: Annotated[
+        Path | None,
+        typer.Option(
+            '--store',
+            '-s',
+            help='The store directory, for any command (as if given after it, where it can also go).',
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Browse, replay, search, verify and export an event log of pydantic-ai agent runs."""
+    if store is not None:
+        # The commands read their store from `--store` or else $EVENTLOG_STORE; a store named
+        # before the command stands in for the variable, so one given after it still wins.
+        os.environ['EVENTLOG_STORE'] = str(store)
+
 
 StoreOption = Annotated[
     Path,

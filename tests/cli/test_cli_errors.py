@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import lmdb
 import pytest
 from clitools import Store, fresh, invoke
+from typer.testing import CliRunner
 
+from capability.cli import app
 from eventlog._storage import Table
 
 __all__ = ['fresh']
@@ -114,3 +117,25 @@ def test_help_works() -> None:
     assert result.exit_code == 0
     for command in ('conversations', 'replay', 'search', 'verify', 'tail', 'demo', 'import'):
         assert command in result.stdout
+
+
+def test_bare_eventlog_prints_its_help_and_succeeds() -> None:
+    result = invoke()
+    assert result.exit_code == 0
+    assert 'Usage: eventlog' in result.stdout and 'conversations' in result.stdout
+    assert 'eventlog:' not in result.stderr
+
+
+def test_store_may_come_before_the_command(fresh: Store, tmp_path: Path) -> None:
+    before = invoke('--store', fresh.path, 'conversations', '--json')
+    assert before.exit_code == 0, before.output
+    assert {c['conversation_id'] for c in json.loads(before.stdout)} == {'alpha', 'beta'}
+    # Given after the command too, the later one wins; given before, it beats $EVENTLOG_STORE.
+    missing = tmp_path / 'missing.lmdb'
+    both = invoke('--store', fresh.path, 'stats', '--store', missing)
+    assert both.exit_code == 1 and f'no store at {missing}' in both.stderr
+    over_env = CliRunner().invoke(
+        app, ['--store', str(fresh.path), 'stats', '--json'], env={'EVENTLOG_STORE': str(missing)}
+    )
+    assert over_env.exit_code == 0, over_env.output
+    assert json.loads(over_env.stdout)['conversations'] == 2
