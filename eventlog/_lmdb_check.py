@@ -134,11 +134,17 @@ def read_metas(read: Callable[[int, int], bytes]) -> tuple[Meta, Meta | None]:
 
 def _refuse_link(path: Path) -> None:
     try:
-        mode = os.lstat(path).st_mode
+        info = os.lstat(path)
     except FileNotFoundError:
         return
     except OSError as exc:
         raise StoreLocationError(f'cannot read {path}: {exc.strerror or exc}') from None
+    mode = info.st_mode
+    if stat.S_ISREG(mode) and info.st_nlink > 1:
+        raise StoreLocationError(
+            f'{path} has {info.st_nlink} hard links; a store keeps its own files (two stores sharing one file '
+            'through links would each take their own lock and lose writes). Copy the file instead of linking it'
+        )
     if stat.S_ISLNK(mode):
         raise StoreLocationError(
             f'{path} is a symbolic link; a store keeps its own files (two stores sharing one file through '

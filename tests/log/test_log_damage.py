@@ -399,3 +399,20 @@ def test_damage_on_the_pages_opening_reads_is_refused_before_lmdb_reads_them(
     assert 'CorruptStoreError' in opened.stderr and 'where opening reads it' in opened.stderr
     line = _one_line_failure(_cli(store, 'verify'))
     assert 'damaged where opening reads it' in line and f'page {pgno}' in line
+
+
+@pytest.mark.parametrize('name', ['data.mdb', 'lock.mdb'])
+def test_hard_linked_store_files_are_refused(tmp_path: Path, store: Path, name: str) -> None:
+    """A hard link shares the file just as a symbolic one does, and is refused the same way."""
+    LmdbEventLog(store).close()
+    other = tmp_path / 'other'
+    other.mkdir(mode=0o700)
+    if name == 'lock.mdb':
+        shutil.copyfile(store / 'data.mdb', other / 'data.mdb')
+    os.link(store / name, other / name)
+    with pytest.raises(StoreLocationError, match='hard links'):
+        LmdbEventLog(other)
+    with pytest.raises(StoreLocationError, match='hard links'):
+        LmdbEventLog(store)  # the original is shared too while the link exists
+    (other / name).unlink()
+    assert asyncio.run(_verify(store)) == []
