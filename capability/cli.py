@@ -35,7 +35,7 @@ from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progres
 from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
-from typer.core import TyperGroup
+from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 from capability import _cli_render as render
 from capability._cli_index import backend_for, index_state, rebuild_index
@@ -64,6 +64,10 @@ class CliError(Exception):
 class _Group(TyperGroup):
     """Reports usage errors (unknown option, bad value, missing argument) in one line on stderr."""
 
+    def get_params(self, ctx: Any) -> list[Any]:
+        """The parameters, with the plain metavars of `_plain_metavars`."""
+        return _plain_metavars(super().get_params(ctx))
+
     def main(
         self,
         args: Sequence[str] | None = None,
@@ -91,6 +95,34 @@ class _Group(TyperGroup):
             sys.stderr.write(f'eventlog: {format_message()}{hint}\n')
             sys.exit(code)
         sys.exit(status if isinstance(status, int) else 0)
+
+
+def _plain_metavars(params: list[Any]) -> list[Any]:
+    """Help that names an argument as `QUERY` and shows no `<bool>` next to a flag."""
+    for param in params:
+        if isinstance(param, TyperArgument) and param.metavar is None and param.name:
+            param.metavar = param.name.upper()
+        elif isinstance(param, TyperOption) and param.is_flag and param.metavar is None:
+            param.metavar = ''
+    return params
+
+
+class _Command(TyperCommand):
+    """A command whose usage line reads `eventlog search [OPTIONS] QUERY`, as `git` and `gh` write it."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        """The parameters, with the plain metavars of `_plain_metavars`."""
+        return _plain_metavars(super().get_params(ctx))
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        """`[OPTIONS]`, then each argument: `NAME` when required, `[NAME]` when not, `...` when repeated."""
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for param in self.get_params(ctx):
+            if isinstance(param, TyperArgument):
+                name = param.metavar or (param.name or '').upper()
+                name = name if param.required else f'[{name}]'
+                pieces.append(name + ('...' if param.nargs != 1 else ''))
+        return pieces
 
 
 app = typer.Typer(
@@ -196,6 +228,13 @@ _STATUS_STYLES = {'completed': 'green', 'failed': 'red', 'cancelled': 'yellow', 
 
 def _plural(count: int, one: str, many: str) -> str:
     return f'{count} {one if count == 1 else many}'
+
+
+def _run_counts(total: int, statuses: Counter[str]) -> str:
+    """`201 (200 completed, 1 failed)`; `0 (none yet)` when there are no runs."""
+    if not total:
+        return '0 (none yet)'
+    return f'{total} (' + ', '.join(f'{n} {s}' for s, n in statuses.most_common()) + ')'
 
 
 def _status(status: str) -> Text:
@@ -308,6 +347,8 @@ def info(
 
 async def _info(store: Path, conversation_id: str, as_json: bool) -> None:
     async with _open(store) as log:
+        if await log.get_conversation(conversation_id) is None:
+            await _deleted_or_missing(log, conversation_id)
         record = await _conversation(log, conversation_id)
         records = await log.list_runs(conversation_id=conversation_id)
     usage: Counter[str] = Counter()
@@ -334,10 +375,7 @@ async def _info(store: Path, conversation_id: str, as_json: bool) -> None:
         )
     grid.add_row('entries', f'{record.entry_count} (#{record.first_seq} to #{record.last_seq})')
     grid.add_row('messages', f'{record.message_count} ({render.size(record.payload_bytes)} stored)')
-    grid.add_row(
-        'runs',
-        render.clean_text(f'{record.run_count} (' + ', '.join(f'{n} {s}' for s, n in statuses.most_common()) + ')'),
-    )
+    grid.add_row('runs', render.clean_text(_run_counts(record.run_count, statuses)))
     grid.add_row('compactions', str(record.compaction_count))
     grid.add_row('agents', render.clean_text(', '.join(agents) or '(unnamed)'))
     grid.add_row(
@@ -347,6 +385,18 @@ async def _info(store: Path, conversation_id: str, as_json: bool) -> None:
         f'{_plural(usage.get("tool_calls", 0), "tool call", "tool calls")}',
     )
     render.console().print(grid)
+
+
+async def _deleted_or_missing(log: LmdbEventLog, conversation_id: str) -> NoReturn:
+    """Fail naming the deletion when only the conversation's tombstone is left, else 'no conversation'."""
+    tombstones = await log.entries(conversation_id=conversation_id, kinds=['deleted'])
+    if not tombstones:
+        raise CliError(f'no conversation {conversation_id!r} in this store')
+    last = tombstones[-1]
+    raise CliError(
+        f'conversation {conversation_id!r} was deleted at {render.timestamp(last.timestamp)} UTC '
+        f'(entry #{last.seq}, its tombstone, is all that is left of it)'
+    )
 
 
 # --- reading ----------------------------------------------------------------------------------
@@ -365,18 +415,76 @@ def _label(text: str) -> Text:
     return Text(text, style='dim')
 
 
-def _compaction_body(entry: Entry) -> Text:
+_Replaced = tuple[int, int | None]
+"""What a compaction replaced, beyond its `seq`s: how many were earlier summaries (compaction
+entries), and the message it kept after its summary (merged into the summary's request), if any."""
+
+
+async def _replaced_notes(log: LmdbEventLog, entries: Sequence[Entry]) -> dict[int, _Replaced]:
+    """For each compaction among `entries`, by `seq`: what it replaced (`_Replaced`), read from the
+    replaced entries themselves; a compaction whose entries cannot all be read gets no note."""
+    from pydantic_ai.messages import ModelRequest
+
+    notes: dict[int, _Replaced] = {}
+    for entry in entries:
+        if entry.kind != 'compaction':
+            continue
+        try:
+            info = render.compaction_info(entry)
+            replaced = [await log.get_entry(seq) for seq in info.replaced]
+            if not replaced or any(r is None for r in replaced):
+                continue
+            summaries = sum(1 for r in replaced if r is not None and r.kind == 'compaction')
+            kept: int | None = None
+            last = replaced[-1]
+            if last is not None and last.kind == 'message' and info.summary:
+                original = last.message()
+                summary = decode_messages([bytes(info.summary[-1])])[0]
+                if (
+                    isinstance(original, ModelRequest)
+                    and isinstance(summary, ModelRequest)
+                    and 0 < len(original.parts) < len(summary.parts)
+                    and list(summary.parts[-len(original.parts) :]) == list(original.parts)
+                ):
+                    kept = last.seq
+            notes[entry.seq] = (summaries, kept)
+        except (EventLogError, ValueError):  # a damaged entry: the marker says less, the view goes on
+            continue
+    return notes
+
+
+def _span(seqs: Sequence[int]) -> str:
+    return ', '.join(f'#{s}' for s in seqs) if len(seqs) <= 4 else f'#{seqs[0]}…#{seqs[-1]}'
+
+
+def _compaction_body(entry: Entry, note: _Replaced | None = None) -> Text:
     info = render.compaction_info(entry)
-    out = Text(f'── compaction: summary replaces {render.seq_list(info.replaced)} ──', style='yellow')
+    if note is None or not info.replaced:
+        head = f'summary replaces {render.seq_list(info.replaced)}'
+    else:
+        # Say what the summary stands for: the messages it summarizes, the earlier summaries it
+        # folds in, and the one message (if any) it repeats after the summary, which `replaced`
+        # counts too because the request it was merged into is rewritten.
+        summaries, kept = note
+        messages = len(info.replaced) - summaries - (kept is not None)
+        what = _plural(messages, 'message', 'messages')
+        if summaries:
+            what += f' and {_plural(summaries, "earlier summary", "earlier summaries")}'
+        head = f'summary replaces {_span(info.replaced)} ({what} summarized'
+        head += f', #{kept} kept after the summary)' if kept is not None else ')'
+    out = Text(f'── compaction: {head} ──', style='yellow')
     summary = render.compaction_summary_text(info)
     if summary:
         out.append('\n' + render.clean(summary, multiline=True), style='yellow')
     return out
 
 
-def _entry_rows(rows: render.Rows, entries: Sequence[Entry]) -> None:
+def _entry_rows(rows: render.Rows, entries: Sequence[Entry], notes: dict[int, _Replaced] | None = None) -> None:
     for entry in entries:
-        body = _compaction_body(entry) if entry.kind == 'compaction' else render.message_text(entry.message())
+        if entry.kind == 'compaction':
+            body = _compaction_body(entry, (notes or {}).get(entry.seq))
+        else:
+            body = render.message_text(entry.message())
         rows.add(_label(f'#{entry.seq}'), body)
 
 
@@ -465,7 +573,7 @@ async def _show(store: Path, conversation_id: str | None, run_id: str | None, fu
             out.print(Text('then this conversation:', style='dim italic'))
         rows = render.Rows(out, 7)
         async for batch in _entry_batches(log, conversation_id=conversation_id, kinds=['message', 'compaction']):
-            _entry_rows(rows, batch)
+            _entry_rows(rows, batch, await _replaced_notes(log, batch))
         rows.flush()
 
 
@@ -501,22 +609,47 @@ async def _show_run(log: LmdbEventLog, run_id: str, full: bool, as_json: bool) -
     if earlier > 0:
         out.print(Text(f'(continues {earlier} earlier messages; --full shows them)', style='dim italic'))
     async for batch in _entry_batches(log, run_id=run_id, kinds=['message', 'compaction']):
-        _entry_rows(rows, batch)
+        _entry_rows(rows, batch, await _replaced_notes(log, batch))
     rows.flush()
 
 
 @app.command()
 def replay(
-    run: Annotated[str, typer.Argument(help='The run id.')],
+    run: Annotated[str | None, typer.Argument(help='The run id (or pass --last).', show_default=False)] = None,
+    last: Annotated[bool, typer.Option('--last', help='The latest run started in the store.')] = False,
+    conversation: Annotated[
+        str | None, typer.Option('--conversation', '-c', help='With --last: the latest run of this conversation.')
+    ] = None,
     store: StoreOption = DEFAULT_STORE,
     as_json: JsonOption = False,
 ) -> None:
-    """Every entry of a run in order, as recorded: messages, tool effects, compactions, timings."""
-    _run(_replay(store, run, as_json))
+    """Every entry of a run in order, as recorded: messages, tool effects, compactions, timings.
+
+    Name the run, or pass `--last` for the run started last (`--last --conversation ID`: the
+    last of that conversation).
+    """
+    if (run is None) == (not last):
+        _fail('name a run id or pass --last (not both)' if last else 'name a run id or pass --last', 2)
+    if conversation is not None and not last:
+        _fail('--conversation goes with --last (a run id already names its conversation)', 2)
+    _run(_replay(store, run, as_json, conversation_id=conversation))
 
 
-async def _replay(store: Path, run_id: str, as_json: bool) -> None:
+async def _latest_run(log: LmdbEventLog, conversation_id: str | None) -> str:
+    """The id of the run started last, in the store or in one conversation."""
+    if conversation_id is not None:
+        await _conversation(log, conversation_id)
+    records = await log.list_runs(conversation_id=conversation_id)
+    if not records:
+        where = f'conversation {conversation_id!r}' if conversation_id is not None else 'this store'
+        raise CliError(f'no runs in {where} yet')
+    return records[-1].run_id
+
+
+async def _replay(store: Path, run_id: str | None, as_json: bool, *, conversation_id: str | None = None) -> None:
     async with _open(store) as log:
+        if run_id is None:
+            run_id = await _latest_run(log, conversation_id)
         record = await _run_record(log, run_id)
         if as_json:
             writer = render.JsonListWriter({'run': render.run_json(record)}, 'entries')
@@ -533,16 +666,20 @@ async def _replay(store: Path, run_id: str, as_json: bool) -> None:
         rows = render.Rows(out, 7, 11, 12)
         count = 0
         async for batch in _entry_batches(log, run_id=run_id):
+            notes = await _replaced_notes(log, batch)
             for entry in batch:
                 start = entry.timestamp if start is None else start
-                rows.add(*_replay_row(entry, start, tool_started))
+                rows.add(*_replay_row(entry, start, tool_started, notes.get(entry.seq)))
             count += len(batch)
         rows.flush()
     out.print(Text(f'{count} entries', style='dim'))
 
 
-def _replay_row(entry: Entry, start: datetime, tool_started: dict[str, datetime]) -> tuple[Text, Text, Text, Text]:
-    """One entry of `replay`: its number, its time since the run's first entry, its kind, what it says."""
+def _replay_row(
+    entry: Entry, start: datetime, tool_started: dict[str, datetime], note: _Replaced | None = None
+) -> tuple[Text, Text, Text, Text]:
+    """One entry of `replay`: its number, its time since the run's first entry, its kind, what it says
+    (for a compaction, `note` says what it replaced)."""
     offset = f'+{(entry.timestamp - start).total_seconds() * 1000:.1f} ms'
     body = Text()
     if entry.kind == 'message':
@@ -551,7 +688,7 @@ def _replay_row(entry: Entry, start: datetime, tool_started: dict[str, datetime]
         body.append('\n')
         body.append_text(render.message_text(message))
     elif entry.kind == 'compaction':
-        body = _compaction_body(entry)
+        body = _compaction_body(entry, note)
     else:
         headline = render.entry_headline(entry, limit=400)
         effect = render.tool_effect(entry) if entry.kind == 'tool_effect' else None
@@ -911,17 +1048,42 @@ def export(
         list[str] | None, typer.Argument(help='Conversations to export (default: all), with the history they use.')
     ] = None,
     output: Annotated[Path | None, typer.Option('--output', '-o', help='Write to this file instead of stdout.')] = None,
+    allow_damaged: Annotated[
+        bool,
+        typer.Option('--allow-damaged', help='Export even when the store fails `verify` (the file may not import).'),
+    ] = False,
     store: StoreOption = DEFAULT_STORE,
 ) -> None:
-    """Write entries as JSON Lines (a lossless copy that `import` and auditors read)."""
-    _run(_export(store, conversations or None, output))
+    """Write entries as JSON Lines (a lossless copy that `import` and auditors read).
+
+    The store is verified first: one that fails `eventlog verify` is refused (an export of it
+    would not import), unless `--allow-damaged` asks for what can be read.
+    """
+    _run(_export(store, conversations or None, output, allow_damaged=allow_damaged))
 
 
-async def _export(store: Path, conversation_ids: list[str] | None, output: Path | None) -> None:
+async def _export(
+    store: Path, conversation_ids: list[str] | None, output: Path | None, *, allow_damaged: bool = False
+) -> None:
     async with _open(store) as log:
         if conversation_ids is not None:
             for conversation_id in conversation_ids:
                 await _conversation(log, conversation_id)
+        report = await log.verify()
+        if not report.ok:
+            first = report.problems[0]
+            where = f'conversation {first.conversation_id!r}' if first.conversation_id else 'the store'
+            if first.seq:
+                where += f', entry #{first.seq}'
+            problem = render.clean(f'{where}: {first.reason}')
+            if not allow_damaged:
+                raise CliError(
+                    f'the store fails verification ({problem}), so its export would not import; '
+                    '`eventlog verify` lists every problem, `--allow-damaged` exports anyway'
+                )
+            sys.stderr.write(
+                f'eventlog: warning: the store fails verification ({problem}); the export may not import\n'
+            )
         if output is None:
             stream = sys.stdout.buffer
             count = await log.export(stream, conversation_ids=conversation_ids)
@@ -1098,15 +1260,27 @@ async def _verify(store: Path, as_json: bool) -> bool:
                 ),
                 report,
             )
+        # `conversations_checked` counts every id with entries, a deleted one (its tombstone) too;
+        # the line below says how many of them are conversations `stats` and `conversations` list.
+        live = len(await log.list_conversations(include_archived=True)) if report.ok else 0
+        tombstones = (
+            sum([len(batch) async for batch in log.iter_entries(kinds=['deleted'], batch=_READ_BATCH)])
+            if report.ok
+            else 0
+        )
     if as_json:
-        render.print_json(render.to_builtins(report))
+        data = render.to_builtins(report)
+        if report.ok:
+            data.update(conversations=live, deletion_tombstones=tombstones)
+        render.print_json(data)
         return report.ok
     out = render.console()
     if report.ok:
+        marks = f' ({_plural(tombstones, "deletion tombstone", "deletion tombstones")})' if tombstones else ''
         out.print(
             Text(
-                f'ok: {_plural(report.entries_checked, "entry", "entries")} in '
-                f'{_plural(report.conversations_checked, "conversation", "conversations")}; every hash chain is intact',
+                f'ok: {_plural(report.entries_checked, "entry", "entries")}{marks} in '
+                f'{_plural(live, "conversation", "conversations")}; every hash chain is intact',
                 style='green',
             )
         )
@@ -1172,7 +1346,7 @@ async def _stats(store: Path, as_json: bool) -> None:
     grid.add_column()
     grid.add_row('store', render.clean_text(store))
     grid.add_row('conversations', f'{data["conversations"]} ({data["archived"]} archived)')
-    grid.add_row('runs', f'{len(all_runs)} (' + ', '.join(f'{n} {s}' for s, n in statuses.most_common()) + ')')
+    grid.add_row('runs', _run_counts(len(all_runs), statuses))
     grid.add_row('entries', f'{data["entries"]} (last seq #{last_seq})')
     grid.add_row('messages', f'{data["messages"]} ({render.size(data["message_bytes"])})')
     grid.add_row('compactions', str(data['compactions']))
@@ -1428,6 +1602,16 @@ EXIT_STORE_CRASHED = 3
 
 _CRASH_SIGNALS = frozenset({signal.SIGBUS, signal.SIGSEGV, signal.SIGABRT, signal.SIGILL, signal.SIGFPE})
 """Signals a damaged store can raise inside LMDB (a map past the file's end, a bad page, an assertion)."""
+
+
+def _use_plain_metavars() -> None:
+    """Every command's help names its arguments `QUERY` and shows no type next to a flag (`_Command`)."""
+    for command_info in app.registered_commands:
+        if command_info.cls in (None, TyperCommand):
+            command_info.cls = _Command
+
+
+_use_plain_metavars()
 
 
 def main() -> None:

@@ -572,7 +572,7 @@ async def _finale(
     facts = await _store_facts(log, store)
     console.print(Rule('The store it leaves behind'))
     console.print(facts)
-    console.print(_explore(store, result.run_id))
+    console.print(_explore(store))
     return DemoResult(
         store=store,
         conversation_id=CONVERSATION_ID,
@@ -631,14 +631,14 @@ async def _store_facts(log: LmdbEventLog, store: Path) -> Table:
     return table
 
 
-def _explore(store: Path, run_id: str) -> Panel:
+def _explore(store: Path) -> Panel:
     s = _quote(str(store))
     lines = [
         f'eventlog conversations --store {s}',
         f'eventlog info {CONVERSATION_ID} --store {s}',
         f'eventlog runs {CONVERSATION_ID} --store {s}',
         f'eventlog show {CONVERSATION_ID} --store {s}',
-        f'eventlog replay {run_id} --store {s}',
+        f'eventlog replay --last --store {s}',
         f'eventlog context {CONVERSATION_ID} --store {s}',
         f'eventlog search "connection pool ceiling" --conversation {CONVERSATION_ID} --store {s}',
         f'eventlog verify --store {s}',

@@ -27,7 +27,7 @@ def test_the_offline_demo_recalls_the_compacted_detail(tmp_path: Path) -> None:
     assert 'the log recalled, word for word' in out
     assert f'The deploy job reads {DETAIL_PATH}.' in out
     assert 'search time:' in out and 'every hash chain intact' in out
-    assert 'eventlog replay ' in out and f'--store {store}' in out
+    assert f'eventlog replay --last --store {store}' in out
 
     assert invoke('verify', store=store).exit_code == 0
     info = json.loads(invoke('info', CONVERSATION_ID, '--json', store=store).stdout)

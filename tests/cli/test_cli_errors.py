@@ -92,7 +92,7 @@ def test_a_store_of_a_newer_format(fresh: Store) -> None:
     [
         (['conversations', '--bogus'], 'No such option: --bogus'),
         (['tail', '-n', 'many'], "Invalid value for '--lines'"),
-        (['info'], "Missing argument 'conversation'"),
+        (['info'], "Missing argument 'CONVERSATION'"),
         (['frobnicate'], "No such command 'frobnicate'"),
     ],
 )

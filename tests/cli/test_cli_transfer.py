@@ -84,7 +84,14 @@ def test_verify_an_intact_store(shared: Store) -> None:
     assert result.exit_code == 0
     assert result.stdout.strip() == 'ok: 26 entries in 2 conversations; every hash chain is intact'
     data = json.loads(invoke('verify', '--json', store=shared.path).stdout)
-    assert data == {'ok': True, 'entries_checked': 26, 'conversations_checked': 2, 'problems': []}
+    assert data == {
+        'ok': True,
+        'entries_checked': 26,
+        'conversations_checked': 2,
+        'problems': [],
+        'conversations': 2,
+        'deletion_tombstones': 0,
+    }
 
 
 def test_verify_names_the_first_altered_entry(fresh: Store) -> None:
