@@ -21,6 +21,7 @@ import signal
 import sys
 import tempfile
 import time
+import traceback
 from collections import Counter
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
@@ -1651,6 +1652,10 @@ def _child(argv: list[str], noise_fd: int) -> NoReturn:
             code = _exit_code(exc.code)
         except (KeyboardInterrupt, click.exceptions.Abort):
             code = 130
+        except Exception:
+            # Not an error a user can cause (those are one line): a bug, reported with its traceback.
+            traceback.print_exc(file=sys.stderr)
+            code = 1
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
                 stream.flush()

@@ -219,3 +219,16 @@ def test_a_kill_aimed_at_the_command_ends_it_by_that_signal(intact: Path) -> Non
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == -signal.SIGTERM
     assert err == b''
+
+
+def test_a_bug_inside_a_command_is_reported_with_its_traceback() -> None:
+    """Errors a user can cause are one line; anything else is a bug, and the child must not
+    swallow it: its traceback reaches stderr and the status is 1."""
+    script = (
+        'import sys\nimport capability.cli as cli\n'
+        'def broken(*args, **kwargs):\n    raise RuntimeError("boom in a command")\n'
+        'cli.app = broken\nsys.argv[0] = "eventlog"\ncli.main()\n'
+    )
+    result = _run(script, 'stats')
+    assert result.returncode == 1
+    assert b'Traceback' in result.stderr and b'RuntimeError: boom in a command' in result.stderr
