@@ -35,13 +35,12 @@ import threading
 import weakref
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator, Sequence
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import lmdb
 import msgspec
 import numpy as np
 from numpy.typing import NDArray
-from pydantic_ai.messages import ModelMessage
 
 from eventlog import Entry, LmdbEventLog, RunRecord, decode_messages
 from eventlog.errors import CorruptStoreError, EventLogError, InvalidArgumentError
@@ -50,8 +49,12 @@ from eventlog.projection import LogReader, run_projection
 from search.analyzers import Analyzer, resolve_analyzer
 from search.backend import Corpus, Hit, RankedHits, RunSpan
 from search.bm25 import TermPostings, average_length, score_unranked
-from search.memory_index import MemoryCorpus
-from search.render import index_text
+
+if TYPE_CHECKING:
+    from pydantic_ai.messages import ModelMessage
+
+# pydantic-ai (with `search.render` and `search.memory_index`) is imported where messages are
+# read, so that `eventlog stats` and `verify`, which open the index, start without it.
 
 __all__ = ['IndexAnalyzerMismatch', 'IndexFinding', 'IndexState', 'LmdbIndex']
 
@@ -251,6 +254,8 @@ class _Writer:
     def add_doc(
         self, conversation_id: str, flag: bytes, doc_id: int, payload: bytes, run_id: str, position: int, seq: int
     ) -> None:
+        from search.render import index_text
+
         message = decode_messages([payload], where=f'entry {seq}')[0]
         counts = Counter(self.ix.analyzer.tokens(index_text(message)))
         length = counts.total()
@@ -598,6 +603,8 @@ class LmdbIndex:
 
     async def _run_corpus(self, conversation_id: str | None, run_id: str, analyzer: Analyzer) -> Corpus:
         """A single run's whole record, indexed in memory as the reference does for `run_id`."""
+        from search.memory_index import MemoryCorpus
+
         try:
             record = await self.log.get_run(run_id)
         except InvalidArgumentError:  # not a possible run id: answered like an unknown one
