@@ -39,22 +39,23 @@ from typing import TYPE_CHECKING, Final
 
 import lmdb
 import msgspec
-import numpy as np
-from numpy.typing import NDArray
 
 from eventlog import Entry, LmdbEventLog, RunRecord, decode_messages
 from eventlog.errors import CorruptStoreError, EventLogError, InvalidArgumentError
 from eventlog.lmdb_log import register_compaction_hook
 from eventlog.projection import LogReader, run_projection
 from search.analyzers import Analyzer, resolve_analyzer
-from search.backend import Corpus, Hit, RankedHits, RunSpan
-from search.bm25 import TermPostings, average_length, score_unranked
 
 if TYPE_CHECKING:
+    from numpy.typing import NDArray
     from pydantic_ai.messages import ModelMessage
 
-# pydantic-ai (with `search.render` and `search.memory_index`) is imported where messages are
-# read, so that `eventlog stats` and `verify`, which open the index, start without it.
+    from search.backend import Corpus, Hit, RankedHits, RunSpan
+    from search.bm25 import TermPostings
+
+# numpy and pydantic-ai (with the search modules that need them) are imported where the index
+# is searched or messages are read, so that `eventlog stats` and `verify`, which open the
+# index, start without them.
 
 __all__ = ['IndexAnalyzerMismatch', 'IndexFinding', 'IndexState', 'LmdbIndex']
 
@@ -686,6 +687,10 @@ class _LmdbCorpus:
         return self._count
 
     def _postings(self, txn: lmdb.Transaction, terms: Sequence[str]) -> dict[str, TermPostings]:
+        import numpy as np
+
+        from search.bm25 import TermPostings
+
         db = self._ix.db['post']
         if self._conversation_id is not None:
             prefixes = [_ck(self._conversation_id) + b'o', _ck(self._conversation_id) + b'c']
@@ -724,6 +729,9 @@ class _LmdbCorpus:
 
     async def rank(self, terms: Sequence[str], *, k1: float, b: float) -> Sequence[Hit]:
         """Every in-scope message scoring above zero for `terms`, best first."""
+        from search.backend import RankedHits
+        from search.bm25 import average_length, score_unranked
+
         names: dict[int, str] = {}
 
         def read(txn: lmdb.Transaction, reader: LogReader) -> RankedHits:
@@ -753,6 +761,8 @@ class _LmdbCorpus:
 
     def _read_span(self, txn: lmdb.Transaction, run_id: str) -> RunSpan | None:
         """The run's span, read in `txn` and remembered for this search (`None` for an unknown run)."""
+        from search.backend import RunSpan
+
         cached = self._spans.get(run_id)
         if cached is not None:
             return cached
