@@ -10,10 +10,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from eventlog import LmdbEventLog, ReplayHistorySource
-from search import Analyzer, HistorySourceBackend, SearchBackend
-from search.lmdb_index import IndexAnalyzerMismatch, LmdbIndex
+
+if TYPE_CHECKING:
+    from search.analyzers import Analyzer
+    from search.backend import SearchBackend
+    from search.lmdb_index import LmdbIndex
+
+# The index modules (numpy, pydantic-ai) are imported on first use, keeping the CLI's start fast.
 
 __all__ = ['Progress', 'backend_for', 'index_state', 'rebuild_index']
 
@@ -23,6 +29,9 @@ Progress = Callable[[int, int], None]
 
 def backend_for(log: LmdbEventLog, analyzer: Analyzer) -> SearchBackend:
     """The persistent index of `log` when it was built with `analyzer`, else an in-memory corpus per search."""
+    from search.lmdb_index import IndexAnalyzerMismatch, LmdbIndex
+    from search.memory_index import HistorySourceBackend
+
     try:
         return LmdbIndex(log, analyzer)
     except IndexAnalyzerMismatch:
@@ -31,6 +40,8 @@ def backend_for(log: LmdbEventLog, analyzer: Analyzer) -> SearchBackend:
 
 def _existing_index(log: LmdbEventLog) -> LmdbIndex:
     """The index of `log` opened with the analyzer it was built with (`default` when none is built)."""
+    from search.lmdb_index import LmdbIndex
+
     return LmdbIndex.open_existing(log)
 
 

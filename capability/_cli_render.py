@@ -8,10 +8,9 @@ import re
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
-from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
 from rich.console import Console
 from rich.text import Text
 
@@ -28,8 +27,13 @@ from eventlog import (
     ToolEffectInfo,
     decode_messages,
 )
-from search import Analyzer, LocatingAnalyzer, message_segments
-from search.analyzers import WORD_RE
+from search.analyzers import WORD_RE, Analyzer, LocatingAnalyzer
+
+if TYPE_CHECKING:
+    from pydantic_ai.messages import ModelMessage
+
+# pydantic-ai (and `search.render`, which needs it) are imported inside the functions that
+# handle messages, so that commands which never decode one start fast.
 
 __all__ = [
     'LONG_TEXT',
@@ -219,11 +223,15 @@ def _label_style(label: str) -> str:
 
 def message_role(message: ModelMessage) -> str:
     """`request` or `response`."""
+    from pydantic_ai.messages import ModelResponse
+
     return 'response' if isinstance(message, ModelResponse) else 'request'
 
 
 def message_text(message: ModelMessage, *, limit: int | None = None) -> Text:
     """A message as labelled lines (`User:`, `Assistant:`, `Tool Call [name]:` ...), each clipped to `limit`."""
+    from search.render import message_segments
+
     out = Text()
     segments = message_segments(message)
     if not segments:
@@ -250,6 +258,8 @@ def compaction_info(entry: Entry) -> CompactionInfo:
 
 def compaction_summary_text(info: CompactionInfo) -> str:
     """A compaction's summary messages as plain text (not yet `clean`)."""
+    from search.render import message_segments
+
     texts: list[str] = []
     for raw in info.summary:
         try:
@@ -274,6 +284,8 @@ def _headline(entry: Entry, limit: int) -> str:
     kind = entry.kind
     try:
         if kind == 'message':
+            from search.render import message_segments
+
             message = entry.message()
             lines = [segment.full() for segment in message_segments(message)]
             text = _clip(' | '.join(lines), limit) if lines else '(no text)'
@@ -363,6 +375,8 @@ def highlight_terms(text: str, analyzer: Analyzer, terms: Iterable[str], style: 
 
 def is_request(message: ModelMessage) -> bool:
     """Whether `message` is a request (user side)."""
+    from pydantic_ai.messages import ModelRequest
+
     return isinstance(message, ModelRequest)
 
 

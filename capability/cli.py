@@ -27,11 +27,10 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, 
 from contextlib import asynccontextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import IO, Annotated, Any, NoReturn, TypeVar
+from typing import IO, TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import click
 import typer
-from pydantic_ai.messages import ModelMessage
 from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.rule import Rule
 from rich.table import Table
@@ -43,9 +42,13 @@ from capability._cli_index import backend_for, index_state, rebuild_index
 from eventlog import ConversationRecord, Entry, EventLogError, LmdbEventLog, RunRecord, decode_messages
 from eventlog.errors import StoreBusyError
 from eventlog.lmdb_log import CompactResult
-from search import ANALYZER_NAMES, Analyzer, display_lines, get_analyzer, index_text, unique_terms
-from search.bm25 import DEFAULT_B, DEFAULT_K1
-from search.render import make_locator
+from search.analyzers import ANALYZER_NAMES, Analyzer, get_analyzer
+
+if TYPE_CHECKING:
+    from pydantic_ai.messages import ModelMessage
+
+# pydantic-ai, numpy and the search engine are imported by the commands that use them, so that
+# `--help`, `conversations`, `info`, `stats`, `verify` and `tail` start fast.
 
 __all__ = ['CliError', 'app', 'main']
 
@@ -811,6 +814,9 @@ async def _search(
     context_lines: int,
     as_json: bool,
 ) -> None:
+    from search.bm25 import DEFAULT_B, DEFAULT_K1, unique_terms
+    from search.render import display_lines, index_text, make_locator
+
     terms = unique_terms(analyzer.tokens(query))
     if not terms:
         raise CliError(f'the query {query!r} has no searchable words')

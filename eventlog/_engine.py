@@ -34,11 +34,9 @@ import struct
 import uuid
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
-import pydantic
-from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 
 from eventlog._storage import ReadTxn, Table, WriteTxn
 from eventlog.entries import (
@@ -69,6 +67,9 @@ from eventlog.errors import (
     RunNotFound,
     StoreVersionError,
 )
+
+if TYPE_CHECKING:
+    from pydantic_ai.messages import ModelMessage
 
 FORMAT_VERSION: Final = 2
 """The on-disk format this code writes; a store with a larger number is refused, an older
@@ -245,6 +246,9 @@ def validate_messages(payloads: Sequence[bytes]) -> None:
     """Raise `InvalidPayloadError` unless every payload is one message pydantic-ai can read."""
     if not payloads:
         return
+    import pydantic  # imported on first use (with pydantic-ai): keeps start-up fast
+    from pydantic_ai.messages import ModelMessagesTypeAdapter
+
     try:
         decoded = ModelMessagesTypeAdapter.validate_json(b'[' + b','.join(payloads) + b']')
     except (pydantic.ValidationError, ValueError):

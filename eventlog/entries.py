@@ -11,13 +11,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Final, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
 import msgspec
-import pydantic
-from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 
 from eventlog.errors import CorruptEntryError, InvalidPayloadError
+
+if TYPE_CHECKING:
+    from pydantic_ai.messages import ModelMessage
 
 __all__ = [
     'CONVERSATION_KINDS',
@@ -124,6 +125,9 @@ def decode_messages(payloads: Sequence[bytes], *, where: str = 'a stored message
     """
     if not payloads:
         return []
+    import pydantic  # imported on first use (with pydantic-ai): keeps start-up fast
+    from pydantic_ai.messages import ModelMessagesTypeAdapter
+
     try:
         return ModelMessagesTypeAdapter.validate_json(b'[' + b','.join(payloads) + b']')
     except (pydantic.ValidationError, ValueError) as exc:
@@ -276,6 +280,8 @@ def encode_message(message: ModelMessage) -> bytes:
     Raises `InvalidPayloadError` when pydantic-ai cannot serialize it (tool arguments nested
     deeper than its limit, values it cannot encode, lone surrogates).
     """
+    from pydantic_ai.messages import ModelMessagesTypeAdapter  # imported on first use: keeps start-up fast
+
     try:
         return ModelMessagesTypeAdapter.dump_json([message])[1:-1]
     except (ValueError, TypeError, RecursionError) as exc:  # PydanticSerializationError is a ValueError

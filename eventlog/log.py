@@ -15,9 +15,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequenc
 from functools import partial
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Protocol, Self, TypeVar, runtime_checkable
-
-from pydantic_ai.messages import ModelMessage
+from typing import IO, TYPE_CHECKING, Protocol, Self, TypeVar, runtime_checkable
 
 from eventlog import _engine as engine
 from eventlog import _stream as stream
@@ -27,6 +25,9 @@ from eventlog._storage import ReadTxn, WriteTxn
 from eventlog._verify import verify as verify_store
 from eventlog.entries import ConversationRecord, Entry, NewEntry, RunRecord, TitleInfo, VerifyReport, encode_info
 from eventlog.errors import ConversationNotFound, InvalidArgumentError, LogClosedError, RunNotFound
+
+if TYPE_CHECKING:
+    from pydantic_ai.messages import ModelMessage
 
 __all__ = ['Appended', 'EventLog', 'EventLogBase']
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from pydantic_ai.messages import ModelMessage
+from typing import TYPE_CHECKING
 
 from eventlog.entries import RunRecord
 from eventlog.errors import InvalidArgumentError, RunNotFound
 from eventlog.log import EventLogBase
+
+if TYPE_CHECKING:
+    from pydantic_ai.messages import ModelMessage
 
 __all__ = ['ReplayHistorySource']
 

@@ -12,30 +12,36 @@ or the capabilities. Its parts:
 - `search.engine`: the search itself, answering in text written for a model.
 """
 
-from search.analyzers import (
-    ANALYZER_NAMES,
-    Analyzer,
-    CjkAnalyzer,
-    DefaultAnalyzer,
-    EnglishAnalyzer,
-    LocatingAnalyzer,
-    get_analyzer,
-    resolve_analyzer,
-)
-from search.backend import Corpus, Hit, RankedHits, RunSpan, SearchBackend
-from search.bm25 import TermPostings, average_length, idf, score_postings, score_unranked, unique_terms
-from search.engine import (
-    MAX_QUERY_TERMS,
-    ScopeDefaultWarning,
-    SearchEngine,
-    SearchOptions,
-    SearchScope,
-    as_backend,
-    validate_search_options,
-)
-from search.memory_index import HistorySourceBackend, MemoryCorpus, message_identity
-from search.render import display_lines, index_text, message_segments
-from search.source import HistorySource, RunInfo
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from search.analyzers import (
+        ANALYZER_NAMES,
+        Analyzer,
+        CjkAnalyzer,
+        DefaultAnalyzer,
+        EnglishAnalyzer,
+        LocatingAnalyzer,
+        get_analyzer,
+        resolve_analyzer,
+    )
+    from search.backend import Corpus, Hit, RankedHits, RunSpan, SearchBackend
+    from search.bm25 import TermPostings, average_length, idf, score_postings, score_unranked, unique_terms
+    from search.engine import (
+        MAX_QUERY_TERMS,
+        ScopeDefaultWarning,
+        SearchEngine,
+        SearchOptions,
+        SearchScope,
+        as_backend,
+        validate_search_options,
+    )
+    from search.memory_index import HistorySourceBackend, MemoryCorpus, message_identity
+    from search.render import display_lines, index_text, message_segments
+    from search.source import HistorySource, RunInfo
 
 __all__ = [
     'ANALYZER_NAMES',
@@ -73,3 +79,58 @@ __all__ = [
     'unique_terms',
     'validate_search_options',
 ]
+
+
+# The names are imported on first use (PEP 562), so that importing one light part, such as
+# `search.analyzers`, does not pull in numpy and pydantic-ai with the rest.
+_SUBMODULE: dict[str, str] = {
+    'ANALYZER_NAMES': 'search.analyzers',
+    'Analyzer': 'search.analyzers',
+    'CjkAnalyzer': 'search.analyzers',
+    'DefaultAnalyzer': 'search.analyzers',
+    'EnglishAnalyzer': 'search.analyzers',
+    'LocatingAnalyzer': 'search.analyzers',
+    'get_analyzer': 'search.analyzers',
+    'resolve_analyzer': 'search.analyzers',
+    'Corpus': 'search.backend',
+    'Hit': 'search.backend',
+    'RankedHits': 'search.backend',
+    'RunSpan': 'search.backend',
+    'SearchBackend': 'search.backend',
+    'TermPostings': 'search.bm25',
+    'average_length': 'search.bm25',
+    'idf': 'search.bm25',
+    'score_postings': 'search.bm25',
+    'score_unranked': 'search.bm25',
+    'unique_terms': 'search.bm25',
+    'MAX_QUERY_TERMS': 'search.engine',
+    'ScopeDefaultWarning': 'search.engine',
+    'SearchEngine': 'search.engine',
+    'SearchOptions': 'search.engine',
+    'SearchScope': 'search.engine',
+    'as_backend': 'search.engine',
+    'validate_search_options': 'search.engine',
+    'HistorySourceBackend': 'search.memory_index',
+    'MemoryCorpus': 'search.memory_index',
+    'message_identity': 'search.memory_index',
+    'display_lines': 'search.render',
+    'index_text': 'search.render',
+    'message_segments': 'search.render',
+    'HistorySource': 'search.source',
+    'RunInfo': 'search.source',
+}
+
+
+def __getattr__(name: str) -> object:
+    """Import the submodule that defines `name` on first access and keep the name here."""
+    module = _SUBMODULE.get(name)
+    if module is None:
+        raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
+    value: object = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    """The public names, imported or not yet."""
+    return sorted(__all__)

@@ -15,13 +15,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol, overload, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, overload, runtime_checkable
 
 import numpy as np
 from numpy.typing import NDArray
-from pydantic_ai.messages import ModelMessage
 
 from search.analyzers import Analyzer
+
+if TYPE_CHECKING:
+    from pydantic_ai.messages import ModelMessage
 
 __all__ = ['Corpus', 'Hit', 'RankedHits', 'RunSpan', 'SearchBackend']
 

@@ -35,23 +35,27 @@ import threading
 import weakref
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator, Sequence
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import lmdb
 import msgspec
-import numpy as np
-from numpy.typing import NDArray
-from pydantic_ai.messages import ModelMessage
 
 from eventlog import Entry, LmdbEventLog, RunRecord, decode_messages
 from eventlog.errors import CorruptStoreError, EventLogError, InvalidArgumentError
 from eventlog.lmdb_log import register_compaction_hook
 from eventlog.projection import LogReader, run_projection
 from search.analyzers import Analyzer, resolve_analyzer
-from search.backend import Corpus, Hit, RankedHits, RunSpan
-from search.bm25 import TermPostings, average_length, score_unranked
-from search.memory_index import MemoryCorpus
-from search.render import index_text
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
+    from pydantic_ai.messages import ModelMessage
+
+    from search.backend import Corpus, Hit, RankedHits, RunSpan
+    from search.bm25 import TermPostings
+
+# numpy and pydantic-ai (with the search modules that need them) are imported where the index
+# is searched or messages are read, so that `eventlog stats` and `verify`, which open the
+# index, start without them.
 
 __all__ = ['IndexAnalyzerMismatch', 'IndexFinding', 'IndexState', 'LmdbIndex']
 
@@ -251,6 +255,8 @@ class _Writer:
     def add_doc(
         self, conversation_id: str, flag: bytes, doc_id: int, payload: bytes, run_id: str, position: int, seq: int
     ) -> None:
+        from search.render import index_text
+
         message = decode_messages([payload], where=f'entry {seq}')[0]
         counts = Counter(self.ix.analyzer.tokens(index_text(message)))
         length = counts.total()
@@ -598,6 +604,8 @@ class LmdbIndex:
 
     async def _run_corpus(self, conversation_id: str | None, run_id: str, analyzer: Analyzer) -> Corpus:
         """A single run's whole record, indexed in memory as the reference does for `run_id`."""
+        from search.memory_index import MemoryCorpus
+
         try:
             record = await self.log.get_run(run_id)
         except InvalidArgumentError:  # not a possible run id: answered like an unknown one
@@ -679,6 +687,10 @@ class _LmdbCorpus:
         return self._count
 
     def _postings(self, txn: lmdb.Transaction, terms: Sequence[str]) -> dict[str, TermPostings]:
+        import numpy as np
+
+        from search.bm25 import TermPostings
+
         db = self._ix.db['post']
         if self._conversation_id is not None:
             prefixes = [_ck(self._conversation_id) + b'o', _ck(self._conversation_id) + b'c']
@@ -717,6 +729,9 @@ class _LmdbCorpus:
 
     async def rank(self, terms: Sequence[str], *, k1: float, b: float) -> Sequence[Hit]:
         """Every in-scope message scoring above zero for `terms`, best first."""
+        from search.backend import RankedHits
+        from search.bm25 import average_length, score_unranked
+
         names: dict[int, str] = {}
 
         def read(txn: lmdb.Transaction, reader: LogReader) -> RankedHits:
@@ -746,6 +761,8 @@ class _LmdbCorpus:
 
     def _read_span(self, txn: lmdb.Transaction, run_id: str) -> RunSpan | None:
         """The run's span, read in `txn` and remembered for this search (`None` for an unknown run)."""
+        from search.backend import RunSpan
+
         cached = self._spans.get(run_id)
         if cached is not None:
             return cached

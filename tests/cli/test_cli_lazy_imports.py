@@ -1,0 +1,131 @@
+"""The everyday commands start without importing pydantic-ai or numpy (what makes them slow to start).
+
+Each check runs in a fresh interpreter and reads `sys.modules` afterwards; how long the
+commands take is shown by `bench/bench_cli_start.py`, not asserted here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from clitools import Store, shared
+
+import capability
+import search
+
+__all__ = ['shared']
+
+HEAVY = ('pydantic_ai', 'numpy')
+"""Top-level packages the fast commands must not import."""
+
+RUN_COMMAND = textwrap.dedent(
+    """
+    import json, sys
+    from capability.cli import app
+    try:
+        app(sys.argv[2:], prog_name='eventlog')
+    except SystemExit as exc:
+        status = exc.code or 0
+    else:
+        status = 0
+    loaded = sorted({name.split('.')[0] for name in sys.modules})
+    with open(sys.argv[1], 'w') as out:
+        json.dump({'status': status, 'modules': loaded}, out)
+    """
+)
+
+
+def _run(tmp_path: Path, *args: str) -> tuple[int, str, list[str]]:
+    """Run `eventlog ARGS` in a fresh interpreter: exit status, stdout, top-level modules loaded."""
+    report = tmp_path / 'report.json'
+    env = {**os.environ, 'COLUMNS': '200'}
+    env.pop('EVENTLOG_STORE', None)
+    done = subprocess.run(
+        [sys.executable, '-c', RUN_COMMAND, str(report), *args], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert done.stderr == '', done.stderr
+    data = json.loads(report.read_text())
+    return data['status'], done.stdout, data['modules']
+
+
+@pytest.mark.parametrize(
+    'command',
+    [
+        ['--help'],
+        ['conversations'],
+        ['conversations', '--json'],
+        ['info', 'alpha'],
+        ['stats'],
+        ['verify'],
+        ['runs'],
+        ['tail', '--kind', 'run_started', '--kind', 'run_finished', '--kind', 'tool_effect'],
+    ],
+    ids=' '.join,
+)
+def test_fast_commands_do_not_import_pydantic_ai(shared: Store, tmp_path: Path, command: list[str]) -> None:
+    args = command if command == ['--help'] else [*command, '--store', str(shared.path)]
+    status, stdout, modules = _run(tmp_path, *args)
+    assert status == 0, stdout
+    assert stdout.strip()
+    assert [name for name in HEAVY if name in modules] == []
+
+
+def test_the_fast_commands_still_say_what_they_said(shared: Store, tmp_path: Path) -> None:
+    """Nothing the lazy imports skipped was needed: the answers are the real ones."""
+    _, listing, _ = _run(tmp_path, 'conversations', '--json', '--store', str(shared.path))
+    rows = json.loads(listing)
+    assert {row['conversation_id'] for row in rows} == {'alpha', 'beta'}
+    _, info, _ = _run(tmp_path, 'info', 'alpha', '--store', str(shared.path))
+    assert 'Alpha planning' in info
+    status, verdict, _ = _run(tmp_path, 'verify', '--store', str(shared.path))
+    assert status == 0 and verdict.startswith('ok')
+
+
+def test_commands_that_decode_messages_import_pydantic_ai_when_they_do(shared: Store, tmp_path: Path) -> None:
+    """`show` and `search` still decode messages (and the lazy import really happens)."""
+    status, stdout, modules = _run(tmp_path, 'show', 'alpha', '--store', str(shared.path))
+    assert status == 0 and 'quokka-archive-7731' in stdout
+    assert 'pydantic_ai' in modules
+    status, stdout, modules = _run(tmp_path, 'search', 'quokka', '--all', '--store', str(shared.path))
+    assert status == 0 and 'quokka' in stdout
+    assert 'numpy' in modules
+
+
+def test_the_console_script_still_forks_and_answers(shared: Store) -> None:
+    """`main` (the crash guard that runs the command in a forked child) works with the lazy imports."""
+    script = 'import sys\nfrom capability.cli import main\nsys.argv[0] = "eventlog"\nmain()\n'
+    done = subprocess.run(
+        [sys.executable, '-c', script, 'conversations', '--json', '--store', str(shared.path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert {row['conversation_id'] for row in json.loads(done.stdout)} == {'alpha', 'beta'}
+
+
+def test_importing_the_packages_does_not_import_pydantic_ai() -> None:
+    code = 'import sys, eventlog, search, capability, capability.cli; print(sorted({m.split(".")[0] for m in sys.modules}))'
+    done = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True, timeout=120)
+    loaded = eval(done.stdout)  # a printed list of module names
+    assert [name for name in HEAVY if name in loaded] == []
+
+
+@pytest.mark.parametrize('package', [search, capability], ids=lambda p: p.__name__)
+def test_every_public_name_still_resolves(package: ModuleType) -> None:
+    """The lazily resolved names are the submodules' own objects, and `dir` lists them all."""
+    names: list[str] = package.__all__
+    where: dict[str, str] = package._SUBMODULE
+    assert sorted(where) == sorted(names)
+    for name in names:
+        assert getattr(package, name) is getattr(sys.modules[where[name]], name)
+    assert set(names) <= set(dir(package))
+    with pytest.raises(AttributeError, match='no_such_name'):
+        getattr(package, 'no_such_name')  # noqa: B009 (the attribute is looked up on purpose)
