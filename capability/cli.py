@@ -268,7 +268,7 @@ def conversations(
 async def _conversations(store: Path, include_archived: bool, as_json: bool, full_ids: bool = False) -> None:
     async with _open(store) as log:
         records = await log.list_conversations(include_archived=include_archived)
-        short = ShortIds(log, full=full_ids, uniform=True)
+        short = ShortIds(log, full=full_ids or as_json, uniform=True)
         await short.learn('conversation', (c.conversation_id for c in records))
     records.sort(key=lambda c: (c.updated_at, c.last_seq), reverse=True)
     if as_json:
@@ -329,7 +329,7 @@ async def _runs(store: Path, conversation: str | None, as_json: bool, full_ids: 
             conversation = await resolve_conversation(log, conversation)
             await _conversation(log, conversation)
         records = await log.list_runs(conversation_id=conversation)
-        short = ShortIds(log, full=full_ids, uniform=True)
+        short = ShortIds(log, full=full_ids or as_json, uniform=True)
         await short.learn('run', [i for r in records for i in (r.run_id, r.parent_run_id)])
         await short.learn('conversation', (r.conversation_id for r in records))
     if as_json:
