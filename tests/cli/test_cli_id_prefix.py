@@ -136,3 +136,11 @@ def test_a_prefix_of_nothing_fails_as_an_unknown_id_does(shared: Store) -> None:
     # Fewer than 4 characters are never taken as a prefix (as git wants 4 hex digits).
     assert invoke('info', 'alp', store=shared.path).stderr == "eventlog: no conversation 'alp' in this store\n"
     assert invoke('info', 'beta', store=shared.path).exit_code == 0
+
+
+def test_the_run_id_tail_shows_can_be_copied_back(shared: Store) -> None:
+    line = invoke('tail', '-n', '1', store=shared.path).stdout.split()
+    short = line[3]  # #seq, time, conversation, run
+    assert short != shared.beta_runs[0] and shared.beta_runs[0].startswith(short)
+    replayed = json.loads(invoke('replay', short, '--json', store=shared.path).stdout)
+    assert replayed['run']['run_id'] == shared.beta_runs[0]
