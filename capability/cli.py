@@ -31,6 +31,7 @@ from typing import IO, TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import click
 import typer
+from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.rule import Rule
 from rich.table import Table
@@ -38,6 +39,8 @@ from rich.text import Text
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 from capability import _cli_render as render
+from capability import _cli_tables as tables
+from capability._cli_ids import ShortIds, resolve_conversation, resolve_run
 from capability._cli_index import backend_for, index_state, rebuild_index
 from eventlog import ConversationRecord, Entry, EventLogError, LmdbEventLog, RunRecord, decode_messages
 from eventlog.errors import StoreBusyError
@@ -163,6 +166,9 @@ StoreOption = Annotated[
     typer.Option('--store', '-s', envvar='EVENTLOG_STORE', help='The store directory.', show_default=True),
 ]
 JsonOption = Annotated[bool, typer.Option('--json', help='Print JSON instead of a table.')]
+FullIdsOption = Annotated[
+    bool, typer.Option('--full-ids', help='Show run and conversation ids whole instead of abbreviated.')
+]
 
 
 # --- plumbing ---------------------------------------------------------------------------------
@@ -252,15 +258,18 @@ def _status(status: str) -> Text:
 def conversations(
     store: StoreOption = DEFAULT_STORE,
     include_archived: Annotated[bool, typer.Option('--include-archived', help='List archived ones too.')] = False,
+    full_ids: FullIdsOption = False,
     as_json: JsonOption = False,
 ) -> None:
     """List conversations, most recently active first."""
-    _run(_conversations(store, include_archived, as_json))
+    _run(_conversations(store, include_archived, as_json, full_ids))
 
 
-async def _conversations(store: Path, include_archived: bool, as_json: bool) -> None:
+async def _conversations(store: Path, include_archived: bool, as_json: bool, full_ids: bool = False) -> None:
     async with _open(store) as log:
         records = await log.list_conversations(include_archived=include_archived)
+        short = ShortIds(log, full=full_ids or as_json, uniform=True)
+        await short.learn('conversation', (c.conversation_id for c in records))
     records.sort(key=lambda c: (c.updated_at, c.last_seq), reverse=True)
     if as_json:
         render.print_json([render.conversation_json(c) for c in records])
@@ -269,42 +278,60 @@ async def _conversations(store: Path, include_archived: bool, as_json: bool) -> 
     if not records:
         out.print('no conversations in this store')
         return
-    table = Table(box=None, header_style='bold')
-    for column in ('conversation', 'title', 'runs', 'messages', 'size', 'last activity'):
-        justify = 'right' if column in ('runs', 'messages', 'size') else 'left'
-        table.add_column(column, justify=justify, no_wrap=column == 'conversation')
-    if include_archived:
-        table.add_column('archived')
+    columns = _conversation_columns(records, short, include_archived)
+    tables.print_table(out, columns, _CONVERSATION_STEPS)
+
+
+_CONVERSATION_STEPS: list[tables.Step] = [
+    ('compact', 'last activity'),
+    ('drop', 'size'),
+    ('drop', 'runs'),
+    ('drop', 'messages'),
+    ('drop', 'last activity'),
+]
+"""What `conversations` gives up first as the terminal narrows (docs/cli-views.md)."""
+
+
+def _conversation_columns(
+    records: Sequence[ConversationRecord], short: ShortIds, include_archived: bool
+) -> list[tables.Column]:
+    conversation = tables.Column('conversation')
+    title = tables.Column('title', flex='clip', min_width=20)
+    counts = [tables.Column(header, justify='right') for header in ('runs', 'messages', 'size')]
+    activity = tables.Column('last activity')
+    archived = tables.Column('archived')
     for c in records:
-        row: list[str | Text] = [
-            render.clean_text(c.conversation_id),
-            render.clean_text(c.title or '', 'italic'),
-            str(c.run_count),
-            str(c.message_count),
-            render.size(c.payload_bytes),
-            render.timestamp(c.updated_at),
-        ]
-        if include_archived:
-            row.append('yes' if c.archived else '')
-        table.add_row(*row)
-    out.print(table)
+        conversation.add(render.clean_text(short.conversation(c.conversation_id)))
+        title.add(render.clean_text(c.title or '', 'italic'))
+        for column, value in zip(
+            counts, (str(c.run_count), str(c.message_count), render.size(c.payload_bytes)), strict=True
+        ):
+            column.add(value)
+        activity.add(render.timestamp(c.updated_at), tables.compact_time(c.updated_at))
+        archived.add('yes' if c.archived else '')
+    return [conversation, title, *counts, activity, *([archived] if include_archived else [])]
 
 
 @app.command()
 def runs(
     conversation: Annotated[str | None, typer.Argument(help='Only the runs of this conversation.')] = None,
     store: StoreOption = DEFAULT_STORE,
+    full_ids: FullIdsOption = False,
     as_json: JsonOption = False,
 ) -> None:
     """List runs in start order: status, agent, parent run, duration, tokens."""
-    _run(_runs(store, conversation, as_json))
+    _run(_runs(store, conversation, as_json, full_ids))
 
 
-async def _runs(store: Path, conversation: str | None, as_json: bool) -> None:
+async def _runs(store: Path, conversation: str | None, as_json: bool, full_ids: bool = False) -> None:
     async with _open(store) as log:
         if conversation is not None:
+            conversation = await resolve_conversation(log, conversation)
             await _conversation(log, conversation)
         records = await log.list_runs(conversation_id=conversation)
+        short = ShortIds(log, full=full_ids or as_json, uniform=True)
+        await short.learn('run', [i for r in records for i in (r.run_id, r.parent_run_id)])
+        await short.learn('conversation', (r.conversation_id for r in records))
     if as_json:
         render.print_json([render.run_json(r) for r in records])
         return
@@ -312,31 +339,48 @@ async def _runs(store: Path, conversation: str | None, as_json: bool) -> None:
     if not records:
         out.print('no runs')
         return
-    table = Table(box=None, header_style='bold')
-    table.add_column('run', no_wrap=True)
-    if conversation is None:
-        table.add_column('conversation', no_wrap=True)
-    for column in ('started', 'duration', 'status', 'agent', 'parent run', 'messages', 'tokens in/out'):
-        table.add_column(column, justify='right' if column in ('duration', 'messages', 'tokens in/out') else 'left')
-    for r in records:
-        row: list[str | Text] = [render.clean_text(r.run_id)]
-        if conversation is None:
-            row.append(render.clean_text(r.conversation_id))
-        row += [
-            render.timestamp(r.started_at),
-            render.duration(r.started_at, r.finished_at),
-            _status(r.status),
-            render.clean_text(r.agent_name or ''),
-            render.clean_text(r.parent_run_id or ''),
-            str(r.message_count),
-            render.tokens(r.usage),
-        ]
-        table.add_row(*row)
-    out.print(table)
+    tables.print_table(out, _run_columns(records, short, with_conversation=conversation is None), _RUN_STEPS)
     statuses = Counter(r.status for r in records)
     out.print(
         render.clean_text(f'{len(records)} runs: ' + ', '.join(f'{n} {s}' for s, n in statuses.most_common()), 'dim')
     )
+
+
+_RUN_STEPS: list[tables.Step] = [
+    ('drop', 'tokens in/out'),
+    ('compact', 'started'),
+    ('drop', 'messages'),
+    ('drop', 'parent run'),
+    ('drop', 'duration'),
+    ('drop', 'conversation'),
+    ('drop', 'agent'),
+    ('drop', 'started'),
+]
+"""What `runs` gives up first as the terminal narrows (docs/cli-views.md)."""
+
+
+def _run_columns(records: Sequence[RunRecord], short: ShortIds, *, with_conversation: bool) -> list[tables.Column]:
+    run = tables.Column('run')
+    conversation = tables.Column('conversation')
+    started = tables.Column('started')
+    duration = tables.Column('duration', justify='right', hide_empty=True)
+    status = tables.Column('status')
+    agent = tables.Column('agent', flex='clip', min_width=16, hide_empty=True)
+    parent = tables.Column('parent run', hide_empty=True)
+    messages = tables.Column('messages', justify='right')
+    usage = tables.Column('tokens in/out', justify='right', hide_empty=True)
+    for r in records:
+        run.add(render.clean_text(short.run(r.run_id)))
+        conversation.add(render.clean_text(short.conversation(r.conversation_id)))
+        started.add(render.timestamp(r.started_at), tables.compact_time(r.started_at))
+        duration.add(render.duration(r.started_at, r.finished_at))
+        status.add(_status(r.status))
+        agent.add(render.clean_text(r.agent_name or ''))
+        parent.add(render.clean_text(short.run(r.parent_run_id)))
+        messages.add(str(r.message_count))
+        usage.add(render.tokens(r.usage))
+    shown = [run, conversation, started, duration, status, agent, parent, messages, usage]
+    return shown if with_conversation else [c for c in shown if c is not conversation]
 
 
 @app.command()
@@ -351,6 +395,7 @@ def info(
 
 async def _info(store: Path, conversation_id: str, as_json: bool) -> None:
     async with _open(store) as log:
+        conversation_id = await resolve_conversation(log, conversation_id)
         if await log.get_conversation(conversation_id) is None:
             await _deleted_or_missing(log, conversation_id)
         record = await _conversation(log, conversation_id)
@@ -413,6 +458,16 @@ def _grid(*gutters: int) -> Table:
         grid.add_column(no_wrap=True, min_width=width)
     grid.add_column(overflow='fold')
     return grid
+
+
+def _heading(out: Console, title: Text) -> None:
+    """A view's heading: the title in a rule across the terminal, or, when the title (holding
+    whole ids) is too wide for one, the title on its own lines above a plain rule, never cut."""
+    if title.cell_len + 6 <= out.width:
+        out.print(Rule(title, align='left'))
+        return
+    out.print(title)
+    out.print(Rule())
 
 
 def _label(text: str) -> Text:
@@ -554,9 +609,10 @@ def show(
 async def _show(store: Path, conversation_id: str | None, run_id: str | None, full: bool, as_json: bool) -> None:
     async with _open(store) as log:
         if run_id is not None:
-            await _show_run(log, run_id, full, as_json)
+            await _show_run(log, await resolve_run(log, run_id), full, as_json)
             return
         assert conversation_id is not None
+        conversation_id = await resolve_conversation(log, conversation_id)
         record = await _conversation(log, conversation_id)
         origin = await log.history_origin(conversation_id)
         if as_json:
@@ -565,7 +621,7 @@ async def _show(store: Path, conversation_id: str | None, run_id: str | None, fu
         inherited = await _count_messages(log, origin)
         out = render.console()
         title = f' · {record.title}' if record.title else ''
-        out.print(Rule(render.clean_text(f'{conversation_id}{title} · {record.message_count} messages'), align='left'))
+        _heading(out, render.clean_text(f'{conversation_id}{title} · {record.message_count} messages'))
         if inherited > 0:
             source = record.forked_from.conversation_id if record.forked_from else 'another conversation'
             out.print(render.clean_text(f'{inherited} messages inherited from {source}, by reference:', 'dim italic'))
@@ -601,7 +657,7 @@ async def _show_run(log: LmdbEventLog, run_id: str, full: bool, as_json: bool) -
         await _write_json_list(log.iter_run_message_payloads(run_id, batch=_READ_BATCH))
         return
     out = render.console()
-    out.print(Rule(render.clean_text(f'run {run_id} · conversation {record.conversation_id}'), align='left'))
+    _heading(out, render.clean_text(f'run {run_id} · conversation {record.conversation_id}'))
     rows = render.Rows(out, 7)
     if full:
         position = 0
@@ -653,7 +709,11 @@ async def _latest_run(log: LmdbEventLog, conversation_id: str | None) -> str:
 async def _replay(store: Path, run_id: str | None, as_json: bool, *, conversation_id: str | None = None) -> None:
     async with _open(store) as log:
         if run_id is None:
+            if conversation_id is not None:
+                conversation_id = await resolve_conversation(log, conversation_id)
             run_id = await _latest_run(log, conversation_id)
+        else:
+            run_id = await resolve_run(log, run_id)
         record = await _run_record(log, run_id)
         if as_json:
             writer = render.JsonListWriter({'run': render.run_json(record)}, 'entries')
@@ -752,13 +812,14 @@ def context(
 
 async def _context(store: Path, conversation_id: str, as_json: bool) -> None:
     async with _open(store) as log:
+        conversation_id = await resolve_conversation(log, conversation_id)
         await _conversation(log, conversation_id)
         batches = log.iter_context_payloads(conversation_id, batch=_READ_BATCH)
         if as_json:
             await _write_json_list(batches)
             return
         out = render.console()
-        out.print(Rule(render.clean_text(f'context of {conversation_id}'), align='left'))
+        _heading(out, render.clean_text(f'context of {conversation_id}'))
         rows = render.Rows(out, 5)
         count = 0
         async for batch in batches:
@@ -822,8 +883,10 @@ async def _search(
         raise CliError(f'the query {query!r} has no searchable words')
     async with _open(store) as log:
         if conversation_id is not None:
+            conversation_id = await resolve_conversation(log, conversation_id)
             await _conversation(log, conversation_id)
         if run_id is not None:
+            run_id = await resolve_run(log, run_id)
             run = await _run_record(log, run_id)
             if conversation_id is not None and run.conversation_id != conversation_id:
                 raise CliError(f'no run {run_id!r} in conversation {conversation_id!r}')
@@ -921,6 +984,7 @@ def fork(
 
 async def _fork(store: Path, conversation_id: str, at: int | None, new_id: str | None, as_json: bool) -> None:
     async with _open(store) as log:
+        conversation_id = await resolve_conversation(log, conversation_id)
         await _conversation(log, conversation_id)
         created = await log.fork(conversation_id, at_seq=at, new_conversation_id=new_id)
         record = await _conversation(log, created)
@@ -943,6 +1007,7 @@ def title(
 
 async def _title(store: Path, conversation_id: str, text: str) -> None:
     async with _open(store) as log:
+        conversation_id = await resolve_conversation(log, conversation_id)
         await _conversation(log, conversation_id)
         seq = await log.set_title(conversation_id, text)
     render.console().print(Text(f'{conversation_id} is now titled {text!r} (entry #{seq})'))
@@ -968,6 +1033,7 @@ def unarchive(
 
 async def _archive(store: Path, conversation_id: str, *, archived: bool) -> None:
     async with _open(store) as log:
+        conversation_id = await resolve_conversation(log, conversation_id)
         record = await _conversation(log, conversation_id)
         if record.archived == archived:
             render.console().print(f'{conversation_id} is already {"archived" if archived else "listed"}')
@@ -991,6 +1057,7 @@ def delete(
 
 async def _delete(store: Path, conversation_id: str, yes: bool) -> None:
     async with _open(store) as log:
+        conversation_id = await resolve_conversation(log, conversation_id)
         record = await _conversation(log, conversation_id)
         if not yes:
             everything = await log.list_conversations(include_archived=True)
@@ -1074,6 +1141,7 @@ async def _export(
 ) -> None:
     async with _open(store) as log:
         if conversation_ids is not None:
+            conversation_ids = [await resolve_conversation(log, c) for c in conversation_ids]
             for conversation_id in conversation_ids:
                 await _conversation(log, conversation_id)
         report = await log.verify()
@@ -1301,20 +1369,22 @@ async def _verify(store: Path, as_json: bool) -> bool:
     if store_wide:
         header += f'; {_plural(store_wide, "finding", "findings")} about the store as a whole'
     out.print(Text(header, style='bold red'))
-    table = Table(box=None, header_style='bold')
-    table.add_column('conversation', no_wrap=True)
-    table.add_column('first bad entry', justify='right')
-    table.add_column('finding', no_wrap=True)
-    table.add_column('reason')
+    conversation = tables.Column('conversation')
+    entry = tables.Column('first bad entry', justify='right', compact_header='entry')
+    finding = tables.Column('finding')
+    reason = tables.Column('reason', flex='wrap', min_width=24)
     for problem in report.problems:
-        table.add_row(
-            Text(problem.conversation_id or '(store)'),
-            f'#{problem.seq}' if problem.seq else '',
-            problem.code,
-            Text(problem.reason),
-        )
-    out.print(table)
+        conversation.add(render.clean_text(problem.conversation_id or '(store)'))
+        entry.add(f'#{problem.seq}' if problem.seq else '')
+        finding.add(render.clean_text(problem.code))
+        reason.add(render.clean_text(problem.reason))
+    tables.print_table(out, [conversation, entry, finding, reason], _VERIFY_STEPS)
     return False
+
+
+_VERIFY_STEPS: list[tables.Step] = [('compact', 'first bad entry'), ('drop', 'finding')]
+"""What `verify`'s table of findings gives up first as the terminal narrows; its ids are shown
+whole, as `git fsck` names objects (docs/cli-views.md)."""
 
 
 @app.command()
@@ -1426,11 +1496,26 @@ def tail(
         float | None, typer.Option('--timeout', min=0, help='With --follow: stop after this many idle seconds.')
     ] = None,
     store: StoreOption = DEFAULT_STORE,
+    full_ids: FullIdsOption = False,
     as_json: Annotated[bool, typer.Option('--json', help='Print entries as JSON Lines.')] = False,
 ) -> None:
     """The latest entries; with --follow, keep printing new ones as other processes append them."""
     try:
-        _run(_tail(store, lines, follow, conversation, run, kind or None, interval, max_entries, timeout, as_json))
+        _run(
+            _tail(
+                store,
+                lines,
+                follow,
+                conversation,
+                run,
+                kind or None,
+                interval,
+                max_entries,
+                timeout,
+                as_json,
+                full_ids=full_ids,
+            )
+        )
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
 
@@ -1446,9 +1531,12 @@ async def _tail(
     max_entries: int | None,
     idle_timeout: float | None,
     as_json: bool,
+    *,
+    full_ids: bool = False,
 ) -> None:
     out = render.console()
     printed = 0
+    short: ShortIds | None = None
 
     def emit(batch: Sequence[Entry]) -> bool:
         """Print `batch`; True when `max_entries` is reached."""
@@ -1457,7 +1545,7 @@ async def _tail(
             if as_json:
                 sys.stdout.write(_compact_json(render.entry_json(entry)) + '\n')
             else:
-                out.print(_tail_line(entry), soft_wrap=True)
+                out.print(_tail_line(entry, short), soft_wrap=True)
             printed += 1
             if max_entries is not None and printed >= max_entries:
                 sys.stdout.flush()
@@ -1467,9 +1555,12 @@ async def _tail(
 
     async with _open(store) as log:
         if conversation_id is not None:
+            conversation_id = await resolve_conversation(log, conversation_id)
             await _conversation(log, conversation_id)
         if run_id is not None:
+            run_id = await resolve_run(log, run_id)
             await _run_record(log, run_id)
+        short = ShortIds(log, full=full_ids or as_json)
         cursor = await log.last_seq()
         start = await _latest_start(log, lines, cursor, conversation_id, run_id, kinds)
         if start is not None:
@@ -1477,6 +1568,7 @@ async def _tail(
                 conversation_id=conversation_id, run_id=run_id, kinds=kinds, after_seq=start, batch=_TAIL_BATCH
             ):
                 shown = [entry for entry in batch if entry.seq <= cursor]
+                await short.learn_entries(shown)
                 if emit(shown):
                     return
                 if len(shown) < len(batch):
@@ -1490,6 +1582,7 @@ async def _tail(
             async for batch in log.iter_entries(
                 conversation_id=conversation_id, run_id=run_id, kinds=kinds, after_seq=cursor, batch=_TAIL_BATCH
             ):
+                await short.learn_entries(batch)
                 if emit(batch):
                     return
                 cursor = batch[-1].seq
@@ -1541,12 +1634,15 @@ def _compact_json(data: object) -> str:
     return json.dumps(data, ensure_ascii=False, separators=(',', ':'))
 
 
-def _tail_line(entry: Entry) -> Text:
+def _tail_line(entry: Entry, short: ShortIds | None = None) -> Text:
+    """One entry as `tail` prints it; ids abbreviated by `short` (whole without it)."""
+    conversation_id = entry.conversation_id if short is None else short.conversation(entry.conversation_id)
+    run_id = entry.run_id if short is None or entry.run_id is None else short.run(entry.run_id)
     line = Text(f'#{entry.seq:<7}', style='dim')
     line.append(entry.timestamp.strftime('%H:%M:%S.%f')[:-3] + '  ', style='dim')
-    line.append(render.clean(entry.conversation_id) + '  ', style='cyan')
-    if entry.run_id is not None:
-        line.append(render.clean(entry.run_id) + '  ', style='dim')
+    line.append(render.clean(conversation_id) + '  ', style='cyan')
+    if run_id is not None:
+        line.append(render.clean(run_id) + '  ', style='dim')
     line.append(f'{render.clean(entry.kind):<13}', style=_KIND_STYLES.get(entry.kind, 'bold'))
     line.append(render.entry_headline(entry))
     return line

@@ -8,6 +8,7 @@ lost: a failed call changes nothing.
 from __future__ import annotations
 
 __all__ = [
+    'AmbiguousIdError',
     'ConversationNotFound',
     'CorruptEntryError',
     'CorruptStoreError',
@@ -86,3 +87,7 @@ class LogFullError(EventLogError):
 class CorruptStoreError(EventLogError):
     """The store's own records, indexes or file are damaged (a record or index key cannot be
     decoded, or the LMDB file is truncated or malformed); `verify` names what is wrong."""
+
+
+class AmbiguousIdError(InvalidArgumentError):
+    """An abbreviated id (a prefix) names more than one run or conversation; give more of it."""

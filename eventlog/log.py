@@ -18,9 +18,11 @@ from types import TracebackType
 from typing import IO, TYPE_CHECKING, Protocol, Self, TypeVar, runtime_checkable
 
 from eventlog import _engine as engine
+from eventlog import _ids as ids
 from eventlog import _stream as stream
 from eventlog import _transfer as transfer
 from eventlog._files import open_destination
+from eventlog._ids import IdKind
 from eventlog._storage import ReadTxn, WriteTxn
 from eventlog._verify import verify as verify_store
 from eventlog.entries import ConversationRecord, Entry, NewEntry, RunRecord, TitleInfo, VerifyReport, encode_info
@@ -571,6 +573,38 @@ class EventLogBase(ABC):
         if record is None:
             raise ConversationNotFound(f'no conversation {conversation_id!r} in this log')
         return record
+
+    # -- ids by prefix ------------------------------------------------------------------------
+
+    async def ids_with_prefix(self, kind: IdKind, prefix: str, *, limit: int = 10) -> list[str]:
+        """The run ids (`kind='run'`) or conversation ids (`'conversation'`) that start with
+        `prefix`, in id order (bytewise, as stored), at most `limit` of them.
+
+        A key-range scan: its cost grows with `limit`, not with the store. Archived
+        conversations are found, deleted ones are not. An exact id is among the results when
+        it exists (it starts with itself); telling an exact id from a prefix is the caller's
+        choice (the command line prefers the exact id).
+        """
+        ids.table_of(kind)  # refuses an unknown kind before anything is read
+        engine.check_id(prefix, 'prefix')
+        engine.check_count(limit, 'limit')
+        return await self._read(lambda txn: ids.ids_with_prefix(txn, kind, prefix, limit), bulk=limit > _BULK_THRESHOLD)
+
+    async def unique_prefix_lengths(self, kind: IdKind, identifiers: Iterable[str]) -> dict[str, int]:
+        """For each of `identifiers`, the length of its shortest prefix that no other stored
+        run id (`kind='run'`) or conversation id (`'conversation'`) starts with: what an
+        abbreviated id must keep to name it alone, as `git` abbreviates hashes. When another
+        stored id starts with the whole of it, its full length. An id need not be stored.
+
+        Two neighbour look-ups in key order per id, in one read transaction.
+        """
+        ids.table_of(kind)
+        wanted = list(dict.fromkeys(engine.check_id(i, 'id') for i in identifiers))
+        if not wanted:
+            return {}
+        return await self._read(
+            lambda txn: ids.unique_prefix_lengths(txn, kind, wanted), bulk=len(wanted) > _BULK_THRESHOLD
+        )
 
     # -- lifecycle ----------------------------------------------------------------------------
 

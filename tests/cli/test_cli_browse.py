@@ -48,9 +48,13 @@ def test_conversations_of_an_empty_store(tmp_path) -> None:  # type: ignore[no-u
 def test_runs_of_a_conversation(shared: Store) -> None:
     result = invoke('runs', 'alpha', store=shared.path)
     assert result.exit_code == 0, result.output
-    for run_id in shared.alpha_runs:
-        assert run_id in result.stdout
-    assert shared.beta_runs[0] not in result.stdout
+    # Run ids are abbreviated as git abbreviates hashes: each row's is a prefix of its run's id alone.
+    shown = [line.split()[0] for line in result.stdout.splitlines()[1:-1]]
+    assert len(shown) == len(shared.alpha_runs)
+    for short, run_id in zip(shown, shared.alpha_runs, strict=True):
+        assert [r for r in shared.alpha_runs + shared.beta_runs if r.startswith(short)] == [run_id]
+    full = invoke('runs', 'alpha', '--full-ids', store=shared.path).stdout
+    assert all(run_id in full for run_id in shared.alpha_runs) and shared.beta_runs[0] not in full
     assert 'completed' in result.stdout and 'planner' in result.stdout
     assert '4 runs: 4 completed' in result.stdout
     data = json.loads(invoke('runs', 'alpha', '--json', store=shared.path).stdout)

@@ -16,6 +16,8 @@ from capability.cli import app
 README = Path(__file__).parents[2] / 'README.md'
 
 _UUID = re.compile(r'[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}')
+_SHORT_ID = re.compile(r'\b[0-9a-f]{8}(?:-[0-9a-f]{1,12})*\b')
+"""An id abbreviated as the tables and `tail` show it (`01a22be6-03`)."""
 _SIZE = re.compile(r'\d+(?:\.\d+)? (?:B|KB|MB|GB)\b')
 _NUMBER = re.compile(r'\d+(?:\.\d+)?')
 
@@ -23,6 +25,7 @@ _NUMBER = re.compile(r'\d+(?:\.\d+)?')
 def shape(line: str) -> str:
     """A line with what differs between two demo stores (ids, numbers, sizes, times) set aside."""
     line = _UUID.sub('<id>', line)
+    line = _SHORT_ID.sub('<id>', line)
     line = _SIZE.sub('<size>', line)
     line = _NUMBER.sub('<n>', line)
     return ' '.join(line.split())
