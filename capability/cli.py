@@ -29,9 +29,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
-import click
 import typer
-from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
@@ -46,6 +44,7 @@ from search.analyzers import ANALYZER_NAMES, Analyzer, get_analyzer
 
 if TYPE_CHECKING:
     from pydantic_ai.messages import ModelMessage
+    from rich.progress import Progress
 
 # pydantic-ai, numpy and the search engine are imported by the commands that use them, so that
 # `--help`, `conversations`, `info`, `stats`, `verify` and `tail` start fast.
@@ -136,6 +135,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
 
 
@@ -1192,16 +1192,24 @@ async def _import_into(
                 outcome['empty'] = False
 
 
-async def _import_file(log: LmdbEventLog, file: Path, total: int, allow_version_1: bool) -> int:
-    progress = Progress(
+def _progress_bar(*, in_bytes: bool) -> Progress:
+    """A transient progress bar on stderr, shown only when stderr is a terminal; counts bytes or items."""
+    from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    errors = render.console(stderr=True)
+    return Progress(
         TextColumn('{task.description}'),
         BarColumn(),
-        DownloadColumn(),
+        DownloadColumn() if in_bytes else MofNCompleteColumn(),
         TimeElapsedColumn(),
-        console=(errors := render.console(stderr=True)),
+        console=errors,
         transient=True,
         disable=not errors.is_terminal,
     )
+
+
+async def _import_file(log: LmdbEventLog, file: Path, total: int, allow_version_1: bool) -> int:
+    progress = _progress_bar(in_bytes=True)
     with progress:
         task = progress.add_task('reading and checking', total=total)
 
@@ -1380,15 +1388,7 @@ def reindex(
 
 
 async def _reindex(store: Path, analyzer: Analyzer, as_json: bool) -> None:
-    progress = Progress(
-        TextColumn('{task.description}'),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=(errors := render.console(stderr=True)),
-        transient=True,
-        disable=not errors.is_terminal,
-    )
+    progress = _progress_bar(in_bytes=False)
     async with _open(store) as log:
         with progress:
             task = progress.add_task('indexing runs', total=None)
@@ -1656,7 +1656,7 @@ def _child(argv: list[str], noise_fd: int) -> NoReturn:
             code = 0
         except SystemExit as exc:
             code = _exit_code(exc.code)
-        except (KeyboardInterrupt, click.exceptions.Abort):
+        except (KeyboardInterrupt, typer.Abort):
             code = 130
         except Exception:
             # Not an error a user can cause (those are one line): a bug, reported with its traceback.
