@@ -71,6 +71,17 @@ class _Group(TyperGroup):
         """The parameters, with the plain metavars of `_plain_metavars`."""
         return _plain_metavars(super().get_params(ctx))
 
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        """Each command with the first sentence of its help, wrapped to the terminal rather than cut off."""
+        rows: list[tuple[str, str]] = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, _first_sentence(command.help or '')))
+        if rows:
+            with formatter.section('Commands'):
+                formatter.write_dl(rows)
+
     def main(
         self,
         args: Sequence[str] | None = None,
@@ -87,7 +98,8 @@ class _Group(TyperGroup):
             status = super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
         except Exception as exc:
             if type(exc).__name__ == 'NoArgsIsHelpError':
-                sys.exit(0)  # bare `eventlog`: the help was printed, and that is the answer
+                sys.stdout.write(f'{exc}\n')  # bare `eventlog`: the help is the answer
+                sys.exit(0)
             format_message = getattr(exc, 'format_message', None)
             code = getattr(exc, 'exit_code', None)
             if not callable(format_message) or not isinstance(code, int):
@@ -100,13 +112,41 @@ class _Group(TyperGroup):
         sys.exit(status if isinstance(status, int) else 0)
 
 
+def _first_sentence(text: str) -> str:
+    """The first sentence of a help text (up to its first full stop or blank line), on one line."""
+    paragraph = ' '.join(text.strip().split('\n\n', 1)[0].split())
+    stop = paragraph.find('. ')
+    return (paragraph if stop < 0 else paragraph[:stop]).rstrip('.')
+
+
+_OPTION_METAVARS = {
+    'conversation': '<id>',
+    'run': '<id>',
+    'new_id': '<id>',
+    'analyzer': '<name>',
+    'kind': '<kind>',
+    'model': '<model>',
+}
+"""Metavars that say what an option's text is (`--run <id>`), where its type alone says `<str>`."""
+
+
 def _plain_metavars(params: list[Any]) -> list[Any]:
-    """Help that names an argument as `QUERY` and shows no `<bool>` next to a flag."""
+    """Help that names an argument as `QUERY`, shows no `<bool>` next to a flag, and writes
+    `<n>`, `<seconds>` or `<id>` where the types alone would say `<int range>` or `<str>`."""
     for param in params:
         if isinstance(param, TyperArgument) and param.metavar is None and param.name:
             param.metavar = param.name.upper()
-        elif isinstance(param, TyperOption) and param.is_flag and param.metavar is None:
-            param.metavar = ''
+        elif isinstance(param, TyperOption) and param.metavar is None:
+            if param.is_flag:
+                param.metavar = ''
+            elif param.name in _OPTION_METAVARS:
+                param.metavar = _OPTION_METAVARS[param.name]
+            elif param.type.name.startswith('int'):
+                param.metavar = '<n>'
+            elif param.type.name.startswith('float'):
+                param.metavar = '<seconds>'
+            elif param.type.name in ('str', 'text'):
+                param.metavar = '<text>'
     return params
 
 
