@@ -228,6 +228,23 @@ def message_role(message: ModelMessage) -> str:
     return 'response' if isinstance(message, ModelResponse) else 'request'
 
 
+def message_lines(entry: Entry) -> tuple[str, list[str]]:
+    """A message entry's role (`request` or `response`) and its lines (`'User: hi'`).
+
+    Read from the stored JSON where `search.wire_text` can (no pydantic-ai import), else decoded.
+    """
+    from search.wire_text import wire_lines
+
+    fast = wire_lines(entry.payload)
+    if fast is not None:
+        role, lines = fast
+        return role, [label + text for label, text in lines]
+    from search.render import message_segments
+
+    message = entry.message()
+    return message_role(message), [segment.full() for segment in message_segments(message)]
+
+
 def message_text(message: ModelMessage, *, limit: int | None = None) -> Text:
     """A message as labelled lines (`User:`, `Assistant:`, `Tool Call [name]:` ...), each clipped to `limit`."""
     from search.render import message_segments
@@ -258,10 +275,16 @@ def compaction_info(entry: Entry) -> CompactionInfo:
 
 def compaction_summary_text(info: CompactionInfo) -> str:
     """A compaction's summary messages as plain text (not yet `clean`)."""
-    from search.render import message_segments
+    from search.wire_text import wire_lines
 
     texts: list[str] = []
     for raw in info.summary:
+        fast = wire_lines(bytes(raw))
+        if fast is not None:
+            texts.extend(text for _, text in fast[1])
+            continue
+        from search.render import message_segments
+
         try:
             message = _decode_message(bytes(raw))
         except Exception:
@@ -284,13 +307,10 @@ def _headline(entry: Entry, limit: int) -> str:
     kind = entry.kind
     try:
         if kind == 'message':
-            from search.render import message_segments
-
-            message = entry.message()
-            lines = [segment.full() for segment in message_segments(message)]
+            role, lines = message_lines(entry)
             text = _clip(' | '.join(lines), limit) if lines else '(no text)'
             inherited = ' (inherited)' if entry.inherited else ''
-            return f'{message_role(message)}{inherited}: {text}'
+            return f'{role}{inherited}: {text}'
         if kind == 'run_started':
             started = msgspec.json.decode(entry.payload, type=RunStartedInfo)
             parts = [f'agent {started.agent_name}' if started.agent_name else 'run started']

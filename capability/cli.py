@@ -29,10 +29,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
-import click
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
@@ -49,6 +47,7 @@ from search.analyzers import ANALYZER_NAMES, Analyzer, get_analyzer
 
 if TYPE_CHECKING:
     from pydantic_ai.messages import ModelMessage
+    from rich.progress import Progress
 
 # pydantic-ai, numpy and the search engine are imported by the commands that use them, so that
 # `--help`, `conversations`, `info`, `stats`, `verify` and `tail` start fast.
@@ -75,6 +74,17 @@ class _Group(TyperGroup):
         """The parameters, with the plain metavars of `_plain_metavars`."""
         return _plain_metavars(super().get_params(ctx))
 
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        """Each command with the first sentence of its help, wrapped to the terminal rather than cut off."""
+        rows: list[tuple[str, str]] = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, _first_sentence(command.help or '')))
+        if rows:
+            with formatter.section('Commands'):
+                formatter.write_dl(rows)
+
     def main(
         self,
         args: Sequence[str] | None = None,
@@ -91,7 +101,8 @@ class _Group(TyperGroup):
             status = super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
         except Exception as exc:
             if type(exc).__name__ == 'NoArgsIsHelpError':
-                sys.exit(0)  # bare `eventlog`: the help was printed, and that is the answer
+                sys.stdout.write(f'{exc}\n')  # bare `eventlog`: the help is the answer
+                sys.exit(0)
             format_message = getattr(exc, 'format_message', None)
             code = getattr(exc, 'exit_code', None)
             if not callable(format_message) or not isinstance(code, int):
@@ -104,13 +115,41 @@ class _Group(TyperGroup):
         sys.exit(status if isinstance(status, int) else 0)
 
 
+def _first_sentence(text: str) -> str:
+    """The first sentence of a help text (up to its first full stop or blank line), on one line."""
+    paragraph = ' '.join(text.strip().split('\n\n', 1)[0].split())
+    stop = paragraph.find('. ')
+    return (paragraph if stop < 0 else paragraph[:stop]).rstrip('.')
+
+
+_OPTION_METAVARS = {
+    'conversation': '<id>',
+    'run': '<id>',
+    'new_id': '<id>',
+    'analyzer': '<name>',
+    'kind': '<kind>',
+    'model': '<model>',
+}
+"""Metavars that say what an option's text is (`--run <id>`), where its type alone says `<str>`."""
+
+
 def _plain_metavars(params: list[Any]) -> list[Any]:
-    """Help that names an argument as `QUERY` and shows no `<bool>` next to a flag."""
+    """Help that names an argument as `QUERY`, shows no `<bool>` next to a flag, and writes
+    `<n>`, `<seconds>` or `<id>` where the types alone would say `<int range>` or `<str>`."""
     for param in params:
         if isinstance(param, TyperArgument) and param.metavar is None and param.name:
             param.metavar = param.name.upper()
-        elif isinstance(param, TyperOption) and param.is_flag and param.metavar is None:
-            param.metavar = ''
+        elif isinstance(param, TyperOption) and param.metavar is None:
+            if param.is_flag:
+                param.metavar = ''
+            elif param.name in _OPTION_METAVARS:
+                param.metavar = _OPTION_METAVARS[param.name]
+            elif param.type.name.startswith('int'):
+                param.metavar = '<n>'
+            elif param.type.name.startswith('float'):
+                param.metavar = '<seconds>'
+            elif param.type.name in ('str', 'text'):
+                param.metavar = '<text>'
     return params
 
 
@@ -139,6 +178,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
 
 
@@ -1260,16 +1300,24 @@ async def _import_into(
                 outcome['empty'] = False
 
 
-async def _import_file(log: LmdbEventLog, file: Path, total: int, allow_version_1: bool) -> int:
-    progress = Progress(
+def _progress_bar(*, in_bytes: bool) -> Progress:
+    """A transient progress bar on stderr, shown only when stderr is a terminal; counts bytes or items."""
+    from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    errors = render.console(stderr=True)
+    return Progress(
         TextColumn('{task.description}'),
         BarColumn(),
-        DownloadColumn(),
+        DownloadColumn() if in_bytes else MofNCompleteColumn(),
         TimeElapsedColumn(),
-        console=(errors := render.console(stderr=True)),
+        console=errors,
         transient=True,
         disable=not errors.is_terminal,
     )
+
+
+async def _import_file(log: LmdbEventLog, file: Path, total: int, allow_version_1: bool) -> int:
+    progress = _progress_bar(in_bytes=True)
     with progress:
         task = progress.add_task('reading and checking', total=total)
 
@@ -1450,15 +1498,7 @@ def reindex(
 
 
 async def _reindex(store: Path, analyzer: Analyzer, as_json: bool) -> None:
-    progress = Progress(
-        TextColumn('{task.description}'),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=(errors := render.console(stderr=True)),
-        transient=True,
-        disable=not errors.is_terminal,
-    )
+    progress = _progress_bar(in_bytes=False)
     async with _open(store) as log:
         with progress:
             task = progress.add_task('indexing runs', total=None)
@@ -1752,7 +1792,7 @@ def _child(argv: list[str], noise_fd: int) -> NoReturn:
             code = 0
         except SystemExit as exc:
             code = _exit_code(exc.code)
-        except (KeyboardInterrupt, click.exceptions.Abort):
+        except (KeyboardInterrupt, typer.Abort):
             code = 130
         except Exception:
             # Not an error a user can cause (those are one line): a bug, reported with its traceback.

@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from pydantic_ai import messages as _messages
 from pydantic_ai.messages import (
@@ -43,6 +43,7 @@ from pydantic_ai.messages import (
 )
 
 from search.analyzers import WORD_RE, Analyzer, DefaultAnalyzer, LocatingAnalyzer
+from search.wire_text import LEGACY_SUMMARY_PREFIX, SEARCH_TOOL_NAME
 
 __all__ = [
     'ELLIPSIS',
@@ -59,11 +60,6 @@ __all__ = [
     'message_segments',
 ]
 
-SEARCH_TOOL_NAME: Final = 'search_conversation_history'
-"""The search tool's own name. Its calls and returns are bookkeeping of earlier searches, not
-conversation: they stay in the log but are neither indexed nor shown, so a search never
-answers with the questions and answers of earlier searches."""
-
 EXCERPT_CHARS = 500
 """Display cap for conversational text: prompts, replies, tool returns, retries, summaries, speech."""
 
@@ -72,12 +68,6 @@ SHORT_EXCERPT_CHARS = 200
 
 ELLIPSIS = '…'
 """Marks text cut from a shown excerpt."""
-
-LEGACY_SUMMARY_PREFIX = 'Summary of previous conversation:\n\n'
-"""How a summary system prompt written by an older summarizing compaction begins.
-
-Such a prompt is a derived artifact, not an original: it renders as a bare marker line.
-"""
 
 _LEGACY_SUMMARY_MARKER = '[Compaction summary]'
 

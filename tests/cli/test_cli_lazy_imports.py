@@ -66,6 +66,7 @@ def _run(tmp_path: Path, *args: str) -> tuple[int, str, list[str]]:
         ['verify'],
         ['runs'],
         ['tail', '--kind', 'run_started', '--kind', 'run_finished', '--kind', 'tool_effect'],
+        ['tail', '--lines', '40'],
     ],
     ids=' '.join,
 )
