@@ -385,6 +385,11 @@ class _Writer:
         every.length -= stats.own_length
         self.stats.pop(conv_key, None)
         records.delete('stats', conv_key)
+        # The conversation no longer holds copies of anyone's messages (a re-indexed dependent
+        # records again those it still holds).
+        for key, _ in list(records.scan('copies')):
+            if key[key.index(b'\x00') + 1 :] == conv_key:
+                records.delete('copies', key)
         if reindex_before is None:
             return
         dependents = [
