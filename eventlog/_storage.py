@@ -8,10 +8,20 @@ transaction. Keys are bytes compared bytewise, as LMDB compares them.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Final, Protocol
 
-__all__ = ['TABLE_NAMES', 'MemoryTables', 'MemoryTxn', 'ReadTxn', 'Table', 'TableId', 'WriteTxn']
+__all__ = [
+    'TABLE_NAMES',
+    'MemoryTables',
+    'MemoryTxn',
+    'ProjectionRecords',
+    'ProjectionWriter',
+    'ReadTxn',
+    'Table',
+    'TableId',
+    'WriteTxn',
+]
 
 
 class Table:
@@ -78,6 +88,57 @@ class WriteTxn(ReadTxn, Protocol):
     def delete(self, table: TableId, key: bytes) -> None: ...
 
 
+class ProjectionRecords(Protocol):
+    """A tracked projection's own records and position, read inside one transaction of the store.
+
+    A projection (the search index, say) is named and keeps its records in named tables of
+    its own; keys are bytes compared bytewise. Its position is the last log `seq` it has
+    applied, stored with its records so that both always change together. A backend keeps
+    them as it likes: LMDB in named databases, a SQL store in tables keyed by
+    (projection, table, key) and (projection) -> position.
+    """
+
+    def position(self) -> int | None:
+        """The last `seq` the projection applied; `None` when it never recorded one (or was cleared)."""
+        ...
+
+    def get(self, table: str, key: bytes) -> bytes | None: ...
+
+    def scan(
+        self, table: str, *, prefix: bytes = b'', start: bytes | None = None, reverse: bool = False
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """Records whose key starts with `prefix`, from `start` (inclusive) on, in key order or reversed.
+
+        With `reverse`, `start` is the largest key to return.
+        """
+        ...
+
+    def last(self, table: str, prefix: bytes = b'') -> tuple[bytes, bytes] | None:
+        """The record with the largest key starting with `prefix`."""
+        ...
+
+
+class ProjectionWriter(ProjectionRecords, Protocol):
+    """A projection's records and position in a write transaction: all its writes and its new
+    position commit together, or none of them."""
+
+    def put(self, table: str, key: bytes, value: bytes) -> None: ...
+
+    def delete(self, table: str, key: bytes) -> None: ...
+
+    def delete_prefix(self, table: str, prefix: bytes) -> list[bytes]:
+        """Delete every record whose key starts with `prefix`; return their keys in order."""
+        ...
+
+    def set_position(self, seq: int) -> None:
+        """Record that the projection has applied the log up to `seq`."""
+        ...
+
+    def clear(self) -> None:
+        """Delete every record of the projection and its position (before a rebuild)."""
+        ...
+
+
 def prefix_end(prefix: bytes) -> bytes | None:
     """The smallest key greater than every key starting with `prefix` (None: no bound)."""
     stripped = prefix.rstrip(b'\xff')
@@ -95,10 +156,10 @@ class _MemTable:
 
 
 class MemoryTables:
-    """The in-memory store: one sorted table per `Table`."""
+    """The in-memory store: one sorted table per `Table` (or per id of `tables`)."""
 
-    def __init__(self) -> None:
-        self.tables = {table: _MemTable() for table in TABLE_NAMES}
+    def __init__(self, tables: Iterable[TableId] = TABLE_NAMES) -> None:
+        self.tables = {table: _MemTable() for table in tables}
 
 
 class MemoryTxn:

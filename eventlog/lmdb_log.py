@@ -25,13 +25,24 @@ import lmdb
 
 from eventlog import _engine as engine
 from eventlog import _lmdb_check as lmdb_check
+from eventlog import _lmdb_projection as lmdb_projection
 from eventlog._files import sync_directory
-from eventlog._storage import TABLE_NAMES, ReadTxn, Table, TableId, WriteTxn, prefix_end
+from eventlog._storage import (
+    TABLE_NAMES,
+    ProjectionRecords,
+    ProjectionWriter,
+    ReadTxn,
+    Table,
+    TableId,
+    WriteTxn,
+    prefix_end,
+)
 from eventlog._verify import report_of
 from eventlog._verify import verify as verify_store
 from eventlog.entries import VerifyProblem, VerifyReport
 from eventlog.errors import CorruptEntryError, LogClosedError, StorageError, StoreBusyError, StoreLocationError
 from eventlog.log import EventLogBase
+from eventlog.projection import LogReader, ProjectionSpec
 
 __all__ = ['CompactResult', 'LmdbEventLog', 'register_compaction_hook']
 
@@ -255,6 +266,7 @@ class LmdbEventLog(EventLogBase):
             _release_store_lock(self._store_lock)
             raise
         self._closed = False
+        self._projection_handles: dict[ProjectionSpec, lmdb_projection.ProjectionHandles] = {}
 
     @property
     def env(self) -> lmdb.Environment:
@@ -308,6 +320,40 @@ class LmdbEventLog(EventLogBase):
                 return shared.env.open_db(name, create=True)
             finally:
                 shared.leave()
+
+    def read_projection(self, spec: ProjectionSpec, fn: Callable[[ProjectionRecords, LogReader], T]) -> T:
+        """Run `fn` with the projection's records and the log in one read transaction (see
+        `eventlog.projection`); the projection's tables are created on first use."""
+        return self._run_projection(spec, fn, write=False)
+
+    def write_projection(self, spec: ProjectionSpec, fn: Callable[[ProjectionWriter, LogReader], T]) -> T:
+        """Run `fn` in one write transaction: the projection's writes and position commit together
+        when it returns, none when it raises; retried after the map grows, as appends are."""
+        return self._run_projection(spec, fn, write=True)
+
+    def has_projection(self, name: str) -> bool:
+        """Whether the projection called `name` was ever opened in this store; asking creates nothing."""
+        return self.run_in_txn(lambda txn: lmdb_projection.has_projection(txn, name), write=False)
+
+    def _run_projection(
+        self, spec: ProjectionSpec, fn: Callable[[lmdb_projection.LmdbProjectionTxn, LogReader], T], *, write: bool
+    ) -> T:
+        while True:
+            handles = self._projection_handles.get(spec)
+            if handles is None or handles.env is not self._shared.env:  # new, or the store was compacted
+                self._check_open()
+                handles = lmdb_projection.ProjectionHandles(self._shared.env, spec.name, spec.tables, self.open_table)
+                self._projection_handles[spec] = handles
+
+            def run(txn: lmdb.Transaction, handles: lmdb_projection.ProjectionHandles = handles) -> T:
+                if handles.env is not self._shared.env:  # compacted between opening and this transaction
+                    raise lmdb_projection.StaleHandles
+                return fn(lmdb_projection.LmdbProjectionTxn(txn, handles), LogReader(_LmdbTxn(txn, self._shared.dbs)))
+
+            try:
+                return self.run_in_txn(run, write=write)
+            except lmdb_projection.StaleHandles:
+                continue
 
     def _verify_sync(self) -> VerifyReport:
         """`verify`, after walking the file's B-trees in the same snapshot (`_verify_snapshot`)."""

@@ -7,8 +7,10 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from eventlog import _engine as engine
-from eventlog._storage import MemoryTables, MemoryTxn, ReadTxn, WriteTxn
+from eventlog._memory_projection import MemoryProjections
+from eventlog._storage import MemoryTables, MemoryTxn, ProjectionRecords, ProjectionWriter, ReadTxn, WriteTxn
 from eventlog.log import EventLogBase
+from eventlog.projection import LogReader, ProjectionSpec
 
 __all__ = ['InMemoryEventLog']
 
@@ -25,6 +27,7 @@ class InMemoryEventLog(EventLogBase):
     def __init__(self) -> None:
         self._tables = MemoryTables()
         self._lock = threading.RLock()
+        self._projections = MemoryProjections()
         self._write_sync(engine.init_format)
 
     def _read_sync(self, fn: Callable[[ReadTxn], T]) -> T:
@@ -39,3 +42,23 @@ class InMemoryEventLog(EventLogBase):
             except BaseException:
                 txn.rollback()
                 raise
+
+    def read_projection(self, spec: ProjectionSpec, fn: Callable[[ProjectionRecords, LogReader], T]) -> T:
+        """Run `fn` with the projection's records and the log (see `eventlog.projection`)."""
+        with self._lock:
+            return fn(self._projections.begin(spec.name), LogReader(MemoryTxn(self._tables)))
+
+    def write_projection(self, spec: ProjectionSpec, fn: Callable[[ProjectionWriter, LogReader], T]) -> T:
+        """Run `fn` in one write transaction of the projection: all of it applies, or none if it raises."""
+        with self._lock:
+            txn = self._projections.begin(spec.name)
+            try:
+                return fn(txn, LogReader(MemoryTxn(self._tables)))
+            except BaseException:
+                txn.rollback()
+                raise
+
+    def has_projection(self, name: str) -> bool:
+        """Whether the projection called `name` was ever opened in this store."""
+        with self._lock:
+            return self._projections.has(name)

@@ -1,45 +1,92 @@
-"""Read access to an LMDB log's tables for projections kept in the same store.
+"""Tracked projections: derived records kept in the log's store, following the log by position.
 
-A projection (the persistent search index, say) follows the log by position: it
-remembers the last `seq` it applied and, inside one LMDB transaction, reads what came
-after and writes its own tables. Sharing the transaction means the projection sees
-exactly the entries its writes account for, and it can always be dropped and rebuilt
-from the entries (DESIGN invariant 6).
+A projection (the persistent search index, say) has a name, a few named tables of its own
+records, and a position: the last `seq` it has applied. Both backends run a projection's
+function inside one transaction of the store, handing it the projection's records
+(`ProjectionRecords`, or `ProjectionWriter` in a write transaction) and a `LogReader` over
+the same snapshot of the log. The position is stored with the records, so a write
+transaction commits the projection's writes and its new position together or neither: a
+crash never leaves records that the position does not account for. A projection can
+always be cleared and rebuilt from the entries (docs/projections.md).
+
+Typical use, one batch of a catch-up::
+
+    def apply(records: ProjectionWriter, log: LogReader) -> int:
+        position = records.position() or 0
+        for entry in log.entries_after(position, limit=1000):
+            ...  # records.put(...)
+            position = entry.seq
+        records.set_position(position)
+        return position
+
+    log.write_projection(ProjectionSpec('mine', ('docs',)), apply)
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
-from typing import TypeVar
-
-import lmdb
+from dataclasses import dataclass
+from typing import Protocol, TypeVar, runtime_checkable
 
 from eventlog import _engine as engine
-from eventlog._storage import Table
+from eventlog._storage import ProjectionRecords, ProjectionWriter, ReadTxn, Table
 from eventlog.entries import ConversationRecord, Entry, RunRecord
-from eventlog.lmdb_log import LmdbEventLog, _LmdbTxn  # pyright: ignore[reportPrivateUsage]
+from eventlog.errors import InvalidArgumentError
 
-__all__ = ['BranchMessage', 'LogReader', 'run_projection']
+__all__ = [
+    'BranchMessage',
+    'LogReader',
+    'ProjectionRecords',
+    'ProjectionSpec',
+    'ProjectionStore',
+    'ProjectionWriter',
+]
 
 T = TypeVar('T')
 
 BranchMessage = tuple[int, str, bytes]
 """A message on a branch: its `seq`, its conversation, and its pydantic-ai JSON."""
 
+_NAME = re.compile(r'[a-z][a-z0-9_]{0,31}')
+
+
+@dataclass(frozen=True)
+class ProjectionSpec:
+    """A projection's name and the names of its tables (lowercase letters, digits and `_`).
+
+    Backends derive their storage names from these: LMDB keeps table `t` of projection
+    `p` in the named database `p.t`.
+    """
+
+    name: str
+    tables: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        for part in (self.name, *self.tables):
+            if not _NAME.fullmatch(part):
+                raise InvalidArgumentError(
+                    f'{part!r} is not a projection or table name (lowercase letters, digits and _, up to 32)'
+                )
+        if len(set(self.tables)) != len(self.tables):
+            raise InvalidArgumentError(f'projection {self.name!r} names a table twice')
+
 
 class LogReader:
-    """The log as seen from inside one transaction."""
+    """The log as seen from inside one transaction (the snapshot a projection's function runs in)."""
 
-    def __init__(self, txn: _LmdbTxn) -> None:
+    def __init__(self, txn: ReadTxn) -> None:
         self._txn = txn
 
     def last_seq(self) -> int:
         """The largest `seq` assigned so far."""
         return engine.last_seq(self._txn)
 
-    def entries_after(self, seq: int) -> Iterator[Entry]:
-        """Every entry with a larger `seq`, in order."""
-        return engine.iter_entries(self._txn, after_seq=seq)
+    def entries_after(self, seq: int, *, limit: int | None = None) -> Iterator[Entry]:
+        """The entries with a larger `seq`, in order (at most `limit` of them, if given)."""
+        if limit is None:
+            return engine.iter_entries(self._txn, after_seq=seq)
+        return _take(engine.iter_entries(self._txn, after_seq=seq), limit)
 
     def conversation_entries(self, conversation_id: str, *, before: int | None = None) -> Iterator[Entry]:
         """The conversation's entries in order (only those below `before`, if given)."""
@@ -77,11 +124,31 @@ class LogReader:
         return [(b.seq, b.conversation_id, b.payload) for b in bodies if b.kind == 'message']
 
 
-def run_projection(log: LmdbEventLog, fn: Callable[[lmdb.Transaction, LogReader], T], *, write: bool) -> T:
-    """Run `fn` with an LMDB transaction and a `LogReader` over the same snapshot.
+def _take(entries: Iterator[Entry], limit: int) -> Iterator[Entry]:
+    if limit <= 0:
+        return
+    for count, entry in enumerate(entries, 1):
+        yield entry
+        if count >= limit:
+            return
 
-    Write transactions commit when `fn` returns, abort when it raises, and are retried after
-    the map grows, exactly like the log's own appends.
-    """
-    dbs = log._shared.dbs  # pyright: ignore[reportPrivateUsage]
-    return log.run_in_txn(lambda txn: fn(txn, LogReader(_LmdbTxn(txn, dbs))), write=write)
+
+@runtime_checkable
+class ProjectionStore(Protocol):
+    """What a backend offers projections; `InMemoryEventLog` and `LmdbEventLog` both do."""
+
+    def read_projection(self, spec: ProjectionSpec, fn: Callable[[ProjectionRecords, LogReader], T]) -> T:
+        """Run `fn` with the projection's records and the log, both from one consistent snapshot."""
+        ...
+
+    def write_projection(self, spec: ProjectionSpec, fn: Callable[[ProjectionWriter, LogReader], T]) -> T:
+        """Run `fn` in one write transaction: its writes and position commit if it returns, none if it raises.
+
+        Writes of the log wait meanwhile, so the log does not move under the projection.
+        """
+        ...
+
+    def has_projection(self, name: str) -> bool:
+        """Whether the projection called `name` was ever opened in this store (its tables exist,
+        empty or not); asking creates nothing."""
+        ...

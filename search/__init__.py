@@ -1,7 +1,9 @@
 """BM25 recall over stored conversation history.
 
-The search layer reads history through `HistorySource` and never imports the event log
-or the capabilities. Its parts:
+The in-memory search reads history through `HistorySource`; the persistent index
+(`search.lmdb_index`) is a tracked projection of the event log and stands on its storage
+protocol (`eventlog.projection`). So the search layer imports the event log, never the
+capabilities, and the event log never imports search. Its parts:
 
 - `search.source`: the `HistorySource` protocol.
 - `search.render`: a message as indexed text and as a clipped excerpt.
@@ -10,6 +12,7 @@ or the capabilities. Its parts:
 - `search.backend`: the `SearchBackend` / `Corpus` seam an index implements.
 - `search.memory_index`: the in-memory corpus rebuilt from a `HistorySource` per search.
 - `search.engine`: the search itself, answering in text written for a model.
+- `search.lmdb_index`: the index kept in the log's store, current with the log by position.
 """
 
 from __future__ import annotations

@@ -1,18 +1,22 @@
-"""`LmdbIndex`: a persistent BM25 index kept inside an `LmdbEventLog`'s store.
+"""`LmdbIndex`: a persistent BM25 index kept in the log's store, as a tracked projection.
 
-The index is a projection of the log (DESIGN invariant 6). It follows the log by
-position: it remembers the last `seq` it applied and, before answering a search, applies
-whatever was appended since, from any process, in one write transaction. Dropping its
-tables and rebuilding gives the same index.
+The index is a projection of the log (`eventlog.projection`): it stands on the storage
+protocol's projection API, so it runs on every backend that offers it (an `LmdbEventLog`,
+where it is persistent and shared by processes, and an `InMemoryEventLog`). It follows the
+log by position: the backend stores the last `seq` it applied together with its records,
+and before answering a search the index applies whatever was appended since, from any
+process, in one write transaction per batch. Clearing its records and rebuilding gives the
+same index.
 
 Documents are the reference's: one per message, each counted once per conversation. A
 run's own messages are its documents; history a run continues from another conversation
 (a fork, or a run started elsewhere) is indexed again as that run's, because it is part
 of the conversation's record. Positions are positions in the run's full record.
 
-Tables (LMDB named databases, all prefixed `ix.`):
+Tables of the projection `ix` (in LMDB the named databases `ix.<table>`); its position, the
+last `seq` applied, is kept by the backend beside them:
 
-- `ix.meta`     analyzer name, position, format
+- `ix.meta`     analyzer name, format
 - `ix.post`     ck(conv) + flag + term + NUL + block -> packed (doc id, tf, length) triples;
                 flag `o` for a run's own messages, `c` for copies of history from elsewhere
 - `ix.stats`    ck(conv) -> (documents, total length, own documents, own total length)
@@ -34,16 +38,15 @@ import struct
 import threading
 import weakref
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Final
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Final, Protocol, TypeVar
 
-import lmdb
 import msgspec
 
 from eventlog import Entry, LmdbEventLog, RunRecord, decode_messages
 from eventlog.errors import CorruptStoreError, EventLogError, InvalidArgumentError
 from eventlog.lmdb_log import register_compaction_hook
-from eventlog.projection import LogReader, run_projection
+from eventlog.projection import LogReader, ProjectionRecords, ProjectionSpec, ProjectionStore, ProjectionWriter
 from search.analyzers import Analyzer, resolve_analyzer
 
 if TYPE_CHECKING:
@@ -57,13 +60,16 @@ if TYPE_CHECKING:
 # is searched or messages are read, so that `eventlog stats` and `verify`, which open the
 # index, start without them.
 
-__all__ = ['IndexAnalyzerMismatch', 'IndexFinding', 'IndexState', 'LmdbIndex']
+__all__ = ['INDEX_PROJECTION', 'IndexAnalyzerMismatch', 'IndexFinding', 'IndexState', 'IndexedLog', 'LmdbIndex']
+
+T = TypeVar('T')
 
 _DAMAGED_INDEX: Final = 'the search index is damaged: {}; rebuild it with `eventlog reindex` (the log is not affected)'
 
-INDEX_FORMAT: Final = 2
+INDEX_FORMAT: Final = 3
 """What the index holds, by version: 2 leaves the search tool's own calls and returns out of
-the documents. An index of another version is rebuilt from the entries when first opened."""
+the documents; 3 keeps the position with the projection API rather than in `ix.meta`. An
+index of another version is rebuilt from the entries when first opened."""
 _BLOCK: Final = 64
 """Postings per block: small enough that rewriting the last block on append stays cheap."""
 _MAX_TERM_BYTES: Final = 200
@@ -79,6 +85,17 @@ _POS = struct.Struct('>I')
 _TRIPLE = struct.Struct('<qqq')
 _BLOCK_NO = struct.Struct('>I')
 _TABLES = ('meta', 'post', 'stats', 'runs', 'convruns', 'pos', 'held', 'copies')
+
+INDEX_PROJECTION: Final = ProjectionSpec('ix', _TABLES)
+"""The index as a projection of the store: its name and tables."""
+
+
+class IndexedLog(ProjectionStore, Protocol):
+    """What the index needs of a log: the projection API, and a run's record and messages."""
+
+    async def get_run(self, run_id: str) -> RunRecord | None: ...
+
+    async def run_messages(self, run_id: str) -> list[ModelMessage]: ...
 
 
 class IndexAnalyzerMismatch(EventLogError):
@@ -118,8 +135,8 @@ _MAX_INDEX_FINDINGS: Final = 20
 """Differences listed per index table; the rest are counted."""
 
 
-def _table_items(txn: lmdb.Transaction, db: lmdb._Database) -> dict[bytes, bytes]:
-    return {bytes(k): bytes(v) for k, v in txn.cursor(db=db)}
+def _table_items(records: ProjectionRecords) -> dict[str, dict[bytes, bytes]]:
+    return {name: dict(records.scan(name)) for name in _TABLES}
 
 
 def _index_conversation(table: str, key: bytes) -> str:
@@ -189,16 +206,12 @@ def _doc_id(start_seq: int, position: int) -> int:
     return (start_seq << 32) | position
 
 
-def _prefix_end(prefix: bytes) -> bytes:
-    return prefix[:-1] + bytes([prefix[-1] + 1])
-
-
 class _Writer:
     """Applies entries to the index inside one write transaction."""
 
-    def __init__(self, index: LmdbIndex, txn: lmdb.Transaction, reader: LogReader) -> None:
+    def __init__(self, index: LmdbIndex, records: ProjectionWriter, reader: LogReader) -> None:
         self.ix = index
-        self.txn = txn
+        self.records = records
         self.reader = reader
         self.runs: dict[str, _Run] = {}
         self.stats: dict[bytes, _Stats] = {}
@@ -210,7 +223,7 @@ class _Writer:
     def run(self, run_id: str) -> _Run | None:
         cached = self.runs.get(run_id)
         if cached is None:
-            raw = self.txn.get(run_id.encode(), db=self.ix.db['runs'])
+            raw = self.records.get('runs', run_id.encode())
             if raw is not None:
                 cached = _run_dec.decode(raw)
                 self.runs[run_id] = cached
@@ -219,38 +232,35 @@ class _Writer:
     def stat(self, key: bytes) -> _Stats:
         cached = self.stats.get(key)
         if cached is None:
-            raw = self.txn.get(key, db=self.ix.db['stats'])
+            raw = self.records.get('stats', key)
             cached = _Stats() if raw is None else _stats_dec.decode(raw)
             self.stats[key] = cached
         return cached
 
     def write_postings(self) -> None:
         """Append the postings gathered so far to their terms' last blocks (one write per term)."""
-        post = self.ix.db['post']
-        cursor = self.txn.cursor(db=post)
+        records = self.records
         for prefix, triples in self.pending.items():
             block_no = 0
             block = b''
-            found = cursor.prev() if cursor.set_range(_prefix_end(prefix)) else cursor.last()
-            if found:
-                key = bytes(cursor.key())
-                if key.startswith(prefix) and len(key) == len(prefix) + 4:
-                    block_no = _BLOCK_NO.unpack_from(key, len(prefix))[0]
-                    block = bytes(cursor.value())
+            found = records.last('post', prefix)
+            if found is not None and len(found[0]) == len(prefix) + 4:
+                block_no = _BLOCK_NO.unpack_from(found[0], len(prefix))[0]
+                block = found[1]
             data = block + b''.join(triples)
             size = _BLOCK * _TRIPLE.size
             for offset in range(0, len(data), size):
-                self.txn.put(prefix + _BLOCK_NO.pack(block_no), data[offset : offset + size], db=post)
+                records.put('post', prefix + _BLOCK_NO.pack(block_no), data[offset : offset + size])
                 block_no += 1
         self.pending.clear()
 
     def flush(self, position: int) -> None:
         self.write_postings()
         for run_id, run in self.runs.items():
-            self.txn.put(run_id.encode(), _enc.encode(run), db=self.ix.db['runs'])
+            self.records.put('runs', run_id.encode(), _enc.encode(run))
         for key, stats in self.stats.items():
-            self.txn.put(key, _enc.encode(stats), db=self.ix.db['stats'])
-        self.txn.put(b'position', _SEQ.pack(position), db=self.ix.db['meta'])
+            self.records.put('stats', key, _enc.encode(stats))
+        self.records.set_position(position)
 
     def add_doc(
         self, conversation_id: str, flag: bytes, doc_id: int, payload: bytes, run_id: str, position: int, seq: int
@@ -270,8 +280,8 @@ class _Writer:
                 pending[prefix] = [triple]
             else:
                 chunk.append(triple)
-        self.txn.put(conv_key + _SEQ.pack(seq), b'', db=self.ix.db['held'])
-        self.txn.put(_ck(run_id) + _POS.pack(position), _SEQ.pack(seq), db=self.ix.db['pos'])
+        self.records.put('held', conv_key + _SEQ.pack(seq), b'')
+        self.records.put('pos', _ck(run_id) + _POS.pack(position), _SEQ.pack(seq))
         stats = self.stat(conv_key)
         stats.docs += 1
         stats.length += length
@@ -283,7 +293,7 @@ class _Writer:
             every.length += length
 
     def held(self, conversation_id: str, seq: int) -> bool:
-        return self.txn.get(_ck(conversation_id) + _SEQ.pack(seq), db=self.ix.db['held']) is not None
+        return self.records.get('held', _ck(conversation_id) + _SEQ.pack(seq)) is not None
 
     # -- applying entries ---------------------------------------------------------------------
 
@@ -303,7 +313,7 @@ class _Writer:
             # The usual case: the run continues a run of its own conversation, whose history the
             # conversation's corpus already holds in full; nothing to copy, no branch to walk.
             self.runs[entry.run_id] = _Run(conv, entry.seq, threaded, 0, threaded)
-            self.txn.put(_ck(conv) + entry.run_id.encode(), b'', db=self.ix.db['convruns'])
+            self.records.put('convruns', _ck(conv) + entry.run_id.encode(), b'')
             return
         prefix = self.reader.branch_messages(entry.parent)
         first = len(prefix)
@@ -313,12 +323,12 @@ class _Writer:
                 break
         run = _Run(conversation_id=conv, start_seq=entry.seq, prefix=len(prefix), own=0, first=first)
         self.runs[entry.run_id] = run
-        self.txn.put(_ck(conv) + entry.run_id.encode(), b'', db=self.ix.db['convruns'])
+        self.records.put('convruns', _ck(conv) + entry.run_id.encode(), b'')
         for position in range(first, len(prefix)):
             seq, source_conv, payload = prefix[position]
             self.add_doc(conv, b'c', _doc_id(entry.seq, position), payload, entry.run_id, position, seq)
             if source_conv != conv:
-                self.txn.put(_ck(source_conv) + _ck(conv), b'', db=self.ix.db['copies'])
+                self.records.put('copies', _ck(source_conv) + _ck(conv), b'')
 
     def threaded_prefix(self, conversation_id: str, parent: int | None) -> int | None:
         """The length of the history a run continues when it continues an indexed run of the same
@@ -332,13 +342,11 @@ class _Writer:
         if earlier is None or earlier.conversation_id != conversation_id:
             return None
         prefix = _ck(parent_entry.run_id)
-        cursor = self.txn.cursor(db=self.ix.db['pos'])
         count = 0
-        if cursor.set_range(prefix + _POS.pack(earlier.prefix)):
-            for _, value in _iter_prefix(cursor, prefix):
-                if _SEQ.unpack(value)[0] > parent:
-                    break
-                count += 1
+        for _, value in self.records.scan('pos', prefix=prefix, start=prefix + _POS.pack(earlier.prefix)):
+            if _SEQ.unpack(value)[0] > parent:
+                break
+            count += 1
         return earlier.prefix + count
 
     def add_message(self, entry: Entry) -> None:
@@ -358,41 +366,35 @@ class _Writer:
             entry.seq,
         )
 
-    def _delete_prefix(self, table: str, prefix: bytes) -> list[bytes]:
-        db = self.ix.db[table]
-        cursor = self.txn.cursor(db=db)
-        removed: list[bytes] = []
-        if cursor.set_range(prefix):
-            while True:
-                key = bytes(cursor.key())
-                if not key.startswith(prefix):
-                    break
-                removed.append(key)
-                if not cursor.delete():
-                    break
-        return removed
-
     def drop_conversation(self, conversation_id: str, *, reindex_before: int | None) -> None:
         """Remove a conversation from the index; re-index those that held copies of its messages."""
         self.write_postings()
         self.ix.decoded.clear()
         conv_key = _ck(conversation_id)
-        for key in self._delete_prefix('convruns', conv_key):
+        records = self.records
+        for key in records.delete_prefix('convruns', conv_key):
             run_id = key[len(conv_key) :].decode()
-            self._delete_prefix('pos', _ck(run_id))
-            self.txn.delete(run_id.encode(), db=self.ix.db['runs'])
+            records.delete_prefix('pos', _ck(run_id))
+            records.delete('runs', run_id.encode())
             self.runs.pop(run_id, None)
-        self._delete_prefix('post', conv_key)
-        self._delete_prefix('held', conv_key)
+        records.delete_prefix('post', conv_key)
+        records.delete_prefix('held', conv_key)
         stats = self.stat(conv_key)
         every = self.stat(_ALL)
         every.docs -= stats.own_docs
         every.length -= stats.own_length
         self.stats.pop(conv_key, None)
-        self.txn.delete(conv_key, db=self.ix.db['stats'])
+        records.delete('stats', conv_key)
+        # The conversation no longer holds copies of anyone's messages (a re-indexed dependent
+        # records again those it still holds).
+        for key, _ in list(records.scan('copies')):
+            if key[key.index(b'\x00') + 1 :] == conv_key:
+                records.delete('copies', key)
         if reindex_before is None:
             return
-        dependents = [key[len(conv_key) :].rstrip(b'\x00').decode() for key in self._delete_prefix('copies', conv_key)]
+        dependents = [
+            key[len(conv_key) :].rstrip(b'\x00').decode() for key in records.delete_prefix('copies', conv_key)
+        ]
         for dependent in dependents:
             if dependent == conversation_id:
                 continue
@@ -402,7 +404,11 @@ class _Writer:
 
 
 class LmdbIndex:
-    """A persistent search index over an `LmdbEventLog`, usable as a `SearchBackend`.
+    """A search index kept in a log's store as a tracked projection, usable as a `SearchBackend`.
+
+    On an `LmdbEventLog` it is persistent and shared by every process using the store; on an
+    `InMemoryEventLog` it lives as long as the log (the same code, for tests and short-lived
+    stores).
 
     Args:
         log: The log to index; the index lives in the same store.
@@ -410,35 +416,27 @@ class LmdbIndex:
             records its analyzer; a different one is refused until `rebuild(analyzer)`.
     """
 
-    def __init__(self, log: LmdbEventLog, analyzer: str | Analyzer = 'default') -> None:
+    def __init__(self, log: IndexedLog, analyzer: str | Analyzer = 'default') -> None:
         self.log = log
         self.analyzer: Analyzer = resolve_analyzer(analyzer)
-        self.db = {name: log.open_table(f'ix.{name}'.encode()) for name in _TABLES}
         self._lock = threading.Lock()
         self.decoded = _DecodedCache()
-        stored = self._stored_analyzer()
+        stored, stored_format = self._read(lambda records, _: (_meta(records, b'analyzer'), _meta(records, b'format')))
         if stored is not None and stored != self.analyzer.name:
             raise IndexAnalyzerMismatch(
                 f'the search index of this store was built with the {stored!r} analyzer, not {self.analyzer.name!r}; '
                 f'rebuild it with that analyzer first (`eventlog reindex --analyzer {self.analyzer.name}`)'
             )
-        if stored is not None and self._stored_format() != INDEX_FORMAT:
+        if stored is not None and stored_format != str(INDEX_FORMAT):
             self.rebuild()
 
-    def _stored_format(self) -> int | None:
-        raw = run_projection(self.log, lambda txn, _: txn.get(b'format', db=self.db['meta']), write=False)
-        try:
-            return None if raw is None else int(bytes(raw))
-        except ValueError:
-            return None
-
-    def _stored_analyzer(self) -> str | None:
-        raw = run_projection(self.log, lambda txn, _: txn.get(b'analyzer', db=self.db['meta']), write=False)
-        return None if raw is None else bytes(raw).decode()
+    def _read(self, fn: Callable[[ProjectionRecords, LogReader], T]) -> T:
+        return self.log.read_projection(INDEX_PROJECTION, fn)
 
     @classmethod
-    def for_log(cls, log: LmdbEventLog, analyzer: str | Analyzer = 'default') -> LmdbIndex:
-        """The index of `log` for `analyzer`, shared by every caller in this process."""
+    def for_log(cls, log: IndexedLog, analyzer: str | Analyzer = 'default') -> LmdbIndex:
+        """The index of `log` for `analyzer`, shared by every caller in this process (with its
+        cache of decoded messages)."""
         resolved = resolve_analyzer(analyzer)
         per_log = _shared.setdefault(log, {})
         index = per_log.get(resolved.name)
@@ -447,70 +445,76 @@ class LmdbIndex:
         return index
 
     @classmethod
-    def open_existing(cls, log: LmdbEventLog) -> LmdbIndex:
+    def open_existing(cls, log: IndexedLog) -> LmdbIndex:
         """The store's index with the analyzer it was built with (`default` when none is built yet)."""
-        meta = log.open_table(b'ix.meta')
-        raw = run_projection(log, lambda txn, _: txn.get(b'analyzer', db=meta), write=False)
-        return cls(log, 'default' if raw is None else bytes(raw).decode())
+        stored = log.read_projection(INDEX_PROJECTION, lambda records, _: _meta(records, b'analyzer'))
+        return cls(log, 'default' if stored is None else stored)
 
     # -- keeping current ----------------------------------------------------------------------
 
     def state(self) -> IndexState:
         """The index's analyzer, position, document count, and the log's position."""
 
-        def read(txn: lmdb.Transaction, reader: LogReader) -> IndexState:
-            analyzer = txn.get(b'analyzer', db=self.db['meta'])
-            position = txn.get(b'position', db=self.db['meta'])
-            stats = txn.get(_ALL, db=self.db['stats'])
+        def read(records: ProjectionRecords, reader: LogReader) -> IndexState:
+            stats = records.get('stats', _ALL)
             return IndexState(
-                analyzer=None if analyzer is None else bytes(analyzer).decode(),
-                position=0 if position is None else _SEQ.unpack(bytes(position))[0],
+                analyzer=_meta(records, b'analyzer'),
+                position=records.position() or 0,
                 log_position=reader.last_seq(),
-                documents=0 if stats is None else _stats_dec.decode(bytes(stats)).docs,
+                documents=0 if stats is None else _stats_dec.decode(stats).docs,
             )
 
-        return run_projection(self.log, read, write=False)
+        return self._read(read)
+
+    def seq_at(self, run_id: str, position: int) -> int | None:
+        """The `seq` of the message shown at `position` of the run's record (`ix.pos`), or `None`
+        when the index holds none there (as of its position: catch up first for the latest)."""
+
+        def read(records: ProjectionRecords, _: LogReader) -> int | None:
+            raw = records.get('pos', _ck(run_id) + _POS.pack(position))
+            return None if raw is None else _SEQ.unpack(raw)[0]
+
+        if not 0 <= position <= 0xFFFFFFFF:
+            return None
+        return self._read(read)
 
     def catch_up(self, progress: Callable[[int, int], None] | None = None) -> int:
         """Apply every entry appended since the index's position; return how many were read.
 
-        `progress(done, total)` is called after each batch.
+        Each batch of entries is one write transaction, committing the index's records and
+        its new position together. `progress(done, total)` is called after each batch.
         """
         with self._lock:
             done = 0
             while True:
-                applied, remaining = run_projection(self.log, self._apply_batch, write=True)
+                applied, remaining = self.log.write_projection(INDEX_PROJECTION, self._apply_batch)
                 done += applied
                 if progress is not None:
                     progress(done, done + remaining)
                 if applied == 0 or remaining == 0:
                     return done
 
-    def _apply_batch(self, txn: lmdb.Transaction, reader: LogReader) -> tuple[int, int]:
-        meta = self.db['meta']
-        stored = txn.get(b'analyzer', db=meta)
+    def _apply_batch(self, records: ProjectionWriter, reader: LogReader) -> tuple[int, int]:
+        stored = _meta(records, b'analyzer')
         if stored is None:
-            txn.put(b'analyzer', self.analyzer.name.encode(), db=meta)
-            txn.put(b'format', str(INDEX_FORMAT).encode(), db=meta)
-        elif bytes(stored).decode() != self.analyzer.name:
+            records.put('meta', b'analyzer', self.analyzer.name.encode())
+            records.put('meta', b'format', str(INDEX_FORMAT).encode())
+        elif stored != self.analyzer.name:
             raise IndexAnalyzerMismatch(
-                f'the search index of this store was built with the {bytes(stored).decode()!r} analyzer, '
+                f'the search index of this store was built with the {stored!r} analyzer, '
                 f'not {self.analyzer.name!r}; rebuild it first'
             )
-        raw = txn.get(b'position', db=meta)
-        position = 0 if raw is None else _SEQ.unpack(bytes(raw))[0]
+        position = records.position() or 0
         last = reader.last_seq()
         if position >= last:
             return 0, 0
-        writer = _Writer(self, txn, reader)
+        writer = _Writer(self, records, reader)
         applied = 0
         new_position = position
-        for entry in reader.entries_after(position):
+        for entry in reader.entries_after(position, limit=_CATCH_UP_BATCH):
             writer.apply(entry)
             applied += 1
             new_position = entry.seq
-            if applied >= _CATCH_UP_BATCH:
-                break
         if applied < _CATCH_UP_BATCH:
             new_position = last
         writer.flush(new_position)
@@ -519,18 +523,14 @@ class LmdbIndex:
     def rebuild(
         self, analyzer: str | Analyzer | None = None, progress: Callable[[int, int], None] | None = None
     ) -> int:
-        """Drop the index and build it again from the entries (optionally with another analyzer)."""
+        """Clear the index and build it again from the entries (optionally with another analyzer)."""
         if analyzer is not None:
             self.analyzer = resolve_analyzer(analyzer)
             # Shared indexes of this store built for another analyzer are now stale.
             _shared[self.log] = {self.analyzer.name: self}
 
-        def drop(txn: lmdb.Transaction, _: LogReader) -> None:
-            for db in self.db.values():
-                txn.drop(db, delete=False)
-
         with self._lock:
-            run_projection(self.log, drop, write=True)
+            self.log.write_projection(INDEX_PROJECTION, lambda records, _: records.clear())
         return self.catch_up(progress)
 
     def verify(self) -> list[IndexFinding]:
@@ -538,33 +538,32 @@ class LmdbIndex:
 
         In one write transaction that is always aborted (the store is left as it was): the
         index is brought up to the log's last `seq` as a search would, its tables are read,
-        dropped and rebuilt from the entries, and the two are compared table by table. A
+        cleared and rebuilt from the entries, and the two are compared table by table. A
         finding names the table and the conversation concerned; `LmdbIndex.rebuild`
         (`eventlog reindex`) repairs any of them. No index built yet gives no findings.
         Appends wait while it runs, as they do during a reindex.
         """
 
-        def check(txn: lmdb.Transaction, reader: LogReader) -> list[IndexFinding]:
-            if txn.get(b'analyzer', db=self.db['meta']) is None:
+        def check(records: ProjectionWriter, reader: LogReader) -> list[IndexFinding]:
+            if records.get('meta', b'analyzer') is None:
                 raise _Verified([])
             try:
-                while self._apply_batch(txn, reader)[1]:
+                while self._apply_batch(records, reader)[1]:
                     pass
             except (msgspec.DecodeError, struct.error, UnicodeDecodeError, ValueError, KeyError, IndexError) as exc:
                 raise _Verified([IndexFinding('', 'meta', f'the index cannot be brought up to date ({exc})')]) from None
-            stored = {name: _table_items(txn, self.db[name]) for name in _TABLES}
-            for db in self.db.values():
-                txn.drop(db, delete=False)
+            stored = _table_items(records)
+            records.clear()
             self.decoded.clear()
-            while self._apply_batch(txn, reader)[1]:
+            while self._apply_batch(records, reader)[1]:
                 pass
-            rebuilt = {name: _table_items(txn, self.db[name]) for name in _TABLES}
+            rebuilt = _table_items(records)
             self.decoded.clear()
             raise _Verified(_index_differences(stored, rebuilt))
 
         with self._lock:
             try:
-                run_projection(self.log, check, write=True)
+                self.log.write_projection(INDEX_PROJECTION, check)
             except _Verified as done:
                 return done.findings
         return []  # pragma: no cover - `check` always raises
@@ -572,13 +571,12 @@ class LmdbIndex:
     def _read_scope(self, key: bytes) -> tuple[_Stats, int]:
         """The scope's statistics and how many log positions the index is behind, in one read."""
 
-        def read(txn: lmdb.Transaction, reader: LogReader) -> tuple[_Stats, int]:
-            raw = txn.get(b'position', db=self.db['meta'])
-            position = 0 if raw is None else _SEQ.unpack(bytes(raw))[0]
-            stats = txn.get(key, db=self.db['stats'])
-            return (_Stats() if stats is None else _stats_dec.decode(bytes(stats))), reader.last_seq() - position
+        def read(records: ProjectionRecords, reader: LogReader) -> tuple[_Stats, int]:
+            stats = records.get('stats', key)
+            behind = reader.last_seq() - (records.position() or 0)
+            return (_Stats() if stats is None else _stats_dec.decode(stats)), behind
 
-        return run_projection(self.log, read, write=False)
+        return self._read(read)
 
     # -- searching ----------------------------------------------------------------------------
 
@@ -615,35 +613,35 @@ class LmdbIndex:
         return await MemoryCorpus.build(_OneRun(self.log, record), conversation_id=None, run_id=None, analyzer=analyzer)
 
 
-_shared: weakref.WeakKeyDictionary[LmdbEventLog, dict[str, LmdbIndex]] = weakref.WeakKeyDictionary()
+_shared: weakref.WeakKeyDictionary[IndexedLog, dict[str, LmdbIndex]] = weakref.WeakKeyDictionary()
+"""The index objects `LmdbIndex.for_log` hands out, per log and analyzer (only objects: the
+records live in the store, whose backend also owns every handle on them)."""
 
 
 def _apply_before_compaction(log: LmdbEventLog) -> None:
     """Bring the store's index (if one was built) up to date before `LmdbEventLog.compact`, so
     that a deleted conversation's terms are dropped from its tables and not carried into the
     compacted copy; an index that cannot be opened here is dropped (it is rebuilt from the log)."""
-    if not log.run_in_txn(lambda txn: txn.get(b'ix.meta') is not None, write=False):
+    if not log.has_projection(INDEX_PROJECTION.name):
         return
     try:
         index = LmdbIndex.open_existing(log)
         if index.state().analyzer is not None:  # tables opened (by `eventlog stats`, say) but never built
             index.catch_up()
     except (EventLogError, ImportError, ValueError):
-        tables = [log.open_table(f'ix.{name}'.encode()) for name in _TABLES]
-
-        def drop(txn: lmdb.Transaction) -> None:
-            for db in tables:
-                txn.drop(db, delete=False)
-
-        log.run_in_txn(drop, write=True)
+        log.write_projection(INDEX_PROJECTION, lambda records, _: records.clear())
 
 
-def _forget_after_compaction(log: LmdbEventLog) -> None:
-    """Forget this process's indexes of `log`: their table handles belonged to the store before compaction."""
-    _shared.pop(log, None)
+def _nothing_after_compaction(log: LmdbEventLog) -> None:
+    """The index keeps no handle on the store's files (its backend reopens its tables itself)."""
 
 
-register_compaction_hook(_apply_before_compaction, _forget_after_compaction)
+register_compaction_hook(_apply_before_compaction, _nothing_after_compaction)
+
+
+def _meta(records: ProjectionRecords, key: bytes) -> str | None:
+    raw = records.get('meta', key)
+    return None if raw is None else raw.decode(errors='replace')
 
 
 class _NoRuns:
@@ -660,7 +658,7 @@ class _RunInfo(msgspec.Struct, frozen=True):
 
 
 class _OneRun:
-    def __init__(self, log: LmdbEventLog, record: RunRecord) -> None:
+    def __init__(self, log: IndexedLog, record: RunRecord) -> None:
         self._log = log
         self._info = _RunInfo(record.run_id, record.conversation_id)
 
@@ -686,28 +684,21 @@ class _LmdbCorpus:
         """Messages in scope."""
         return self._count
 
-    def _postings(self, txn: lmdb.Transaction, terms: Sequence[str]) -> dict[str, TermPostings]:
+    def _postings(self, records: ProjectionRecords, terms: Sequence[str]) -> dict[str, TermPostings]:
         import numpy as np
 
         from search.bm25 import TermPostings
 
-        db = self._ix.db['post']
         if self._conversation_id is not None:
             prefixes = [_ck(self._conversation_id) + b'o', _ck(self._conversation_id) + b'c']
         else:
-            prefixes = [key + b'o' for key in self._conversations(txn)]
+            prefixes = [key + b'o' for key in self._conversations(records)]
         out: dict[str, TermPostings] = {}
-        cursor = txn.cursor(db=db)
         for term in terms:
             chunks: list[bytes] = []
             tkey = _term_key(term) + b'\x00'
             for base in prefixes:
-                prefix = base + tkey
-                if not cursor.set_range(prefix):
-                    continue
-                for key, value in _iter_prefix(cursor, prefix):
-                    del key
-                    chunks.append(value)
+                chunks.extend(value for _, value in records.scan('post', prefix=base + tkey))
             if chunks:
                 raw = np.frombuffer(b''.join(chunks), dtype='<i8')
                 triples: NDArray[np.int64] = raw.astype(np.int64, copy=False).reshape(-1, 3)
@@ -718,14 +709,8 @@ class _LmdbCorpus:
                 )
         return out
 
-    def _conversations(self, txn: lmdb.Transaction) -> list[bytes]:
-        cursor = txn.cursor(db=self._ix.db['stats'])
-        out: list[bytes] = []
-        if cursor.first():
-            for key, _ in _iter_prefix(cursor, b''):
-                if key != _ALL:
-                    out.append(key)
-        return out
+    def _conversations(self, records: ProjectionRecords) -> list[bytes]:
+        return [key for key, _ in records.scan('stats') if key != _ALL]
 
     async def rank(self, terms: Sequence[str], *, k1: float, b: float) -> Sequence[Hit]:
         """Every in-scope message scoring above zero for `terms`, best first."""
@@ -734,8 +719,8 @@ class _LmdbCorpus:
 
         names: dict[int, str] = {}
 
-        def read(txn: lmdb.Transaction, reader: LogReader) -> RankedHits:
-            postings = self._postings(txn, terms)
+        def read(records: ProjectionRecords, reader: LogReader) -> RankedHits:
+            postings = self._postings(records, terms)
             doc_ids, scores = score_unranked(
                 terms, postings, n_docs=self._count, avgdl=average_length(self._length, self._count), k1=k1, b=b
             )
@@ -746,31 +731,31 @@ class _LmdbCorpus:
                 start = doc_id >> 32
                 if start not in names:
                     name = names[start] = reader.run_at(start) or '?'
-                    self._read_span(txn, name)
+                    self._read_span(records, name)
             return hits
 
         def locate(doc_id: int) -> tuple[str, int]:
             start = doc_id >> 32
             name = names.get(start)
             if name is None:
-                name = run_projection(self._ix.log, lambda _, reader: reader.run_at(start), write=False) or '?'
+                name = self._ix.log.read_projection(INDEX_PROJECTION, lambda _, reader: reader.run_at(start)) or '?'
                 names[start] = name
             return name, doc_id & 0xFFFFFFFF
 
-        return run_projection(self._ix.log, read, write=False)
+        return self._ix.log.read_projection(INDEX_PROJECTION, read)
 
-    def _read_span(self, txn: lmdb.Transaction, run_id: str) -> RunSpan | None:
-        """The run's span, read in `txn` and remembered for this search (`None` for an unknown run)."""
+    def _read_span(self, records: ProjectionRecords, run_id: str) -> RunSpan | None:
+        """The run's span, read from `records` and remembered for this search (`None` for an unknown run)."""
         from search.backend import RunSpan
 
         cached = self._spans.get(run_id)
         if cached is not None:
             return cached
-        raw = txn.get(run_id.encode(), db=self._ix.db['runs'])
+        raw = records.get('runs', run_id.encode())
         if raw is None:
             return None
         try:
-            run = _run_dec.decode(bytes(raw))
+            run = _run_dec.decode(raw)
         except msgspec.DecodeError:
             raise CorruptStoreError(_DAMAGED_INDEX.format(f'its record of run {run_id!r} cannot be read')) from None
         # Across the whole store, history a run continued is held by the runs that wrote it;
@@ -783,7 +768,7 @@ class _LmdbCorpus:
         """Where the run's share of the corpus lies."""
         span = self._spans.get(run_id)
         if span is None:
-            span = run_projection(self._ix.log, lambda txn, _: self._read_span(txn, run_id), write=False)
+            span = self._ix.log.read_projection(INDEX_PROJECTION, lambda records, _: self._read_span(records, run_id))
         if span is None:
             raise CorruptStoreError(_DAMAGED_INDEX.format(f'a match names run {run_id!r}, which it has no record of'))
         return span
@@ -798,8 +783,7 @@ class _LmdbCorpus:
 
         cache = self._ix.decoded
 
-        def read(txn: lmdb.Transaction, reader: LogReader) -> list[list[tuple[int, int, bytes | None]]]:
-            cursor = txn.cursor(db=self._ix.db['pos'])
+        def read(records: ProjectionRecords, reader: LogReader) -> list[list[tuple[int, int, bytes | None]]]:
             out: list[list[tuple[int, int, bytes | None]]] = []
             for run_id, start, end in windows:
                 found: list[tuple[int, int, bytes | None]] = []
@@ -808,9 +792,7 @@ class _LmdbCorpus:
                 if end <= start:
                     continue
                 prefix = _ck(run_id)
-                if not cursor.set_range(prefix + _POS.pack(start)):
-                    continue
-                for key, value in _iter_prefix(cursor, prefix):
+                for key, value in records.scan('pos', prefix=prefix, start=prefix + _POS.pack(start)):
                     position = _POS.unpack_from(key, len(prefix))[0]
                     if position >= end:
                         break
@@ -823,7 +805,7 @@ class _LmdbCorpus:
                         found.append((position, seq, payload))
             return out
 
-        found = run_projection(self._ix.log, read, write=False)
+        found = self._ix.log.read_projection(INDEX_PROJECTION, read)
         messages: dict[int, ModelMessage] = {}
         present: dict[int, bytes] = {}
         evicted: list[int] = []
@@ -836,9 +818,10 @@ class _LmdbCorpus:
                 else:
                     evicted.append(seq)  # dropped from the cache since the read: read it again
         if evicted:
-            again = run_projection(
-                self._ix.log, lambda _, reader: [reader.payload(seq) for seq in evicted], write=False
+            again = self._ix.log.read_projection(
+                INDEX_PROJECTION, lambda _, reader: [reader.payload(seq) for seq in evicted]
             )
+
             present.update((seq, payload) for seq, payload in zip(evicted, again, strict=True) if payload is not None)
         if present:
             decoded = decode_messages(list(present.values()))
@@ -877,12 +860,3 @@ class _DecodedCache:
     def clear(self) -> None:
         with self._lock:
             self._items.clear()
-
-
-def _iter_prefix(cursor: lmdb.Cursor, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
-    """Items from the cursor's position on while their key starts with `prefix`."""
-    for key, value in cursor:
-        key_bytes = bytes(key)
-        if not key_bytes.startswith(prefix):
-            return
-        yield key_bytes, bytes(value)

@@ -1,0 +1,131 @@
+"""Tracked projections in the LMDB backend.
+
+Table `t` of projection `p` is the named database `p.t`; every projection's position is
+a big-endian `seq` under its name in the named database `projections`. A projection's
+function runs inside the log's own LMDB transaction, so its records, its position and the
+entries it read belong to one snapshot, and a write commits records and position at once.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Iterator
+from typing import Final, cast
+
+import lmdb
+
+from eventlog._storage import prefix_end
+
+__all__ = ['POSITIONS', 'LmdbProjectionTxn', 'ProjectionHandles', 'StaleHandles', 'database_name', 'has_projection']
+
+POSITIONS: Final = b'projections'
+"""The named database holding every projection's position."""
+
+_SEQ = struct.Struct('>Q')
+
+
+def database_name(projection: str, table: str) -> bytes:
+    """The LMDB database holding one table of a projection."""
+    return f'{projection}.{table}'.encode()
+
+
+class StaleHandles(Exception):
+    """The handles belong to an environment a compaction has since replaced: open them again."""
+
+
+class ProjectionHandles:
+    """A projection's database handles in one LMDB environment."""
+
+    __slots__ = ('dbs', 'env', 'name', 'positions')
+
+    def __init__(self, env: lmdb.Environment, name: str, tables: tuple[str, ...], open_db: OpenDb) -> None:
+        self.env = env
+        self.name = name.encode()
+        self.positions = open_db(POSITIONS)
+        self.dbs = {table: open_db(database_name(name, table)) for table in tables}
+
+
+OpenDb = Callable[[bytes], lmdb._Database]
+
+
+class LmdbProjectionTxn:
+    """`ProjectionWriter` over one LMDB transaction (a read transaction refuses the writes)."""
+
+    __slots__ = ('_dbs', '_handles', '_txn')
+
+    def __init__(self, txn: lmdb.Transaction, handles: ProjectionHandles) -> None:
+        self._txn = txn
+        self._handles = handles
+        self._dbs = handles.dbs
+
+    def position(self) -> int | None:
+        raw = cast('bytes | None', self._txn.get(self._handles.name, db=self._handles.positions))
+        return None if raw is None else _SEQ.unpack(raw)[0]
+
+    def get(self, table: str, key: bytes) -> bytes | None:
+        return cast('bytes | None', self._txn.get(key, db=self._dbs[table]))
+
+    def scan(
+        self, table: str, *, prefix: bytes = b'', start: bytes | None = None, reverse: bool = False
+    ) -> Iterator[tuple[bytes, bytes]]:
+        cursor = self._txn.cursor(db=self._dbs[table])
+        if not reverse:
+            if not cursor.set_range(prefix if start is None else max(prefix, start)):
+                return
+            for key, value in cast('Iterator[tuple[bytes, bytes]]', iter(cursor)):
+                if not key.startswith(prefix):
+                    return
+                yield key, value
+            return
+        if start is not None:
+            positioned = cursor.key() == start or cursor.prev() if cursor.set_range(start) else cursor.last()
+        else:
+            upper = prefix_end(prefix)
+            positioned = cursor.prev() if upper is not None and cursor.set_range(upper) else cursor.last()
+        if not positioned:
+            return
+        for key, value in cast('Iterator[tuple[bytes, bytes]]', cursor.iterprev()):
+            if not key.startswith(prefix):
+                if key < prefix:
+                    return
+                continue
+            yield key, value
+
+    def last(self, table: str, prefix: bytes = b'') -> tuple[bytes, bytes] | None:
+        return next(self.scan(table, prefix=prefix, reverse=True), None)
+
+    def put(self, table: str, key: bytes, value: bytes) -> None:
+        # Positional arguments (dupdata, overwrite, append, db): parsed faster than keywords.
+        self._txn.put(key, value, True, True, False, self._dbs[table])
+
+    def delete(self, table: str, key: bytes) -> None:
+        self._txn.delete(key, db=self._dbs[table])
+
+    def delete_prefix(self, table: str, prefix: bytes) -> list[bytes]:
+        cursor = self._txn.cursor(db=self._dbs[table])
+        removed: list[bytes] = []
+        if cursor.set_range(prefix):
+            while True:
+                key = cast('bytes', cursor.key())
+                if not key.startswith(prefix):
+                    break
+                removed.append(key)
+                if not cursor.delete():
+                    break
+        return removed
+
+    def set_position(self, seq: int) -> None:
+        self._txn.put(self._handles.name, _SEQ.pack(seq), db=self._handles.positions)
+
+    def clear(self) -> None:
+        for db in self._dbs.values():
+            self._txn.drop(db, delete=False)
+        self._txn.delete(self._handles.name, db=self._handles.positions)
+
+
+def has_projection(txn: lmdb.Transaction, name: str) -> bool:
+    """Whether the store holds the databases of the projection `name` (read in `txn` without
+    opening, or creating, any database)."""
+    prefix = f'{name}.'.encode()
+    cursor = txn.cursor()
+    return bool(cursor.set_range(prefix)) and cast('bytes', cursor.key()).startswith(prefix)
