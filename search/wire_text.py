@@ -15,7 +15,7 @@ The constants the two share are defined here, where reading them imports nothing
 from __future__ import annotations
 
 import json
-from typing import Final
+from typing import Final, cast
 
 import msgspec
 
@@ -105,10 +105,10 @@ def _args(args: object) -> dict[str, object]:
     """Tool-call arguments as a dict, when they are a JSON object or text holding one."""
     if args is None or args == '' or args == {}:
         return {}
-    value = _decode_args(args) if isinstance(args, str) else args
+    value: object = _decode_args(args) if isinstance(args, str) else args
     if not isinstance(value, dict) or not _plain(value):
         raise _Decline
-    return value  # pyright: ignore[reportUnknownVariableType]
+    return cast('dict[str, object]', value)
 
 
 def _plain_value_text(value: object) -> str:
@@ -122,10 +122,10 @@ def _plain(value: object) -> bool:
     """Whether `value` is JSON data that pydantic-ai keeps as is: no mapping that could be a file
     or another typed object (those carry a `kind`), and no number that JSON cannot round-trip."""
     if isinstance(value, dict):
-        items: dict[object, object] = value  # pyright: ignore[reportUnknownVariableType]
+        items = cast('dict[object, object]', value)
         return 'kind' not in items and all(_plain(item) for item in items.values())
     if isinstance(value, list):
-        return all(_plain(item) for item in value)  # pyright: ignore[reportUnknownVariableType]
+        return all(_plain(item) for item in cast('list[object]', value))
     if isinstance(value, float):
         return value == value and value not in (float('inf'), float('-inf'))
     return value is None or isinstance(value, str | int | bool)
