@@ -106,9 +106,12 @@ def _args(args: object) -> dict[str, object]:
     if args is None or args == '' or args == {}:
         return {}
     value: object = _decode_args(args) if isinstance(args, str) else args
-    if not isinstance(value, dict) or not _plain(value):
+    if not isinstance(value, dict):
         raise _Decline
-    return cast('dict[str, object]', value)
+    mapping = cast('dict[str, object]', value)
+    if not _plain(mapping):
+        raise _Decline
+    return mapping
 
 
 def _plain_value_text(value: object) -> str:
