@@ -22,7 +22,7 @@ from pydantic_ai.messages import ModelMessage
 
 from eventlog import CompactionInfo, Entry
 
-__all__ = ['BranchMatch', 'Layout', 'SyncPlan', 'match_branch', 'plan_sync']
+__all__ = ['BranchMatch', 'Layout', 'SyncPlan', 'advance', 'match_branch', 'plan_sync']
 
 _compaction_decoder = msgspec.json.Decoder(CompactionInfo)
 
@@ -138,6 +138,26 @@ def _required_summary_length(layout: Layout, front: list[int], removed: set[int]
             return 1 + max(j for j in range(i, len(front)) if anchors[front[j]] == anchor)
         i += len(members)
     return need
+
+
+def advance(
+    layout: Layout, plan: SyncPlan, live: Sequence[ModelMessage], *, compaction: int | None, anchors: Sequence[int]
+) -> None:
+    """Move `layout` on to `live` once `plan`'s entries are committed.
+
+    `compaction` is the `seq` of the plan's `compaction` entry (when it has a summary) and
+    `anchors` the `seq`s of its new messages, in order.
+    """
+    if plan.summary is not None and compaction is not None:
+        layout.groups.add(compaction)
+        layout.anchors = [compaction] * len(plan.summary) + plan.kept + list(anchors)
+        layout.tip = compaction
+        layout.messages = list(live)
+    else:
+        layout.anchors.extend(anchors)
+        layout.messages.extend(plan.new_messages)
+    if anchors:
+        layout.tip = anchors[-1]
 
 
 @dataclass(slots=True)

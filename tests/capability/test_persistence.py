@@ -537,13 +537,11 @@ async def test_redriving_the_same_hooks_is_idempotent(log: EventLogBase) -> None
     """The durable operation itself: the same batch twice gives the same seqs and one copy."""
     agent = make_agent(log)
     result = await agent.run('hello', conversation_id='d')
-    capability = EventLogPersistence[None](log)
-    run = await capability.for_run(None)  # type: ignore[arg-type]
+    run = EventLogPersistence[None](log)  # the operation needs no per-run state
     entries = await log.entries(run_id=result.run_id)
     from capability.persistence import WireEntry
 
     batch = [WireEntry(e.kind, e.payload, e.idempotency_key or '', parent=e.parent) for e in entries]  # type: ignore[arg-type]
-    assert isinstance(run, EventLogPersistence)
     appended = await run._append(run_id=result.run_id, conversation_id='d', entries=batch)  # pyright: ignore[reportPrivateUsage]
     assert [seq for seq, _ in appended] == [e.seq for e in entries]
     assert await log.entries() == entries
