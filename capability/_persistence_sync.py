@@ -107,8 +107,9 @@ def _required_summary_length(layout: Layout, front: list[int], removed: set[int]
 
     The log folds a compaction by dropping what it replaced and putting the summary where the
     first replaced message was, so: recorded messages after the summary must keep their recorded
-    order and all come after the first replaced one; a compaction group is kept or replaced as a
-    whole, complete and in order; and a summary must replace something to have a position.
+    order, all come after the first replaced one and not be replaced themselves; a compaction
+    group is kept or replaced as a whole, complete and in order; and a summary must replace
+    something to have a position.
     """
     anchors = layout.anchors
     replaced = removed | {s for s in front[:k] if s >= 0}
@@ -121,7 +122,9 @@ def _required_summary_length(layout: Layout, front: list[int], removed: set[int]
     for i in range(k, len(front)):
         s = front[i]
         anchor = anchors[s]
-        if anchor in replaced_groups or s <= previous or (k > 0 and s < first_replaced):
+        # A recorded message also in the summary (a history holding one message object twice)
+        # is replaced, so it cannot be kept as well.
+        if anchor in replaced_groups or s in replaced or s <= previous or (k > 0 and s < first_replaced):
             need = i + 1
         previous = max(previous, s)
     if need != k:

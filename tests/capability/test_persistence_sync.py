@@ -1,7 +1,7 @@
 """`plan_sync`, `advance` and `match_branch` called directly, against their specifications.
 
 A history evolves the way agent runs make it evolve (it grows; a compaction summarises, slides,
-drops or rewrites messages; a hook rebuilds a message as an equal copy). After each step the
+drops, rewrites, reorders or repeats messages; a hook rebuilds a message as an equal copy). After each step the
 plan is appended to a real log exactly as `EventLogPersistence` appends it, and:
 
 - the log's own fold of the branch reproduces the live history byte for byte;
@@ -44,8 +44,22 @@ CONVERSATION = 'c'
 RUN = 'r'
 _AT = datetime(2026, 1, 1, tzinfo=UTC)
 
-Op = Literal['grow', 'summarize', 'slide', 'slide_copy', 'drop', 'rewrite', 'insert', 'copy', 'trim_end']
-OPS: list[Op] = ['grow', 'summarize', 'slide', 'slide_copy', 'drop', 'rewrite', 'insert', 'copy', 'trim_end']
+Op = Literal[
+    'grow', 'summarize', 'slide', 'slide_copy', 'drop', 'rewrite', 'insert', 'copy', 'trim_end', 'swap', 'duplicate'
+]
+OPS: list[Op] = [
+    'grow',
+    'summarize',
+    'slide',
+    'slide_copy',
+    'drop',
+    'rewrite',
+    'insert',
+    'copy',
+    'trim_end',
+    'swap',
+    'duplicate',
+]
 
 
 class _Messages:
@@ -92,6 +106,13 @@ def evolve(live: list[ModelMessage], op: Op, data: st.DataObject, new: _Messages
         return [*live[:i], copy.deepcopy(live[i]), *live[i + 1 :]]
     if op == 'trim_end' and n >= 2:
         return live[:-1]
+    if op == 'swap' and n >= 2:  # two messages trade places
+        i, j = sorted(data.draw(st.lists(st.integers(0, n - 1), min_size=2, max_size=2, unique=True)))
+        return [*live[:i], live[j], *live[i + 1 : j], live[i], *live[j + 1 :]]
+    if op == 'duplicate':  # the same message object twice
+        i = data.draw(st.integers(0, n - 1))
+        j = data.draw(st.integers(0, n))
+        return [*live[:j], live[i], *live[j:]]
     return list(live)
 
 
@@ -306,3 +327,29 @@ def test_a_sliding_window_stores_no_message_again(first: str) -> None:
     head = live[0] if first == 'kept' else copy.deepcopy(live[0])
     plan = plan_sync(layout, [head, *live[3:], extra])
     assert plan == SyncPlan(new_messages=[extra], summary=[], replaced=[2, 3], kept=[1, 4, 5, 6])
+
+
+def test_a_message_both_in_the_summary_and_after_it_is_not_kept_twice() -> None:
+    """Regression (found by the properties): a history holding one message object twice, then
+    rewritten so that one occurrence falls in the summary and the other after it. The message is
+    replaced by the summary, so it cannot also be kept: the summary must reach past it."""
+
+    async def scenario() -> None:
+        new = _Messages()
+        recording = Recording()
+        first = new.new()
+        live: list[ModelMessage] = [first]
+        await recording.apply(plan_sync(recording.layout, live), live)
+        live = [first, first]  # a processor re-adding the first message to a short window
+        await recording.apply(plan_sync(recording.layout, live), live)
+        inserted = new.new()
+        live = [first, inserted, first]
+
+        plan = plan_sync(recording.layout, live)
+
+        assert plan.summary == live and plan.kept == [] and plan.new_messages == []
+        assert set(plan.replaced) == set(recording.layout.anchors)
+        await recording.apply(plan, live)
+        assert await recording.context() == payloads(live)
+
+    asyncio.run(scenario())
