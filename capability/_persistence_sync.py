@@ -22,7 +22,7 @@ from pydantic_ai.messages import ModelMessage
 
 from eventlog import CompactionInfo, Entry
 
-__all__ = ['BranchMatch', 'Layout', 'SyncPlan', 'match_branch', 'plan_sync']
+__all__ = ['BranchMatch', 'Layout', 'SyncPlan', 'advance', 'match_branch', 'plan_sync']
 
 _compaction_decoder = msgspec.json.Decoder(CompactionInfo)
 
@@ -107,8 +107,9 @@ def _required_summary_length(layout: Layout, front: list[int], removed: set[int]
 
     The log folds a compaction by dropping what it replaced and putting the summary where the
     first replaced message was, so: recorded messages after the summary must keep their recorded
-    order and all come after the first replaced one; a compaction group is kept or replaced as a
-    whole, complete and in order; and a summary must replace something to have a position.
+    order, all come after the first replaced one and not be replaced themselves; a compaction
+    group is kept or replaced as a whole, complete and in order; and a summary must replace
+    something to have a position.
     """
     anchors = layout.anchors
     replaced = removed | {s for s in front[:k] if s >= 0}
@@ -121,7 +122,9 @@ def _required_summary_length(layout: Layout, front: list[int], removed: set[int]
     for i in range(k, len(front)):
         s = front[i]
         anchor = anchors[s]
-        if anchor in replaced_groups or s <= previous or (k > 0 and s < first_replaced):
+        # A recorded message also in the summary (a history holding one message object twice)
+        # is replaced, so it cannot be kept as well.
+        if anchor in replaced_groups or s in replaced or s <= previous or (k > 0 and s < first_replaced):
             need = i + 1
         previous = max(previous, s)
     if need != k:
@@ -138,6 +141,26 @@ def _required_summary_length(layout: Layout, front: list[int], removed: set[int]
             return 1 + max(j for j in range(i, len(front)) if anchors[front[j]] == anchor)
         i += len(members)
     return need
+
+
+def advance(
+    layout: Layout, plan: SyncPlan, live: Sequence[ModelMessage], *, compaction: int | None, anchors: Sequence[int]
+) -> None:
+    """Move `layout` on to `live` once `plan`'s entries are committed.
+
+    `compaction` is the `seq` of the plan's `compaction` entry (when it has a summary) and
+    `anchors` the `seq`s of its new messages, in order.
+    """
+    if plan.summary is not None and compaction is not None:
+        layout.groups.add(compaction)
+        layout.anchors = [compaction] * len(plan.summary) + plan.kept + list(anchors)
+        layout.tip = compaction
+        layout.messages = list(live)
+    else:
+        layout.anchors.extend(anchors)
+        layout.messages.extend(plan.new_messages)
+    if anchors:
+        layout.tip = anchors[-1]
 
 
 @dataclass(slots=True)

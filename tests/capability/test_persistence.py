@@ -537,13 +537,11 @@ async def test_redriving_the_same_hooks_is_idempotent(log: EventLogBase) -> None
     """The durable operation itself: the same batch twice gives the same seqs and one copy."""
     agent = make_agent(log)
     result = await agent.run('hello', conversation_id='d')
-    capability = EventLogPersistence[None](log)
-    run = await capability.for_run(None)  # type: ignore[arg-type]
+    run = EventLogPersistence[None](log)  # the operation needs no per-run state
     entries = await log.entries(run_id=result.run_id)
     from capability.persistence import WireEntry
 
     batch = [WireEntry(e.kind, e.payload, e.idempotency_key or '', parent=e.parent) for e in entries]  # type: ignore[arg-type]
-    assert isinstance(run, EventLogPersistence)
     appended = await run._append(run_id=result.run_id, conversation_id='d', entries=batch)  # pyright: ignore[reportPrivateUsage]
     assert [seq for seq, _ in appended] == [e.seq for e in entries]
     assert await log.entries() == entries
@@ -750,3 +748,34 @@ def test_options_after_the_log_are_keyword_only() -> None:
     with pytest.raises(TypeError):
         EventLogPersistence(log, 'planner')  # pyright: ignore[reportCallIssue]
     assert EventLogPersistence(log, agent_name='planner').agent_name == 'planner'
+
+
+class _CountingLog(InMemoryEventLog):
+    """Counts the branches read back, the cost a threaded run recognised from memory avoids."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.branches_read = 0
+
+    async def branch(self, tip: int) -> list[Entry]:
+        self.branches_read += 1
+        return await super().branch(tip)
+
+
+async def test_a_run_threaded_from_the_last_result_continues_without_reading_the_log() -> None:
+    """The layout a finished run leaves is remembered across runs (the recorder itself dies with
+    its run): threading its result reads no branch; the same history as other objects is matched
+    in the log, and both continue at the same point."""
+    log = _CountingLog()
+    agent = make_agent(log)
+    first = await agent.run('call lookup one', conversation_id='mem')
+    second = await agent.run('two', message_history=first.all_messages())
+    assert log.branches_read == 0
+    copied = ModelMessagesTypeAdapter.validate_json(first.all_messages_json())
+    third = await agent.run('three', message_history=copied)
+    assert log.branches_read >= 1
+    tip = (await message_entries(log, first.run_id))[-1].seq
+    for result in (second, third):
+        run = await log.get_run(result.run_id)
+        assert run is not None and run.branch_parent == tip and run.message_count == 2
+        assert await replayed(log, result.run_id) == dump(result.all_messages())

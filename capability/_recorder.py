@@ -1,0 +1,463 @@
+"""`RunRecorder`: what one agent run has recorded in the event log, and the writes that record more.
+
+`EventLogPersistence.for_run` creates one recorder per run; the capability's hooks say *when*
+something is final and the recorder records it: it keeps the run's `Layout` (the live history
+as recorded, each message with its anchor), turns `plan_sync`'s plans into entries, appends
+them in one transaction per sync through the capability's durable `append` operation, and
+moves the layout on once they are committed. Each entry to append travels with the live
+message it records (`Outgoing`), so nothing is matched up by position afterwards.
+
+The recorder dies with its run. What outlives it is `RecentRuns`: the layouts the last runs
+left, so that a run threaded with `message_history=result.all_messages()` continues from them
+without reading the log.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import warnings
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Literal, Protocol
+
+from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
+from pydantic_ai.usage import RunUsage
+
+from capability._persistence_sync import Layout, SyncPlan, advance, match_branch, plan_sync
+from eventlog import (
+    EventLog,
+    EventLogError,
+    compaction_entry,
+    encode_message,
+    run_finished_entry,
+    run_started_entry,
+    tool_effect_entry,
+)
+
+__all__ = [
+    'EventLogPersistenceError',
+    'EventLogPersistenceWarning',
+    'OnError',
+    'Outgoing',
+    'RecentRuns',
+    'RunRecorder',
+    'WireEntry',
+    'describe',
+    'digest',
+]
+
+OnError = Literal['raise', 'warn']
+"""What a run does when the log cannot be written: fail (`'raise'`) or warn once and go on (`'warn'`)."""
+
+_CACHE_SIZE = 16
+"""Finished runs whose layouts are remembered per capability."""
+
+_CANDIDATE_RUNS = 4
+"""Runs tried, newest first, when a handed-in history has to be matched against the log."""
+
+
+class EventLogPersistenceError(EventLogError):
+    """The event log could not record the run; with `on_error='raise'` the run fails with this."""
+
+
+class EventLogPersistenceWarning(UserWarning):
+    """The event log could not record (all of) a run and `on_error='warn'` let it continue."""
+
+
+@dataclass(slots=True)
+class WireEntry:
+    """One entry to append, in a form a durable engine can serialize (the run ids travel apart)."""
+
+    kind: Literal['message', 'run_started', 'run_finished', 'compaction', 'tool_effect']
+    payload: bytes
+    key: str
+    parent: int | None = None
+    inherited: bool = False
+
+
+@dataclass(slots=True)
+class Outgoing:
+    """An entry to append, with the live message it records (`None` for entries of other kinds).
+
+    Only `entry` crosses the durable boundary; `message` is what takes the recorded content when
+    a step executed again finds other bytes in the log, and what joins the layout once committed.
+    """
+
+    entry: WireEntry
+    message: ModelMessage | None = None
+
+
+class Append(Protocol):
+    """The capability's durable append operation: each entry's `seq`, and a digest of what the
+    log holds for each `message` entry (`''` for the other kinds)."""
+
+    async def __call__(
+        self, *, run_id: str, conversation_id: str, entries: list[WireEntry]
+    ) -> list[tuple[int, str]]: ...  # pragma: no cover - a protocol
+
+
+@dataclass(slots=True)
+class _Remembered:
+    layout: Layout
+    last_payload: bytes
+
+
+class RecentRuns:
+    """The layouts the last finished runs left, by the run id their last message carries (an LRU).
+
+    This is the one piece of recording that outlives a run: the next run, threaded with the
+    history the finished one returned, would otherwise read the whole branch back from the log
+    to find where it continues, a cost that grows with the conversation.
+    """
+
+    def __init__(self) -> None:
+        self._items: OrderedDict[str, _Remembered] = OrderedDict()
+
+    def remember(self, layout: Layout, last_payload: bytes) -> None:
+        """Keep `layout`, whose last message encodes to `last_payload`."""
+        if not layout.messages or layout.tip is None:
+            return
+        run_id = getattr(layout.messages[-1], 'run_id', None)
+        if not isinstance(run_id, str):
+            return
+        # The run that built `layout` is over and never touches it again, so it is kept as is.
+        self._items[run_id] = _Remembered(layout, last_payload)
+        self._items.move_to_end(run_id)
+        while len(self._items) > _CACHE_SIZE:
+            self._items.popitem(last=False)
+
+    def recall(self, history: Sequence[ModelMessage]) -> Layout | None:
+        """A copy of the remembered layout `history` is exactly (the same message objects, the
+        last one unchanged since it was recorded), else `None`."""
+        run_id = getattr(history[-1], 'run_id', None)
+        found = self._items.get(run_id) if isinstance(run_id, str) else None
+        if found is None:
+            return None
+        layout = found.layout
+        if (
+            layout.messages[-1] is not history[-1]
+            or len(layout.messages) != len(history)
+            or layout.messages != (history if isinstance(history, list) else list(history))
+            or encode_message(history[-1]) != found.last_payload
+        ):
+            return None
+        return Layout(list(layout.messages), list(layout.anchors), set(layout.groups), layout.tip)
+
+
+@dataclass(slots=True)
+class RunRecorder:
+    """Records one agent run: its `run_started` entry, its messages the moment the capability
+    says they are final, its compactions, tool effects and end.
+
+    Every write goes through `append`, the run capability's durable operation. A failing log
+    raises `EventLogPersistenceError` (`on_error='raise'`) or warns once and turns the recorder
+    off (`'warn'`).
+    """
+
+    log: EventLog
+    append: Append
+    on_error: OnError
+    recent: RecentRuns
+    run_id: str
+    conversation_id: str
+    agent_name: str | None = None
+    metadata: Mapping[str, str] | None = None
+    parent_run_id: str | None = None
+    """The run whose tool started this one, if any."""
+
+    layout: Layout = field(default_factory=Layout)
+    pending: list[Outgoing] = field(default_factory=list[Outgoing])
+    """Written with the next transaction (the `run_started` entry goes with the first request)."""
+    started: bool = False
+    disabled: bool = False
+    messages: int = 0
+    compactions: int = 0
+    tool_calls: dict[str, int] = field(default_factory=dict[str, int])
+    live: list[ModelMessage] | None = None
+    """The live history as of the last sync: the run's own list, which hooks after the run lack."""
+    sent: tuple[ModelMessage, bytes] | None = None
+    """The request recorded before the model was called and its payload, to check it was sent unchanged."""
+    last: Outgoing | None = None
+    """The last message planned, to spare encoding it again."""
+
+    # --- the run's life ----------------------------------------------------------------------
+
+    async def start(self, history: list[ModelMessage]) -> None:
+        """Find what the handed-in `history` continues, store what the log lacks of it, and
+        prepare the `run_started` entry."""
+        self.started = True
+        layout, unseen = await self._resolve_history(history)
+        self.layout = layout
+        started = run_started_entry(
+            conversation_id=self.conversation_id,
+            run_id=self.run_id,
+            agent_name=self.agent_name,
+            parent_run_id=self.parent_run_id,
+            metadata=self.metadata,
+            parent=layout.tip,
+        )
+        self.pending.append(Outgoing(WireEntry('run_started', started.payload, 'start', parent=layout.tip)))
+        if unseen:
+            items = [
+                Outgoing(WireEntry('message', encode_message(m), f'inherited:{i}', inherited=True), m)
+                for i, m in enumerate(unseen)
+            ]
+            seqs = await self._write(items)
+            if seqs is not None:
+                advance(layout, SyncPlan(new_messages=list(unseen)), unseen, compaction=None, anchors=seqs)
+
+    async def sync(
+        self,
+        live: list[ModelMessage],
+        *,
+        upto: int | None = None,
+        closing: WireEntry | None = None,
+        unwinding: bool = False,
+    ) -> None:
+        """Append what `live[:upto]` has that the log does not, plus `closing`, in one transaction."""
+        if not self.started:
+            return
+        self.live = live
+        final = live if upto is None else live[:upto]
+        plan = plan_sync(self.layout, final, allow_compaction=not unwinding)
+        items = self._plan_items(plan)
+        if closing is not None:
+            items.append(Outgoing(closing))
+        if not items and not self.pending:
+            return
+        seqs = await self._write(items)
+        if seqs is None or unwinding:
+            return
+        compaction = None
+        anchors: list[int] = []
+        for item, seq in zip(items, seqs, strict=True):
+            if item.message is not None:
+                anchors.append(seq)
+            elif item.entry.kind == 'compaction':
+                compaction = seq
+        advance(self.layout, plan, final, compaction=compaction, anchors=anchors)
+
+    def note_sent(self, request: ModelMessage) -> None:
+        """`request`, just recorded, is what the model is about to be sent."""
+        self.sent = (request, self._payload_of(request))
+
+    def check_sent(self) -> None:
+        """Warn when the request recorded before sending was changed afterwards (an upgrade of
+        pydantic-ai that stamps requests later, or a hook that edits them after this one)."""
+        sent = self.sent
+        self.sent = None
+        if sent is not None and encode_message(sent[0]) != sent[1]:
+            warnings.warn(
+                'a model request changed after EventLogPersistence recorded it in before_model_request; '
+                'the log holds the request as it was then. List EventLogPersistence after capabilities '
+                'that edit requests.',
+                EventLogPersistenceWarning,
+                stacklevel=2,
+            )
+
+    def tool_key(self, tool_call_id: str) -> str:
+        """The key prefix of this occurrence of a tool call (a call id may be run more than once)."""
+        occurrence = self.tool_calls.get(tool_call_id, 0)
+        self.tool_calls[tool_call_id] = occurrence + 1
+        return f'tool:{tool_call_id}:{occurrence}'
+
+    async def tool_effect(
+        self,
+        tool_call_id: str,
+        tool_name: str,
+        key: str,
+        status: Literal['started', 'completed', 'failed'],
+        error: str | None = None,
+    ) -> None:
+        """Record that a tool call started, completed or failed."""
+        entry = tool_effect_entry(
+            conversation_id=self.conversation_id,
+            run_id=self.run_id,
+            tool_call_id=tool_call_id,
+            tool_name=tool_name,
+            status=status,
+            error=error,
+        )
+        await self._write([Outgoing(WireEntry('tool_effect', entry.payload, f'{key}:{status}'))])
+
+    async def finish(
+        self,
+        live: list[ModelMessage],
+        *,
+        status: Literal['completed', 'failed', 'cancelled'],
+        error: str | None,
+        usage: RunUsage,
+    ) -> None:
+        """Record what `live` still adds and how the run ended; remember a completed run's layout."""
+        if not self.started:
+            return
+        finished = run_finished_entry(
+            conversation_id=self.conversation_id, run_id=self.run_id, status=status, error=error, usage=_usage(usage)
+        )
+        closing = WireEntry('run_finished', finished.payload, 'finish')
+        await self.sync(live, closing=closing, unwinding=status != 'completed')
+        if status == 'completed' and not self.disabled and self.layout.messages:
+            self.recent.remember(self.layout, self._payload_of(self.layout.messages[-1]))
+
+    async def fail(
+        self, error: BaseException, *, cancelled: bool, fallback: list[ModelMessage], usage: RunUsage
+    ) -> None:
+        """Record what a failing run produced and how it ended, never hiding the run's own error.
+
+        `fallback` is the live history to use when no sync has seen the run's own list yet.
+        """
+        if not self.started or self.disabled:
+            return
+        live = self.live if self.live is not None else fallback
+        try:
+            await self.finish(live, status='cancelled' if cancelled else 'failed', error=describe(error), usage=usage)
+        except EventLogPersistenceError as secondary:
+            if secondary is not error:
+                error.add_note(f'EventLogPersistence could not record the failure either: {secondary}')
+
+    # --- writing -----------------------------------------------------------------------------
+
+    def _plan_items(self, plan: SyncPlan) -> list[Outgoing]:
+        items: list[Outgoing] = []
+        if plan.summary is not None:
+            entry = compaction_entry(
+                conversation_id=self.conversation_id, run_id=self.run_id, replaced=plan.replaced, summary=plan.summary
+            )
+            items.append(Outgoing(WireEntry('compaction', entry.payload, f'compaction:{self.compactions}')))
+            self.compactions += 1
+        for message in plan.new_messages:
+            item = Outgoing(WireEntry('message', encode_message(message), f'msg:{self.messages}'), message)
+            items.append(item)
+            self.messages += 1
+            self.last = item
+        return items
+
+    def _payload_of(self, message: ModelMessage) -> bytes:
+        """`message` as pydantic-ai JSON, reusing the payload just recorded for it."""
+        last = self.last
+        if last is not None and last.message is message:
+            return last.entry.payload
+        return encode_message(message)
+
+    async def _write(self, items: list[Outgoing]) -> list[int] | None:
+        """Append the pending entries and `items` in one transaction; the `seq`s of `items`, or
+        `None` if the log failed and `on_error='warn'` (the run then goes on unrecorded).
+
+        A step executed again (a durable engine recovering a run) finds its entries already in
+        the log, possibly with other bytes (a request rebuilt with a new timestamp, a tool that
+        returned something else): the live message then takes the recorded content, so the run
+        goes on from what the model was actually sent and its result still replays byte for byte.
+        """
+        if self.disabled:
+            return None
+        batch = [*self.pending, *items]
+        skip = len(self.pending)
+        try:
+            appended = await self.append(
+                run_id=self.run_id, conversation_id=self.conversation_id, entries=[item.entry for item in batch]
+            )
+            self.pending.clear()
+            for item, (seq, held) in zip(batch, appended, strict=True):
+                if item.message is not None and held != digest(item.entry.payload):
+                    self.last = None  # the message takes the recorded content
+                    await self._adopt(item.message, seq)
+        except (EventLogError, OSError) as exc:
+            self._failed(exc)
+            return None
+        return [seq for seq, _ in appended[skip:]]
+
+    async def _adopt(self, message: ModelMessage, seq: int) -> None:
+        """Give the live `message` the content of the `message` entry `seq` recorded for it."""
+        entry = await self.log.get_entry(seq)
+        if entry is None or entry.kind != 'message':
+            raise EventLogPersistenceError(
+                f'run {self.run_id!r} was recorded differently: entry {seq} is not the message it expects'
+            )
+        recorded = ModelMessagesTypeAdapter.validate_json(b'[' + entry.payload + b']')[0]
+        if type(recorded) is not type(message):
+            raise EventLogPersistenceError(
+                f'run {self.run_id!r} diverged from its record: entry {seq} holds a {recorded.kind} '
+                f'where the run now has a {message.kind}'
+            )
+        for f in fields(message):
+            setattr(message, f.name, getattr(recorded, f.name))
+
+    def _failed(self, exc: BaseException) -> None:
+        message = f'the event log could not record run {self.run_id!r}: {exc}'
+        if self.on_error == 'warn':
+            self.disabled = True
+            warnings.warn(f'{message}; the run goes on unrecorded', EventLogPersistenceWarning, stacklevel=3)
+            return
+        if isinstance(exc, EventLogPersistenceError):
+            raise exc
+        raise EventLogPersistenceError(message) from exc
+
+    # --- threading -------------------------------------------------------------------------------
+
+    async def _resolve_history(self, history: list[ModelMessage]) -> tuple[Layout, list[ModelMessage]]:
+        """The layout of the stored branch `history` continues, and the messages the log lacks."""
+        if not history:
+            return Layout(), []
+        recalled = self.recent.recall(history)
+        try:
+            # One cheap read guards against a branch deleted since it was remembered.
+            if recalled is not None and recalled.tip is not None and await self.log.get_entry(recalled.tip):
+                return recalled, []
+            return await self._match_in_log(history)
+        except (EventLogError, OSError) as exc:
+            self._failed(exc)
+            return Layout(), []
+
+    async def _match_in_log(self, history: list[ModelMessage]) -> tuple[Layout, list[ModelMessage]]:
+        """Match `history` against the branches of the runs it names (newest first) and the
+        latest run of its conversation; keep the deepest exact match."""
+        payloads = [encode_message(m) for m in history]
+        candidates: list[str] = []
+        for message in reversed(history):
+            run_id = getattr(message, 'run_id', None)
+            if isinstance(run_id, str) and run_id not in candidates:
+                candidates.append(run_id)
+                if len(candidates) >= _CANDIDATE_RUNS:
+                    break
+        latest = await self.log.list_runs(conversation_id=self.conversation_id)
+        if latest and latest[-1].run_id not in candidates:
+            candidates.append(latest[-1].run_id)
+        best = None
+        for run_id in candidates:
+            run = await self.log.get_run(run_id)
+            if run is None:
+                continue
+            match = match_branch(await self.log.branch(run.last_seq), payloads)
+            if best is None or match.length > best.length:
+                best = match
+            if match.length == len(history):
+                break
+        if best is None or best.length == 0:
+            return Layout(), history
+        layout = Layout(history[: best.length], best.anchors, best.groups, best.tip)
+        return layout, history[best.length :]
+
+
+def digest(payload: bytes) -> str:
+    """A short digest of a payload, to tell whether the log holds the same bytes."""
+    return hashlib.blake2b(payload, digest_size=16).hexdigest()
+
+
+def describe(error: BaseException) -> str:
+    """An error as recorded: its type, and its message if it has one."""
+    text = str(error)
+    return f'{type(error).__name__}: {text}' if text else type(error).__name__
+
+
+_USAGE_ALWAYS = frozenset({'requests', 'tool_calls', 'input_tokens', 'output_tokens'})
+
+
+def _usage(usage: RunUsage) -> dict[str, int]:
+    """The run's integer usage counters (the four main ones always, the others when non-zero)."""
+    out: dict[str, int] = {}
+    for f in fields(usage):
+        value = getattr(usage, f.name)
+        if isinstance(value, int) and not isinstance(value, bool) and (value or f.name in _USAGE_ALWAYS):
+            out[f.name] = value
+    return out
