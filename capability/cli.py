@@ -958,7 +958,8 @@ async def _search(
     if result.outcome == 'too_many_terms':
         raise CliError(f'the query has {len(result.terms)} distinct words; a search takes at most {MAX_QUERY_TERMS}')
     if as_json:
-        render.print_json(_search_json(result, analyzer, built, note))
+        # The index's analyzer as it stands after the search (a first search builds the index).
+        render.print_json(_search_json(result, analyzer, analyzer.name if note is None else built, note))
         return
     if note is not None:
         sys.stderr.write(f'eventlog: note: {note}\n')
