@@ -1,9 +1,6 @@
-"""The one place the command line chooses its search index.
+"""The command line's view of the store's persistent search index: its state, its analyzer, rebuilding it.
 
-Searches go through the store's persistent index (`search.lmdb_index.LmdbIndex`), which
-catches up with the log before answering. A search with another analyzer than the one the
-index was built with falls back to an in-memory corpus rebuilt from the log (slower, same
-ranking); `eventlog reindex --analyzer NAME` rebuilds the index with that analyzer.
+Which index a search reads is `capability.search.backend_for`, the capability's own policy.
 """
 
 from __future__ import annotations
@@ -12,30 +9,18 @@ import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from eventlog import LmdbEventLog, ReplayHistorySource
+from eventlog import LmdbEventLog
 
 if TYPE_CHECKING:
     from search.analyzers import Analyzer
-    from search.backend import SearchBackend
     from search.lmdb_index import LmdbIndex
 
 # The index modules (numpy, pydantic-ai) are imported on first use, keeping the CLI's start fast.
 
-__all__ = ['Progress', 'backend_for', 'index_state', 'rebuild_index']
+__all__ = ['Progress', 'index_analyzer', 'index_state', 'rebuild_index']
 
 Progress = Callable[[int, int], None]
 """Called with (done, total) as a long operation advances."""
-
-
-def backend_for(log: LmdbEventLog, analyzer: Analyzer) -> SearchBackend:
-    """The persistent index of `log` when it was built with `analyzer`, else an in-memory corpus per search."""
-    from search.lmdb_index import IndexAnalyzerMismatch, LmdbIndex
-    from search.memory_index import HistorySourceBackend
-
-    try:
-        return LmdbIndex(log, analyzer)
-    except IndexAnalyzerMismatch:
-        return HistorySourceBackend(ReplayHistorySource(log))
 
 
 def _existing_index(log: LmdbEventLog) -> LmdbIndex:
@@ -43,6 +28,11 @@ def _existing_index(log: LmdbEventLog) -> LmdbIndex:
     from search.lmdb_index import LmdbIndex
 
     return LmdbIndex.open_existing(log)
+
+
+def index_analyzer(log: LmdbEventLog) -> str | None:
+    """The name of the analyzer the store's index was built with; `None` when none is built yet."""
+    return _existing_index(log).state().analyzer
 
 
 def index_state(log: LmdbEventLog) -> dict[str, object]:

@@ -39,7 +39,7 @@ from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 from capability import _cli_render as render
 from capability import _cli_tables as tables
 from capability._cli_ids import ShortIds, resolve_conversation, resolve_run
-from capability._cli_index import backend_for, index_state, rebuild_index
+from capability._cli_index import index_analyzer, index_state, rebuild_index
 from eventlog import ConversationRecord, Entry, EventLogError, LmdbEventLog, RunRecord, decode_messages
 from eventlog.errors import StoreBusyError
 from eventlog.lmdb_log import CompactResult
@@ -48,6 +48,8 @@ from search.analyzers import ANALYZER_NAMES, Analyzer, get_analyzer
 if TYPE_CHECKING:
     from pydantic_ai.messages import ModelMessage
     from rich.progress import Progress
+
+    from search.result import SearchResult
 
 # pydantic-ai, numpy and the search engine are imported by the commands that use them, so that
 # `--help`, `conversations`, `info`, `stats`, `verify` and `tail` start fast.
@@ -587,11 +589,11 @@ def _entry_rows(rows: render.Rows, entries: Sequence[Entry], notes: dict[int, _R
         rows.add(_label(f'#{entry.seq}'), body)
 
 
-def _message_rows(rows: render.Rows, messages: Sequence[ModelMessage], first: int = 0) -> int:
-    """Add a row per message, numbered from `first`; return the number after the last."""
-    for position, message in enumerate(messages, start=first):
-        rows.add(_label(f'[{position}]'), render.message_text(message))
-    return first + len(messages)
+def _message_rows(rows: render.Rows, messages: Sequence[tuple[int, ModelMessage]]) -> int:
+    """Add a row per `(seq, message)`, labelled with its entry number `#seq`; return how many."""
+    for seq, message in messages:
+        rows.add(_label(f'#{seq}'), render.message_text(message))
+    return len(messages)
 
 
 _READ_BATCH = 500
@@ -666,9 +668,8 @@ async def _show(store: Path, conversation_id: str | None, run_id: str | None, fu
             source = record.forked_from.conversation_id if record.forked_from else 'another conversation'
             out.print(render.clean_text(f'{inherited} messages inherited from {source}, by reference:', 'dim italic'))
             rows = render.Rows(out, 7)
-            position = 0
             async for batch in log.iter_branch(origin, kinds=['message'], batch=_READ_BATCH):
-                position = _message_rows(rows, [entry.message() for entry in batch], position)
+                _message_rows(rows, [(entry.seq, entry.message()) for entry in batch])
             rows.flush()
             out.print(Text('then this conversation:', style='dim italic'))
         rows = render.Rows(out, 7)
@@ -700,9 +701,8 @@ async def _show_run(log: LmdbEventLog, run_id: str, full: bool, as_json: bool) -
     _heading(out, render.clean_text(f'run {run_id} · conversation {record.conversation_id}'))
     rows = render.Rows(out, 7)
     if full:
-        position = 0
         async for batch in log.iter_branch(record.last_seq, kinds=['message'], batch=_READ_BATCH):
-            position = _message_rows(rows, [entry.message() for entry in batch], position)
+            _message_rows(rows, [(entry.seq, entry.message()) for entry in batch])
         rows.flush()
         return
     earlier = await _count_messages(log, record.branch_parent)
@@ -854,16 +854,16 @@ async def _context(store: Path, conversation_id: str, as_json: bool) -> None:
     async with _open(store) as log:
         conversation_id = await resolve_conversation(log, conversation_id)
         await _conversation(log, conversation_id)
-        batches = log.iter_context_payloads(conversation_id, batch=_READ_BATCH)
         if as_json:
-            await _write_json_list(batches)
+            await _write_json_list(log.iter_context_payloads(conversation_id, batch=_READ_BATCH))
             return
         out = render.console()
         _heading(out, render.clean_text(f'context of {conversation_id}'))
-        rows = render.Rows(out, 5)
+        rows = render.Rows(out, 7)
         count = 0
-        async for batch in batches:
-            count = _message_rows(rows, _decode(batch), count)
+        async for batch in log.iter_context_messages(conversation_id, batch=_READ_BATCH):
+            decoded = _decode([payload for _, payload in batch])
+            count += _message_rows(rows, [(seq, message) for (seq, _), message in zip(batch, decoded, strict=True)])
         rows.flush()
     out.print(Text(f'{_plural(count, "message", "messages")}', style='dim'))
 
@@ -878,8 +878,13 @@ def search(
     run: Annotated[str | None, typer.Option('--run', '-r', help='Search this run only.')] = None,
     everything: Annotated[bool, typer.Option('--all', help='Search every conversation in the store.')] = False,
     analyzer: Annotated[
-        str, typer.Option('--analyzer', help=f'How text becomes terms: {", ".join(ANALYZER_NAMES)}.')
-    ] = 'default',
+        str | None,
+        typer.Option(
+            '--analyzer',
+            help=f'How text becomes terms: {", ".join(ANALYZER_NAMES)} (default: the one the index was built with).',
+            show_default=False,
+        ),
+    ] = None,
     limit: Annotated[int, typer.Option('--limit', '-n', min=1, help='Show at most this many matches.')] = 10,
     context_lines: Annotated[
         int, typer.Option('--context', min=0, help='Also show this many neighbouring messages.')
@@ -890,12 +895,14 @@ def search(
     """Ranked BM25 search over stored messages, with the matched terms highlighted.
 
     Say where to search: `--conversation ID`, `--run ID` (optionally with `--conversation`), or `--all`.
+    Each message is numbered by its entry (`#N`), the number `show`, `replay` and `fork --at` use.
     """
     if everything and (conversation is not None or run is not None):
         _fail('--all searches every conversation: drop it, or drop --conversation and --run')
     if not everything and conversation is None and run is None:
         _fail('say where to search: --conversation ID, --run ID, or --all')
-    _run(_search(store, query, conversation, run, _analyzer_or_fail(analyzer), limit, context_lines, as_json))
+    chosen = _analyzer_or_fail(analyzer) if analyzer is not None else None
+    _run(_search(store, query, conversation, run, chosen, limit, context_lines, as_json))
 
 
 def _analyzer_or_fail(name: str) -> Analyzer:
@@ -910,17 +917,15 @@ async def _search(
     query: str,
     conversation_id: str | None,
     run_id: str | None,
-    analyzer: Analyzer,
+    analyzer: Analyzer | None,
     limit: int,
     context_lines: int,
     as_json: bool,
 ) -> None:
-    from search.bm25 import DEFAULT_B, DEFAULT_K1, unique_terms
-    from search.render import display_lines, index_text, make_locator
+    from capability.search import backend_for
+    from search.engine import MAX_QUERY_TERMS, SearchEngine, SearchOptions
+    from search.lmdb_index import LmdbIndex
 
-    terms = unique_terms(analyzer.tokens(query))
-    if not terms:
-        raise CliError(f'the query {query!r} has no searchable words')
     async with _open(store) as log:
         if conversation_id is not None:
             conversation_id = await resolve_conversation(log, conversation_id)
@@ -930,79 +935,114 @@ async def _search(
             run = await _run_record(log, run_id)
             if conversation_id is not None and run.conversation_id != conversation_id:
                 raise CliError(f'no run {run_id!r} in conversation {conversation_id!r}')
-        began = time.perf_counter()
-        corpus = await backend_for(log, analyzer).open_corpus(
-            conversation_id=conversation_id, run_id=run_id, analyzer=analyzer
-        )
-        hits = await corpus.rank(terms, k1=DEFAULT_K1, b=DEFAULT_B)
-        elapsed = time.perf_counter() - began
-        shown = hits[:limit]
-        results: list[tuple[Any, str | None, list[tuple[int, ModelMessage]]]] = []
-        for hit in shown:
-            span = await corpus.span(hit.run_id)
-            window = await corpus.messages(
-                hit.run_id, max(span.start, hit.position - context_lines), hit.position + context_lines + 1
+        built = index_analyzer(log)
+        if analyzer is None:
+            analyzer = _analyzer(built or 'default')
+        backend = backend_for(log, analyzer, fallback=True)
+        note = None
+        if not isinstance(backend, LmdbIndex):
+            note = (
+                f'the search index was built with the {built!r} analyzer, so this search rebuilt a corpus in '
+                f'memory with {analyzer.name!r} (slower); `eventlog reindex --analyzer {analyzer.name}` '
+                'rebuilds the index for it'
             )
-            results.append((hit, span.conversation_id, window))
+        engine = SearchEngine(backend, SearchOptions(max_matches=limit, context_lines=context_lines, analyzer=analyzer))
+        result = await engine.find(
+            query,
+            scope='all' if conversation_id is None else 'conversation',
+            conversation_id=conversation_id,
+            run_id=run_id,
+        )
+    if result.outcome == 'no_terms':
+        raise CliError(f'the query {query!r} has no searchable words')
+    if result.outcome == 'too_many_terms':
+        raise CliError(f'the query has {len(result.terms)} distinct words; a search takes at most {MAX_QUERY_TERMS}')
     if as_json:
-        render.print_json(
+        # The index's analyzer as it stands after the search (a first search builds the index).
+        render.print_json(_search_json(result, analyzer, analyzer.name if note is None else built, note))
+        return
+    if note is not None:
+        sys.stderr.write(f'eventlog: note: {note}\n')
+    _print_search(result, analyzer, conversation_id, run_id)
+
+
+def _search_json(result: SearchResult, analyzer: Analyzer, built: str | None, note: str | None) -> dict[str, object]:
+    """`search --json`: the totals, then each hit with its entry number (`seq`) and its window."""
+    from search.render import index_text
+
+    return {
+        'query': result.query,
+        'terms': list(result.terms),
+        'analyzer': analyzer.name,
+        'index_analyzer': built,
+        'note': note,
+        'documents': result.documents,
+        'matches': result.matches,
+        'seconds': round(result.timings.total, 6),
+        'results': [
             {
-                'query': query,
-                'terms': terms,
-                'analyzer': analyzer.name,
-                'documents': corpus.document_count,
-                'matches': len(hits),
-                'seconds': round(elapsed, 6),
-                'results': [
-                    {
-                        'rank': rank,
-                        'score': round(hit.score, 6),
-                        'run_id': hit.run_id,
-                        'conversation_id': conv,
-                        'position': hit.position,
-                        'text': next((index_text(m) for p, m in window if p == hit.position), ''),
-                    }
-                    for rank, (hit, conv, window) in enumerate(results, start=1)
+                'rank': hit.rank,
+                'score': round(hit.score, 6),
+                'run_id': hit.run_id,
+                'conversation_id': hit.conversation_id,
+                'position': hit.position,
+                'seq': hit.seq,
+                'text': next((index_text(shown.message) for shown in hit.window if shown.position == hit.position), ''),
+                'window': [
+                    {'position': shown.position, 'seq': shown.seq, 'text': index_text(shown.message)}
+                    for shown in hit.window
                 ],
             }
-        )
-        return
+            for hit in result.hits
+        ],
+    }
+
+
+def _print_search(result: SearchResult, analyzer: Analyzer, conversation_id: str | None, run_id: str | None) -> None:
+    """`search` as text: a summary line, then each hit's heading and its messages, each by entry number."""
+    from search.render import display_lines, make_locator
+
     out = render.console()
     scope = (
         f'run {run_id}' if run_id else f'conversation {conversation_id}' if conversation_id else 'every conversation'
     )
     out.print(
         render.clean_text(
-            f'{len(hits)} matching messages among {corpus.document_count} in {scope} '
-            f'({elapsed * 1000:.0f} ms); showing {len(shown)}',
+            f'{result.matches} matching messages among {result.documents} in {scope} '
+            f'({result.timings.total * 1000:.0f} ms); showing {len(result.hits)}',
             'dim',
         )
     )
-    locate = make_locator(analyzer, frozenset(terms))
-    displayed: set[tuple[str, int]] = set()
-    for rank, (hit, conv, window) in enumerate(results, start=1):
+    locate = make_locator(analyzer, frozenset(result.terms))
+    for hit in result.hits:
         out.print()
-        heading = Text(f'{rank:>2}. ', style='bold')
+        heading = Text(f'{hit.rank:>2}. ', style='bold')
         heading.append(f'score {hit.score:.2f}', style='bold cyan')
         heading.append(
-            render.clean(f' · conversation {conv} · run {hit.run_id} · message [{hit.position}]'), style='dim'
+            render.clean(f' · conversation {hit.conversation_id} · run {hit.run_id} · position {hit.position}'),
+            style='dim',
         )
         out.print(heading)
         grid = _grid(7)
-        for position, message in window:
-            matched = position == hit.position
-            if not matched and (hit.run_id, position) in displayed:
+        for shown in hit.window:
+            if shown.repeated:
                 continue
-            displayed.add((hit.run_id, position))
-            lines = display_lines(message, locate) or ['(no text)']
+            matched = shown.position == hit.position
+            lines = display_lines(shown.message, locate) or ['(no text)']
             body = Text('\n').join(
-                render.highlight_terms(line, analyzer, terms)
+                render.highlight_terms(line, analyzer, result.terms)
                 if matched
                 else render.clean_text(line, 'dim', multiline=True)
                 for line in lines
             )
-            grid.add_row(_label(f'[{position}]'), body)
+            grid.add_row(_label(_entry_number(shown.seq, shown.position)), body)
         out.print(grid)
+
+
+def _entry_number(seq: int | None, position: int) -> str:
+    """A message's label in every view: its entry number `#N` (a run position `[N]` only where the
+    source cannot tell the entry)."""
+    return f'#{seq}' if seq is not None else f'[{position}]'
 
 
 # --- management -------------------------------------------------------------------------------

@@ -33,21 +33,32 @@ from search import (
     resolve_analyzer,
     validate_search_options,
 )
-from search.lmdb_index import LmdbIndex
+from search.answer import AnswerStyle
+from search.lmdb_index import IndexAnalyzerMismatch, LmdbIndex
 from search.render import SEARCH_TOOL_NAME
 
 __all__ = ['TOOL_NAME', 'ConversationSearch', 'ScopeDefaultWarning', 'SearchScope', 'backend_for']
 
 
 def backend_for(
-    source: HistorySource | SearchBackend | EventLogBase, analyzer: Analyzer
+    source: HistorySource | SearchBackend | EventLogBase, analyzer: Analyzer, *, fallback: bool = False
 ) -> HistorySource | SearchBackend:
-    """The persistent index when `source` replays an LMDB log (searches then read only the
-    postings of the query's terms); otherwise `source` itself, indexed in memory per search."""
+    """Where searches with `analyzer` read `source`: the one policy of the capability and the CLI.
+
+    The persistent index when `source` replays an LMDB log (searches then read only the
+    postings of the query's terms); otherwise `source` itself, indexed in memory per search.
+    When the store's index was built with another analyzer, it raises `IndexAnalyzerMismatch`,
+    or with `fallback` returns `source` read through an in-memory corpus rebuilt per search
+    (slower, same ranking; `eventlog reindex --analyzer NAME` rebuilds the index).
+    """
     if isinstance(source, EventLogBase):
         source = ReplayHistorySource(source)
     if isinstance(source, ReplayHistorySource) and isinstance(source.log, LmdbEventLog):
-        return LmdbIndex.for_log(source.log, analyzer)
+        try:
+            return LmdbIndex.for_log(source.log, analyzer)
+        except IndexAnalyzerMismatch:
+            if not fallback:
+                raise
     return source
 
 
@@ -175,6 +186,12 @@ class ConversationSearch(AbstractCapability[AgentDepsT]):
     analyzer: str | Analyzer = 'default'
     """How text becomes terms: `'default'` (the reference's), `'english'`, `'cjk'`, or an `Analyzer`."""
 
+    answer_style: AnswerStyle = 'reference'
+    """How answers are worded. `'reference'`: the text pydantic-ai-harness's `ConversationSearch`
+    returns for the same history, byte for byte, so swapping one capability for the other changes
+    no prompt. `'explained'`: answers that find nothing say why and what to try, quoted text is
+    escaped, and messages an earlier result already showed are not repeated."""
+
     id: str | None = 'conversation_search'
     """The capability's id. Two `ConversationSearch` under one id must agree on every option."""
 
@@ -197,6 +214,8 @@ class ConversationSearch(AbstractCapability[AgentDepsT]):
             bm25_b=self.bm25_b,
         )
         resolve_analyzer(self.analyzer)
+        if self.answer_style not in ('reference', 'explained'):
+            raise ValueError(f"answer_style must be 'reference' or 'explained', got {self.answer_style!r}.")
         if self.scope is None:
             warnings.warn(_SCOPE_WARNING, ScopeDefaultWarning, stacklevel=_caller_stacklevel())
         elif self.scope not in _INSTRUCTIONS:
@@ -236,6 +255,7 @@ class ConversationSearch(AbstractCapability[AgentDepsT]):
             bm25_k1=self.bm25_k1,
             bm25_b=self.bm25_b,
             analyzer=resolve_analyzer(self.analyzer),
+            answer_style=self.answer_style,
         )
         return SearchEngine(backend_for(self.source, options.analyzer), options)
 

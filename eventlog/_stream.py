@@ -104,6 +104,12 @@ def _item_seq(item: tuple[int, list[bytes]] | int) -> int:
 def context_plan(entries: Iterable[Entry]) -> list[ContextItem]:
     """What `_engine.fold_context` keeps of a branch's messages and compactions, as message
     `seq`s and summaries instead of payloads (one small integer per message held)."""
+    return [item for _, item in numbered_context_plan(entries)]
+
+
+def numbered_context_plan(entries: Iterable[Entry]) -> list[tuple[int, ContextItem]]:
+    """`context_plan` with the entry each item comes from: a message's own `seq`, or the `seq` of
+    the compaction whose summary it is."""
     live: list[tuple[int, list[bytes]] | int] = []
     for entry in entries:
         if entry.kind == 'message':
@@ -118,7 +124,7 @@ def context_plan(entries: Iterable[Entry]) -> list[ContextItem]:
             kept_before = [item for item in live[:position] if _item_seq(item) not in replaced]
             kept_after = [item for item in live[position:] if _item_seq(item) not in replaced]
             live = [*kept_before, (entry.seq, [bytes(raw) for raw in info.summary]), *kept_after]
-    return [item if isinstance(item, int) else item[1] for item in live]
+    return [(item, item) if isinstance(item, int) else item for item in live]
 
 
 def plan_items(txn: ReadTxn, plan: Sequence[ContextItem], start: int = 0) -> Iterator[list[bytes]]:

@@ -457,6 +457,31 @@ class EventLogBase(ABC):
             )
             yield found
 
+    async def iter_context_messages(
+        self, conversation_id: str, *, batch: int = STREAM_BATCH
+    ) -> AsyncIterator[list[tuple[int, bytes]]]:
+        """`iter_context_payloads` with each message's entry number: `(seq, payload)`, where `seq` is
+        the message's own entry, or for the messages of a compaction summary the compaction's entry."""
+        engine.check_id(conversation_id, 'conversation_id')
+        _check_batch(batch)
+
+        def plan(txn: ReadTxn) -> list[tuple[int, stream.ContextItem]]:
+            tip = stream.context_tip(txn, conversation_id)
+            return stream.numbered_context_plan(
+                stream.branch_entries(txn, stream.branch_stretches(txn, tip), _FOLD_KINDS)
+            )
+
+        numbered = await self._read(plan, bulk=True)
+        items = [item for _, item in numbered]
+        start = 0
+        while start < len(items):
+            found, end = await self._read(
+                partial(_plan_payloads, plan=items, start=start, count=batch), bulk=batch > _BULK_THRESHOLD
+            )
+            seqs = [seq for seq, item in numbered[start:end] for _ in (item if isinstance(item, list) else [item])]
+            yield list(zip(seqs, found, strict=True))
+            start = end
+
     async def history_origin(self, conversation_id: str) -> int | None:
         """The entry in another conversation this one's history continues from (its fork point,
         or where its first run continued from), or `None`: `iter_branch` of it is the inherited history."""

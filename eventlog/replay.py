@@ -46,3 +46,14 @@ class ReplayHistorySource:
             return await self.log.run_messages(run_id)
         except (RunNotFound, InvalidArgumentError):
             return []
+
+    async def run_entry_seqs(self, *, run_id: str) -> list[int]:
+        """The `seq` of the entry that stored each message of the run's full record, in order
+        (aligned with `run_history`); `[]` for a run id the log does not hold."""
+        try:
+            record = await self.log.get_run(run_id)
+        except InvalidArgumentError:
+            return []
+        if record is None:
+            return []
+        return [entry.seq for entry in await self.log.branch(record.last_seq) if entry.kind == 'message']

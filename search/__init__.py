@@ -11,7 +11,9 @@ capabilities, and the event log never imports search. Its parts:
 - `search.bm25`: scoring over postings, shared by every index.
 - `search.backend`: the `SearchBackend` / `Corpus` seam an index implements.
 - `search.memory_index`: the in-memory corpus rebuilt from a `HistorySource` per search.
-- `search.engine`: the search itself, answering in text written for a model.
+- `search.engine`: the search itself: a `SearchResult`, or an answer written for a model.
+- `search.result`: `SearchResult` and its hits, what one search found, as data.
+- `search.answer`: a result as the text a model reads (the reference's wording, or explained).
 - `search.lmdb_index`: the index kept in the log's store, current with the log by position.
 """
 
@@ -31,6 +33,7 @@ if TYPE_CHECKING:
         get_analyzer,
         resolve_analyzer,
     )
+    from search.answer import AnswerStyle, answer_text
     from search.backend import Corpus, Hit, RankedHits, RunSpan, SearchBackend
     from search.bm25 import TermPostings, average_length, idf, score_postings, score_unranked, unique_terms
     from search.engine import (
@@ -44,12 +47,14 @@ if TYPE_CHECKING:
     )
     from search.memory_index import HistorySourceBackend, MemoryCorpus, message_identity
     from search.render import display_lines, index_text, message_segments
+    from search.result import SearchHit, SearchOutcome, SearchResult, SearchTimings, WindowMessage
     from search.source import HistorySource, RunInfo
 
 __all__ = [
     'ANALYZER_NAMES',
     'MAX_QUERY_TERMS',
     'Analyzer',
+    'AnswerStyle',
     'CjkAnalyzer',
     'Corpus',
     'DefaultAnalyzer',
@@ -65,9 +70,15 @@ __all__ = [
     'ScopeDefaultWarning',
     'SearchBackend',
     'SearchEngine',
+    'SearchHit',
     'SearchOptions',
+    'SearchOutcome',
+    'SearchResult',
     'SearchScope',
+    'SearchTimings',
     'TermPostings',
+    'WindowMessage',
+    'answer_text',
     'as_backend',
     'average_length',
     'display_lines',
@@ -106,6 +117,13 @@ _SUBMODULE: dict[str, str] = {
     'score_postings': 'search.bm25',
     'score_unranked': 'search.bm25',
     'unique_terms': 'search.bm25',
+    'AnswerStyle': 'search.answer',
+    'answer_text': 'search.answer',
+    'SearchHit': 'search.result',
+    'SearchOutcome': 'search.result',
+    'SearchResult': 'search.result',
+    'SearchTimings': 'search.result',
+    'WindowMessage': 'search.result',
     'MAX_QUERY_TERMS': 'search.engine',
     'ScopeDefaultWarning': 'search.engine',
     'SearchEngine': 'search.engine',

@@ -25,7 +25,7 @@ from search.analyzers import Analyzer
 if TYPE_CHECKING:
     from pydantic_ai.messages import ModelMessage
 
-__all__ = ['Corpus', 'Hit', 'RankedHits', 'RunSpan', 'SearchBackend']
+__all__ = ['Corpus', 'Hit', 'NumberedCorpus', 'RankedHits', 'RunSpan', 'SearchBackend']
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +81,20 @@ class Corpus(Protocol):
 
     async def messages(self, run_id: str, start: int, end: int) -> list[tuple[int, ModelMessage]]:
         """The run's corpus messages at positions in `[start, end)`, as `(position, message)` in order."""
+        ...
+
+
+@runtime_checkable
+class NumberedCorpus(Protocol):
+    """A corpus that can also tell which log entry stored each message (optional for a corpus).
+
+    With it, a search result names every message it shows by its entry number (`seq`), the
+    number `eventlog show`, `replay` and `fork --at` use.
+    """
+
+    async def entry_seqs(self, windows: Sequence[tuple[str, int, int]]) -> list[dict[int, int]]:
+        """For each `(run_id, start, end)` window, the `seq` of the entry that stored the message
+        at each position in `[start, end)`, by position; positions it cannot tell are left out."""
         ...
 
 

@@ -1,4 +1,4 @@
-"""The search itself: a query in, an answer written for a model out.
+"""The search itself: a query in, a `SearchResult` (`find`) or an answer written for a model (`search`) out.
 
 `SearchEngine.search` never raises for anything a model or a store can cause: an empty
 or unusable query, an unknown run, an empty store, a store that fails to read. Each
@@ -15,22 +15,25 @@ from __future__ import annotations
 
 import logging
 import math
-import unicodedata
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Literal, overload
 
 from pydantic_ai.messages import ModelMessage
 
 from search.analyzers import Analyzer, DefaultAnalyzer
-from search.backend import Corpus, Hit, RunSpan, SearchBackend
+from search.answer import MAX_QUERY_TERMS, AnswerStyle, answer_text
+from search.backend import Corpus, Hit, NumberedCorpus, RunSpan, SearchBackend
 from search.bm25 import DEFAULT_B, DEFAULT_K1, unique_terms
 from search.memory_index import HistorySourceBackend
-from search.render import display_lines, make_locator
+from search.result import SearchHit, SearchOutcome, SearchResult, SearchTimings, WindowMessage
 from search.source import HistorySource
 
 __all__ = [
     'MAX_QUERY_TERMS',
+    'AnswerStyle',
     'ScopeDefaultWarning',
     'SearchEngine',
     'SearchOptions',
@@ -48,12 +51,6 @@ SearchScope = Literal['all', 'conversation']
 the source lists; only for stores already isolated to one principal, since any run can then
 read any other conversation's messages.
 """
-
-MAX_QUERY_TERMS = 1000
-"""A query with more distinct terms than this is refused rather than ranked."""
-
-_ECHO_CHARS = 200
-"""How much of a query or run id an answer repeats back."""
 
 
 class ScopeDefaultWarning(DeprecationWarning):
@@ -108,6 +105,11 @@ class SearchOptions:
     analyzer: Analyzer = field(default_factory=DefaultAnalyzer)
     """How messages and queries become terms."""
 
+    answer_style: AnswerStyle = 'reference'
+    """How the model's answer is worded (`search.answer`): `'reference'`, the text the reference's
+    `ConversationSearch` gives, byte for byte; `'explained'`, answers that say why nothing was
+    found and what to try, and do not repeat a message an earlier result already showed."""
+
     def __post_init__(self) -> None:
         """Reject invalid values with a `ValueError`."""
         validate_search_options(
@@ -116,6 +118,8 @@ class SearchOptions:
             bm25_k1=self.bm25_k1,
             bm25_b=self.bm25_b,
         )
+        if self.answer_style not in ('reference', 'explained'):
+            raise ValueError(f"answer_style must be 'reference' or 'explained', got {self.answer_style!r}.")
 
 
 def as_backend(source: HistorySource | SearchBackend) -> SearchBackend:
@@ -123,52 +127,6 @@ def as_backend(source: HistorySource | SearchBackend) -> SearchBackend:
     if isinstance(source, SearchBackend):
         return source
     return HistorySourceBackend(source)
-
-
-def _echo(text: str) -> str:
-    """`text` in double quotes, shortened, with line breaks and control characters escaped."""
-    shortened = text if len(text) <= _ECHO_CHARS else text[:_ECHO_CHARS] + '…'
-    out: list[str] = ['"']
-    for char in shortened:
-        if char in '"\\':
-            out.append('\\' + char)
-        elif unicodedata.category(char) in ('Cc', 'Zl', 'Zp'):
-            out.append(f'\\u{ord(char):04x}' if ord(char) > 0xFF else f'\\x{ord(char):02x}')
-        else:
-            out.append(char)
-    out.append('"')
-    return ''.join(out)
-
-
-def _plural(count: int, singular: str, plural: str) -> str:
-    return f'{count} {singular if count == 1 else plural}'
-
-
-def _indent_continuation(lines: Sequence[str]) -> str:
-    """A message's lines as one block: only its first line starts at the margin."""
-    text = '\n'.join(lines)
-    return text.replace('\n', '\n    ')
-
-
-_NO_CONVERSATION_ID = (
-    'Nothing was searched: this search only covers the current conversation, and the current run has '
-    'no conversation id, so there is no conversation to search. Start runs with `conversation_id=...` '
-    '(or continue from an earlier run with `message_history`, which keeps its conversation id) to make '
-    'their history searchable.'
-)
-_EMPTY_QUERY = (
-    'Nothing was searched: the query is empty. Ask for the words you expect in the earlier messages, '
-    'such as a name, a number, an identifier or a distinctive phrase.'
-)
-_NOTHING_STORED_IN_CONVERSATION = (
-    'This conversation has no stored history yet, so there is nothing to search. Only runs sharing the '
-    "current run's conversation id are searched; a run gets that id from `conversation_id=` or inherits "
-    'it through `message_history`.'
-)
-_NOTHING_STORED = (
-    'There is no stored history to search yet. History becomes searchable once runs are recorded to the '
-    'store this search reads.'
-)
 
 
 class SearchEngine:
@@ -188,7 +146,43 @@ class SearchEngine:
         run_id: str | None = None,
         searching_run_id: str | None = None,
     ) -> str:
-        """The answer to `query`.
+        """The answer to `query`, as text for the model (`search.answer.answer_text` of `find`'s result).
+
+        Never raises for anything a model or a store can cause: a failed read is answered too.
+        The arguments are `find`'s.
+        """
+        try:
+            result = await self.find(
+                query,
+                scope=scope,
+                conversation_id=conversation_id,
+                run_id=run_id,
+                searching_run_id=searching_run_id,
+                entry_numbers=False,
+            )
+        except Exception as exc:
+            logger.warning('conversation search failed', exc_info=True)
+            result = SearchResult(
+                query=query,
+                terms=tuple(unique_terms(self.options.analyzer.tokens(query))),
+                outcome='failed',
+                conversation_id=conversation_id if scope == 'conversation' else None,
+                run_id=run_id,
+                error=type(exc).__name__,
+            )
+        return answer_text(result, self.options)
+
+    async def find(
+        self,
+        query: str,
+        *,
+        scope: SearchScope,
+        conversation_id: str | None,
+        run_id: str | None = None,
+        searching_run_id: str | None = None,
+        entry_numbers: bool = True,
+    ) -> SearchResult:
+        """What `query` finds, as a `SearchResult`.
 
         Args:
             query: What to look for; each distinct term counts independently.
@@ -198,86 +192,51 @@ class SearchEngine:
             searching_run_id: The run asking. Its own messages (the request that prompted the search,
                 the response calling the tool) are in its context already, so they are not results,
                 unless `run_id` names that very run. They still count in the corpus statistics.
+            entry_numbers: Also read the entry number (`seq`) of every message shown, when the
+                corpus can tell (see `search.backend.NumberedCorpus`); otherwise they are `None`.
 
-        Returns:
-            Text for the model: the results, or why there are none.
+        Raises:
+            Whatever the backend raises when the store cannot be read.
         """
-        if scope == 'conversation':
-            if conversation_id is None:
-                return _NO_CONVERSATION_ID
-            within: str | None = conversation_id
-        else:
-            within = None
-
-        if not query.strip():
-            return _EMPTY_QUERY
-        terms = unique_terms(self.options.analyzer.tokens(query))
-        if not terms:
-            return (
-                f'Nothing was searched: the query {_echo(query)} has no searchable words, only punctuation, '
-                'symbols or spaces. Search with words or numbers.'
-            )
+        within = conversation_id if scope == 'conversation' else None
+        terms = tuple(unique_terms(self.options.analyzer.tokens(query)))
+        facts = partial(SearchResult, query=query, terms=terms, conversation_id=within, run_id=run_id)
+        if scope == 'conversation' and conversation_id is None:
+            return facts(outcome='no_conversation')
         if len(terms) > MAX_QUERY_TERMS:
-            return (
-                f'Nothing was searched: the query has {len(terms)} distinct words, and a search accepts at most '
-                f'{MAX_QUERY_TERMS}. Keep only the few words that identify what you are looking for.'
-            )
+            return facts(outcome='too_many_terms')
 
-        try:
-            skip = searching_run_id if searching_run_id != run_id else None
-            return await self._search(query, terms, within=within, run_id=run_id, skip_run=skip)
-        except Exception as exc:
-            logger.warning('conversation search failed', exc_info=True)
-            return (
-                f'The search could not be completed: reading or ranking the stored history failed '
-                f'({type(exc).__name__}). Nothing was found; the store may be closed or unavailable. '
-                'The current conversation is not affected.'
-            )
-
-    async def _search(
-        self, query: str, terms: list[str], *, within: str | None, run_id: str | None, skip_run: str | None
-    ) -> str:
         options = self.options
+        began = time.perf_counter()
         corpus = await self.backend.open_corpus(conversation_id=within, run_id=run_id, analyzer=options.analyzer)
+        opened = time.perf_counter()
         total = corpus.document_count
-        if run_id is not None and total == 0:
-            return f'There is no stored history for run {_echo(run_id)}. Check the id, or search without `run_id`.'
         if total == 0:
-            return _NOTHING_STORED_IN_CONVERSATION if within is not None else _NOTHING_STORED
-        where = f'stored {"message" if total == 1 else "messages"}'
-        if run_id is not None:
-            where += f' of run {_echo(run_id)}'
+            outcome: SearchOutcome = 'unknown_run' if run_id is not None else 'nothing_stored'
+            return facts(outcome=outcome, timings=SearchTimings(corpus=opened - began))
+        if not terms:
+            return facts(outcome='no_terms', documents=total, timings=SearchTimings(opened - began))
 
         hits: Sequence[Hit] = await corpus.rank(terms, k1=options.bm25_k1, b=options.bm25_b)
-        if skip_run is not None:
-            hits = _WithoutRun(hits, skip_run)
+        skip = searching_run_id if searching_run_id != run_id else None
+        if skip is not None:
+            hits = _WithoutRun(hits, skip)
+        ranked = time.perf_counter()
         if not hits:
-            return (
-                f'No message matches {_echo(query)} among the {total} {where}. Try other words: a synonym, '
-                'another spelling, or a distinctive name or number.'
-            )
-        if options.max_matches == 0:
-            return (
-                f'{_plural(len(hits), "message matches", "messages match")} {_echo(query)} among the {total} '
-                f'{where}, but this search is configured to show no results (max_matches=0).'
-            )
+            timings = SearchTimings(corpus=opened - began, rank=ranked - opened)
+            return facts(outcome='no_match', documents=total, timings=timings, ranked=hits)
+        shown = await self._shown_hits(corpus, hits, entry_numbers=entry_numbers)
+        timings = SearchTimings(corpus=opened - began, rank=ranked - opened, windows=time.perf_counter() - ranked)
+        return facts(outcome='found', documents=total, hits=tuple(shown), timings=timings, ranked=hits)
 
-        blocks = await self._result_blocks(corpus, hits, terms)
-        header = (
-            f'{_plural(len(blocks), "result", "results")} for {_echo(query)} from {total} {where}, '
-            'best first. Numbers in brackets are positions in the run.'
-        )
-        numbered = [f'Result {index} of {len(blocks)} | {block}' for index, block in enumerate(blocks, start=1)]
-        return '\n\n'.join([header, *numbered])
+    async def _shown_hits(self, corpus: Corpus, hits: Sequence[Hit], *, entry_numbers: bool) -> list[SearchHit]:
+        """The hits shown, each with its window of neighbours.
 
-    async def _result_blocks(self, corpus: Corpus, hits: Sequence[Hit], terms: list[str]) -> list[str]:
-        """One block per shown match: a header line, then the new messages of its window.
-
-        Windows are planned first and their messages fetched together, so a corpus that can
-        read many windows at once (`messages_many`) does it in one pass.
+        A hit already shown in an earlier hit's window is passed over. Windows are planned first
+        and their messages fetched together, so a corpus that can read many windows at once
+        (`messages_many`) does it in one pass.
         """
         options = self.options
-        locate = make_locator(options.analyzer, frozenset(terms))
         shown: set[tuple[str, int]] = set()
         spans: dict[str, RunSpan] = {}
         plans: list[tuple[Hit, RunSpan, int, int, set[int]]] = []
@@ -291,24 +250,32 @@ class SearchEngine:
                 span = spans[hit.run_id] = await corpus.span(hit.run_id)
             start = max(span.start, hit.position - options.context_lines)
             end = min(span.end, hit.position + options.context_lines + 1)
-            fresh = {position for position in range(start, end) if (hit.run_id, position) not in shown}
+            repeated = {position for position in range(start, end) if (hit.run_id, position) in shown}
             shown.update((hit.run_id, position) for position in range(start, end))
-            plans.append((hit, span, start, end, fresh))
-        windows = await _fetch_windows(corpus, [(hit.run_id, start, end) for hit, _, start, end, _ in plans])
-        blocks: list[str] = []
-        for (hit, span, _, _, fresh), window in zip(plans, windows, strict=True):
-            lines: list[str] = []
-            for position, message in window:
-                if position not in fresh:
-                    continue
-                rendered = display_lines(message, locate) or ['(no text in this message)']
-                lines.append(f'[{position}] {_indent_continuation(rendered)}')
-            conversation = (
-                f'conversation {span.conversation_id}' if span.conversation_id is not None else 'no conversation id'
+            plans.append((hit, span, start, end, repeated))
+        ranges = [(hit.run_id, start, end) for hit, _, start, end, _ in plans]
+        windows = await _fetch_windows(corpus, ranges)
+        numbers: list[dict[int, int]] = await _fetch_seqs(corpus, ranges) if entry_numbers else [{} for _ in ranges]
+        out: list[SearchHit] = []
+        for rank, ((hit, span, _, _, repeated), window, seqs) in enumerate(
+            zip(plans, windows, numbers, strict=True), start=1
+        ):
+            messages = tuple(
+                WindowMessage(position, seqs.get(position), message, position in repeated)
+                for position, message in window
             )
-            heading = f'score {hit.score:.1f} | run {hit.run_id} | {conversation}'
-            blocks.append('\n'.join([heading, *lines]))
-        return blocks
+            out.append(
+                SearchHit(
+                    rank=rank,
+                    score=hit.score,
+                    run_id=hit.run_id,
+                    conversation_id=span.conversation_id,
+                    position=hit.position,
+                    seq=seqs.get(hit.position),
+                    window=messages,
+                )
+            )
+        return out
 
 
 class _WithoutRun(Sequence[Hit]):
@@ -347,3 +314,10 @@ async def _fetch_windows(corpus: Corpus, windows: list[tuple[str, int, int]]) ->
     if many is not None:
         return await many(windows)
     return [await corpus.messages(run_id, start, end) for run_id, start, end in windows]
+
+
+async def _fetch_seqs(corpus: Corpus, windows: list[tuple[str, int, int]]) -> list[dict[int, int]]:
+    """The entry number of each message of each window, by position; empty where the corpus cannot tell."""
+    if not windows or not isinstance(corpus, NumberedCorpus):
+        return [{} for _ in windows]
+    return await corpus.entry_seqs(windows)

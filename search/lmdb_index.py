@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Final, Protocol, TypeVar
 
 import msgspec
 
-from eventlog import Entry, LmdbEventLog, RunRecord, decode_messages
+from eventlog import Entry, EventLogBase, LmdbEventLog, ReplayHistorySource, RunRecord, decode_messages
 from eventlog.errors import CorruptStoreError, EventLogError, InvalidArgumentError
 from eventlog.lmdb_log import register_compaction_hook
 from eventlog.projection import LogReader, ProjectionRecords, ProjectionSpec, ProjectionStore, ProjectionWriter
@@ -668,6 +668,12 @@ class _OneRun:
     async def run_history(self, *, run_id: str) -> list[ModelMessage]:
         return await self._log.run_messages(run_id)
 
+    # Entry numbers of a single-run search (`search.source.NumberedHistorySource`), from the log itself.
+    async def run_entry_seqs(self, *, run_id: str) -> list[int]:
+        if not isinstance(self._log, EventLogBase):
+            return []
+        return await ReplayHistorySource(self._log).run_entry_seqs(run_id=run_id)
+
 
 class _LmdbCorpus:
     """One search's view of the persistent index."""
@@ -776,6 +782,28 @@ class _LmdbCorpus:
     async def messages(self, run_id: str, start: int, end: int) -> list[tuple[int, ModelMessage]]:
         """The run's corpus messages at positions in `[start, end)`."""
         return (await self.messages_many([(run_id, start, end)]))[0]
+
+    # --- entry numbers (`search.backend.NumberedCorpus`): read from `ix.pos` alone -----------------
+    async def entry_seqs(self, windows: Sequence[tuple[str, int, int]]) -> list[dict[int, int]]:
+        """For each `(run_id, start, end)` window, `position -> seq` of its messages, from `ix.pos`."""
+
+        def read(records: ProjectionRecords, _: LogReader) -> list[dict[int, int]]:
+            out: list[dict[int, int]] = []
+            for run_id, start, end in windows:
+                found: dict[int, int] = {}
+                out.append(found)
+                start = max(start, 0)
+                if end <= start:
+                    continue
+                prefix = _ck(run_id)
+                for key, value in records.scan('pos', prefix=prefix, start=prefix + _POS.pack(start)):
+                    position = _POS.unpack_from(key, len(prefix))[0]
+                    if position >= end:
+                        break
+                    found[position] = _SEQ.unpack(value)[0]
+            return out
+
+        return self._ix.log.read_projection(INDEX_PROJECTION, read)
 
     async def messages_many(self, windows: Sequence[tuple[str, int, int]]) -> list[list[tuple[int, ModelMessage]]]:
         """The corpus messages of several `(run_id, start, end)` windows, read and decoded together."""

@@ -25,7 +25,7 @@ from search.analyzers import Analyzer
 from search.backend import Corpus, Hit, RankedHits, RunSpan
 from search.bm25 import TermPostings, average_length, score_unranked
 from search.render import index_text
-from search.source import HistorySource
+from search.source import HistorySource, NumberedHistorySource
 
 __all__ = ['HistorySourceBackend', 'MemoryCorpus', 'message_identity']
 
@@ -88,8 +88,10 @@ class _Section:
 class MemoryCorpus:
     """A corpus held in memory: an inverted index over the rendered messages in scope."""
 
-    def __init__(self, sections: Sequence[_Section], analyzer: Analyzer) -> None:
-        """Index `sections` (built by `MemoryCorpus.build`)."""
+    def __init__(self, sections: Sequence[_Section], analyzer: Analyzer, source: HistorySource | None = None) -> None:
+        """Index `sections` (built by `MemoryCorpus.build` from `source`)."""
+        self._source = source
+        self._seqs: dict[str, list[int]] = {}
         self._sections = list(sections)
         self._by_run = {section.run_id: section for section in self._sections}
         self._doc_section: list[int] = []
@@ -152,7 +154,7 @@ class MemoryCorpus:
                 continue
             sections.append(_Section(run.run_id, run.conversation_id, start, record[start:], doc_count))
             doc_count += len(record) - start
-        return cls(sections, analyzer)
+        return cls(sections, analyzer, source)
 
     @property
     def document_count(self) -> int:
@@ -190,6 +192,20 @@ class MemoryCorpus:
         first = max(start, section.start)
         last = min(end, section.start + len(section.messages))
         return [(position, section.messages[position - section.start]) for position in range(first, last)]
+
+    async def entry_seqs(self, windows: Sequence[tuple[str, int, int]]) -> list[dict[int, int]]:
+        """The entry numbers of the windows' messages, when the source can number them (else none)."""
+        source = self._source
+        out: list[dict[int, int]] = []
+        for run_id, start, end in windows:
+            if not isinstance(source, NumberedHistorySource):
+                out.append({})
+                continue
+            seqs = self._seqs.get(run_id)
+            if seqs is None:
+                seqs = self._seqs[run_id] = await source.run_entry_seqs(run_id=run_id)
+            out.append({position: seqs[position] for position in range(max(start, 0), min(end, len(seqs)))})
+        return out
 
 
 class HistorySourceBackend:

@@ -236,24 +236,24 @@ def index_text(message: ModelMessage) -> str:
     return '\n'.join(segment.full() for segment in message_segments(message))
 
 
-def clip(text: str, limit: int, focus: tuple[int, int] | None) -> str:
+def clip(text: str, limit: int, focus: tuple[int, int] | None, ellipsis: str = ELLIPSIS) -> str:
     """`text` cut to `limit` characters for display, keeping `focus` (a character range) in view.
 
     Text within `limit` is kept whole. Otherwise the excerpt is the head of the text, unless
     the focus ends past `limit`: then the window is placed half a window before the focus,
     moved later when the focus is longer than half a window (so it stays whole), and moved
     back when that would run past the end of the text (so the excerpt keeps `limit`
-    characters). Cut ends are marked with `ELLIPSIS`.
+    characters). Cut ends are marked with `ellipsis`.
     """
     if len(text) <= limit:
         return text
     if focus is None or focus[1] <= limit:
-        return text[:limit] + ELLIPSIS
+        return text[:limit] + ellipsis
     focus_start, focus_end = focus
     start = min(max(focus_start - limit // 2, focus_end - limit), len(text) - limit)
     end = start + limit
-    head = ELLIPSIS if start > 0 else ''
-    tail = ELLIPSIS if end < len(text) else ''
+    head = ellipsis if start > 0 else ''
+    tail = ellipsis if end < len(text) else ''
     return head + text[start:end] + tail
 
 
@@ -307,11 +307,12 @@ def _default_locator(terms: frozenset[str]) -> Locator:
     return locate
 
 
-def display_lines(message: ModelMessage, locate: Locator) -> list[str]:
-    """The lines shown for `message`: each part's line with its text clipped around the first query term."""
+def display_lines(message: ModelMessage, locate: Locator, *, ellipsis: str = ELLIPSIS) -> list[str]:
+    """The lines shown for `message`: each part's line with its text clipped around the first query term,
+    cut ends marked with `ellipsis`."""
     lines: list[str] = []
     for segment in message_segments(message):
         text = segment.text
         focus = locate(text) if len(text) > segment.limit else None
-        lines.append(segment.label + clip(text, segment.limit, focus))
+        lines.append(segment.label + clip(text, segment.limit, focus, ellipsis))
     return lines

@@ -12,7 +12,7 @@ from typing import Protocol, runtime_checkable
 
 from pydantic_ai.messages import ModelMessage
 
-__all__ = ['HistorySource', 'RunInfo']
+__all__ = ['HistorySource', 'NumberedHistorySource', 'RunInfo']
 
 
 @runtime_checkable
@@ -44,4 +44,15 @@ class HistorySource(Protocol):
         The record holds the original messages, including those that context compaction
         later dropped from the live context, and no compaction summaries.
         """
+        ...
+
+
+@runtime_checkable
+class NumberedHistorySource(Protocol):
+    """A `HistorySource` that can also number its messages by the log entries that stored them
+    (optional; `eventlog.ReplayHistorySource` is one)."""
+
+    async def run_entry_seqs(self, *, run_id: str) -> list[int]:
+        """The `seq` of the entry that stored each message of the run's full record, in record
+        order (aligned with `run_history`); `[]` for a run id the source does not know."""
         ...

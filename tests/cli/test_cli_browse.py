@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 
 from clitools import DETAIL, Store, fresh, invoke, open_log, shared
 from pydantic_ai.messages import ModelMessagesTypeAdapter
@@ -130,7 +131,8 @@ def test_show_run_shows_what_it_added_and_full_shows_its_record(shared: Store) -
     assert 'continues 8 earlier messages' in result.stdout
     assert DETAIL not in result.stdout
     full = invoke('show', '--run', last, '--full', store=shared.path)
-    assert DETAIL in full.stdout and '[9]' in full.stdout
+    assert DETAIL in full.stdout and '[9]' not in full.stdout
+    assert re.search(r'^#2 +User: please remember', full.stdout, re.M)  # numbered by entry, as `show` numbers it
     as_json = invoke('show', '--run', last, '--json', store=shared.path)
     log = open_log(shared.path)
     try:

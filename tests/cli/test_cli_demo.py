@@ -56,9 +56,9 @@ def test_the_offline_demo_recalls_the_compacted_detail(tmp_path: Path) -> None:
                 if isinstance(part, ToolReturnPart) and part.tool_name == TOOL_NAME
             ]
             assert answers and isinstance(answers[0], str)
-            first = answers[0].split('Result 2 of')[0]
-            assert 'Result 1 of' in first and DETAIL_PATH in first
-            assert 'One last thing' not in answers[0] and f'run {final.run_id}' not in answers[0]
+            first = answers[0].split('\n\n---\n\n')[0]  # the reference's layout: results separated by ---
+            assert answers[0].startswith('Found ') and DETAIL_PATH in first
+            assert 'One last thing' not in answers[0] and f'run: {final.run_id}' not in answers[0]
             # Asked in the final question's own words, from inside the final run, the search still
             # answers with the stated fact: the question itself (which holds every one of those
             # words) is the searching run's own message, and earlier search calls are not indexed.
@@ -67,7 +67,7 @@ def test_the_offline_demo_recalls_the_compacted_detail(tmp_path: Path) -> None:
                 FINAL_QUESTION, scope='conversation', conversation_id=CONVERSATION_ID, searching_run_id=final.run_id
             )
             results = answer.split('\n', 1)[1]  # the first line repeats the query
-            assert DETAIL_PATH in results.split('Result 2 of')[0] and 'One last thing' not in results, answer[:600]
+            assert DETAIL_PATH in results.split('\n\n---\n\n')[0] and 'One last thing' not in results, answer[:600]
             assert 'search_conversation_history' not in results and SEARCH_QUERY not in results
             # The same words from outside any run find the question too: only the asking run's own
             # messages are left out.

@@ -20,6 +20,7 @@ from capability.search import TOOL_NAME, ConversationSearch, ScopeDefaultWarning
 
 
 def scoped(source: Any, **options: Any) -> ConversationSearch[None]:
+    options.setdefault('answer_style', 'explained')
     return ConversationSearch(source, scope=options.pop('scope', 'conversation'), **options)
 
 

@@ -39,6 +39,7 @@ from search import (
 
 
 def engine(source: object, **options: object) -> SearchEngine:
+    options.setdefault('answer_style', 'explained')
     return SearchEngine(source, SearchOptions(**options))  # pyright: ignore[reportArgumentType]
 
 
@@ -334,7 +335,7 @@ async def test_a_search_backend_is_used_directly() -> None:
     backend = FixedBackend()
     assert isinstance(backend, SearchBackend)
     assert as_backend(backend) is backend  # pyright: ignore[reportArgumentType]
-    search = SearchEngine(backend, SearchOptions(bm25_k1=1.2, bm25_b=0.5))  # pyright: ignore[reportArgumentType]
+    search = SearchEngine(backend, SearchOptions(bm25_k1=1.2, bm25_b=0.5, answer_style='explained'))  # pyright: ignore[reportArgumentType]
     answer = await search.search('Index Index question', scope='conversation', conversation_id='c1')
     assert backend.opened == [('c1', None, 'default')]
     assert backend.corpus.ranked_with == [(('index', 'question'), 1.2, 0.5)]

@@ -62,7 +62,10 @@ async def test_a_threaded_app_gets_the_fact_not_its_own_question(backend: str, t
     try:
         agent = Agent(
             FunctionModel(_searching_model('order number')),
-            capabilities=[EventLogPersistence(log), ConversationSearch(log, scope='conversation')],
+            capabilities=[
+                EventLogPersistence(log),
+                ConversationSearch(log, scope='conversation', answer_style='explained'),
+            ],
         )
         first = await agent.run(f'Please remember: {FACT}', conversation_id='shop')
         second = await agent.run(QUESTION, message_history=first.all_messages())
@@ -88,7 +91,7 @@ async def test_a_threaded_app_gets_the_fact_not_its_own_question(backend: str, t
 
 async def test_the_searching_run_can_still_search_itself_by_id(tmp_path: Path) -> None:
     log = InMemoryEventLog()
-    engine = ConversationSearch(log, scope='conversation').build_engine()
+    engine = ConversationSearch(log, scope='conversation', answer_style='explained').build_engine()
     agent = Agent(FunctionModel(_searching_model('warehouse')), capabilities=[EventLogPersistence(log)])
     run = await agent.run(f'Please remember: {FACT}', conversation_id='shop')
     left_out = await engine.search(
@@ -103,10 +106,10 @@ async def test_the_searching_run_can_still_search_itself_by_id(tmp_path: Path) -
 
 async def test_conversation_search_takes_the_log_itself() -> None:
     log = InMemoryEventLog()
-    search = ConversationSearch(log, scope='conversation')
+    search = ConversationSearch(log, scope='conversation', answer_style='explained')
     assert isinstance(search.source, ReplayHistorySource) and search.source.log is log
     # Stated twice over one log, it is one search (combine compares the sources).
-    again = ConversationSearch(log, scope='conversation')
+    again = ConversationSearch(log, scope='conversation', answer_style='explained')
     assert ConversationSearch.combine([search, again]) is search
 
 
@@ -126,7 +129,10 @@ async def test_an_index_of_the_previous_format_is_rebuilt_without_search_calls(
     try:
         agent = Agent(
             FunctionModel(_searching_model('zebrafinch')),
-            capabilities=[EventLogPersistence(log), ConversationSearch(log, scope='conversation')],
+            capabilities=[
+                EventLogPersistence(log),
+                ConversationSearch(log, scope='conversation', answer_style='explained'),
+            ],
         )
         first = await agent.run(f'Please remember: {FACT}', conversation_id='shop')
         await agent.run(QUESTION, message_history=first.all_messages())
@@ -137,7 +143,7 @@ async def test_an_index_of_the_previous_format_is_rebuilt_without_search_calls(
         meta = log.open_table(b'ix.meta')
         log.run_in_txn(lambda txn: txn.put(b'format', b'1', db=meta), write=True)
         stale = (
-            await ConversationSearch(old, scope='conversation')
+            await ConversationSearch(old, scope='conversation', answer_style='explained')
             .build_engine()
             .search('zebrafinch', scope='conversation', conversation_id='shop')
         )
@@ -147,7 +153,7 @@ async def test_an_index_of_the_previous_format_is_rebuilt_without_search_calls(
         reopened = LmdbIndex(log)  # sees format 1 and rebuilds
         assert log.run_in_txn(lambda txn: bytes(txn.get(b'format', db=meta)), write=False) == str(INDEX_FORMAT).encode()
         fresh = (
-            await ConversationSearch(reopened, scope='conversation')
+            await ConversationSearch(reopened, scope='conversation', answer_style='explained')
             .build_engine()
             .search('zebrafinch', scope='conversation', conversation_id='shop')
         )

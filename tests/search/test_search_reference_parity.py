@@ -340,7 +340,10 @@ def test_answers_carry_the_reference_results(
         toolset = reference_toolset(source, scope=scope, max_matches=max_matches, context_lines=context_lines)
         ctx = SimpleNamespace(conversation_id=conversation)
         theirs = await toolset.search_conversation_history(ctx, query, run_choice)
-        engine = SearchEngine(source, SearchOptions(max_matches=max_matches, context_lines=context_lines))
+        engine = SearchEngine(
+            source,
+            SearchOptions(max_matches=max_matches, context_lines=context_lines, answer_style='explained'),
+        )
         ours = await engine.search(query, scope=scope, conversation_id=conversation, run_id=run_choice)  # pyright: ignore[reportArgumentType]
 
         their_results = parse_reference_answer(theirs)
@@ -421,3 +424,105 @@ async def test_equal_scores_keep_corpus_order_like_the_reference() -> None:
         ours = await our_ranking(source, 'walrus', conversation_id=conversation, run_id=None)
         assert ours == theirs
         assert len({score for *_, score in ours[1]}) == 1  # all tied
+
+
+# --- the model's text, byte for byte ------------------------------------------------------------
+
+odd_queries = st.one_of(
+    queries,
+    st.sampled_from(['', '   ', '?!', "it's", 'ALPHA beta alpha', 'x1\tpelican', '42 {q}']),
+)
+
+
+async def _tool_text(capability: Any, conversation_id: str | None, query: str, run_id: str | None) -> str:
+    """What a capability's `search_conversation_history` tool returns, called as a model would."""
+    toolset = capability.get_toolset()
+    ctx = SimpleNamespace(conversation_id=conversation_id, run_id=None)
+    return await toolset.tools['search_conversation_history'].function(ctx, query=query, run_id=run_id)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(
+    source=corpora(),
+    query=odd_queries,
+    conversation=st.sampled_from(['c1', 'c2', None]),
+    scope=st.sampled_from(['conversation', 'all']),
+    run_choice=st.sampled_from([None, None, 'r0', 'r2', 'missing']),
+    options=st.sampled_from([{}, {}, {'max_matches': 2, 'context_lines': 1}, {'max_matches': 0}, {'context_lines': 0}]),
+)
+def test_default_answers_are_the_reference_text_byte_for_byte(
+    source: ListSource,
+    query: str,
+    conversation: str | None,
+    scope: str,
+    run_choice: str | None,
+    options: dict[str, int],
+) -> None:
+    """With default options (and the same explicit ones) the tool's answer is the reference's,
+    so swapping its capability for ours changes no prompt."""
+    from pydantic_ai_harness.conversation_search import ConversationSearch as ReferenceSearch
+
+    from capability.search import ConversationSearch
+
+    async def both() -> None:
+        theirs = await _tool_text(
+            ReferenceSearch(source, scope=scope, **options),  # pyright: ignore[reportArgumentType]
+            conversation,
+            query,
+            run_choice,
+        )
+        ours = await _tool_text(
+            ConversationSearch(source, scope=scope, **options),  # pyright: ignore[reportArgumentType]
+            conversation,
+            query,
+            run_choice,
+        )
+        assert ours == theirs
+        event(theirs.split(' ', 1)[0])
+
+    asyncio.run(both())
+
+
+@pytest.mark.parametrize('seed', range(6))
+@pytest.mark.parametrize('scope', ['conversation', 'all'])
+async def test_default_answers_over_a_real_store_are_the_reference_text(tmp_path: Any, seed: int, scope: str) -> None:
+    """A seeded store recorded by real agent runs, searched through the persistent index and
+    through the reference over the same history: the same text, byte for byte."""
+    import random
+
+    from pydantic_ai import Agent
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+    from pydantic_ai_harness.conversation_search import ConversationSearch as ReferenceSearch
+
+    from capability.persistence import EventLogPersistence
+    from capability.search import ConversationSearch
+    from eventlog import LmdbEventLog, ReplayHistorySource
+
+    rng = random.Random(seed)
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        words = rng.sample(WORDS, rng.randint(1, 6))
+        return ModelResponse(parts=[m.TextPart(' '.join(words) + ' ' + 'filler ' * rng.randint(0, 120))])
+
+    log = LmdbEventLog(tmp_path / f'store-{seed}')
+    agent = Agent(FunctionModel(model), capabilities=[EventLogPersistence(log)])
+    history: dict[str, list[ModelMessage]] = {}
+    for turn in range(rng.randint(3, 9)):
+        conversation = rng.choice(['c1', 'c2'])
+        prompt = ' '.join(rng.sample(WORDS, rng.randint(1, 4)))
+        earlier = history.get(conversation)
+        if earlier is not None and rng.random() < 0.7:
+            result = await agent.run(prompt, message_history=earlier)
+        else:
+            result = await agent.run(prompt, conversation_id=conversation)
+        history[conversation] = result.all_messages()
+        del turn
+    runs = [run.run_id for run in await log.list_runs()]
+    source = ReplayHistorySource(log)
+    for query in ['alpha', 'pelican Kraków', '東京 42', 'absent', 'filler', '']:
+        for conversation in ['c1', 'c2']:
+            for run_id in [None, rng.choice(runs)]:
+                theirs = await _tool_text(ReferenceSearch(source, scope=scope), conversation, query, run_id)  # pyright: ignore[reportArgumentType]
+                ours = await _tool_text(ConversationSearch(log, scope=scope), conversation, query, run_id)  # pyright: ignore[reportArgumentType]
+                assert ours == theirs
+    log.close()
