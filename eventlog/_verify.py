@@ -4,12 +4,12 @@ Two checks run in one pass over the entries:
 
 - the hash chains: each conversation's entries chain by SHA-256, so an altered, reordered
   or removed entry is named by the first bad `seq` of its conversation;
-- the derived records and indexes (invariant 6 in docs/invariants.md: everything derived
-  from the entries can be rebuilt from them): the
-  run and conversation records, BY_CONV, RUN_ORDER, CONV_RUNS, IDEM and META's last
-  `seq` are rebuilt in memory from the entries alone, the way the append path builds them,
-  and compared with what the store holds. Replay, listings and search read these, so a
-  store whose replay would differ from its entries never verifies.
+- the derived records and indexes (docs/invariants.md, invariant 6: everything derived
+  from the entries can be rebuilt from them): the run and conversation records, BY_CONV,
+  RUN_ORDER, CONV_RUNS, IDEM and META's last `seq` are rebuilt in memory from the entries
+  alone, the way the append path builds them, and compared with what the store holds.
+  Replay, listings and search read these, so a store whose replay would differ from its
+  entries never verifies.
 
 Findings carry a `code` (see docs/verify.md). A conversation whose chain is broken gets
 one finding, the first bad entry; differences in its derived records follow from that
