@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 
@@ -38,6 +38,7 @@ from eventlog._storage import WriteTxn
 from eventlog.entries import (
     KINDS,
     MAX_SEQ,
+    PAYLOAD_TYPES,
     RUN_KINDS,
     CompactionInfo,
     ConversationRecord,
@@ -48,7 +49,6 @@ from eventlog.entries import (
     RunRecord,
     RunStartedInfo,
     TitleInfo,
-    ToolEffectInfo,
 )
 from eventlog.errors import ConversationNotFound, InvalidArgumentError, InvalidPayloadError, LogFullError, RunNotFound
 
@@ -233,12 +233,12 @@ def _write_entry(batch: _Batch, body: StoredBody, conv: ConversationRecord, idem
 
 _Rule = Callable[[_Batch, NewEntry, int, datetime, bool], 'int | None']
 
-_started_decoder = msgspec.json.Decoder(RunStartedInfo)
-_finished_decoder = msgspec.json.Decoder(RunFinishedInfo)
-_compaction_decoder = msgspec.json.Decoder(CompactionInfo)
-_tool_decoder = msgspec.json.Decoder(ToolEffectInfo)
-_title_decoder = msgspec.json.Decoder(TitleInfo)
-_fork_decoder = msgspec.json.Decoder(ForkInfo)
+_DECODERS: Final = {kind: msgspec.json.Decoder(shape) for kind, shape in PAYLOAD_TYPES.items() if shape is not None}
+
+
+def _payload(entry: NewEntry, empty: bytes = b'') -> Any:
+    """The entry's payload as its kind's struct (`PAYLOAD_TYPES`); `InvalidPayloadError` when it is not one."""
+    return decode_info(_DECODERS[entry.kind], entry.payload or empty, entry.kind)
 
 
 def _run_started(batch: _Batch, entry: NewEntry, seq: int, ts: datetime, allow_internal: bool) -> int | None:
@@ -247,7 +247,7 @@ def _run_started(batch: _Batch, entry: NewEntry, seq: int, ts: datetime, allow_i
     run = batch.run(run_id)
     if run is not None:
         raise InvalidArgumentError(f'run {run_id!r} has already started (in conversation {run.conversation_id!r})')
-    info: RunStartedInfo = decode_info(_started_decoder, entry.payload or b'{}', entry.kind)
+    info: RunStartedInfo = _payload(entry, b'{}')
     if entry.parent is not None:
         _check_parent(batch, entry.parent, seq)
     conv_id = entry.conversation_id
@@ -313,7 +313,7 @@ def _message(batch: _Batch, entry: NewEntry, seq: int, ts: datetime, allow_inter
 
 def _run_finished(batch: _Batch, entry: NewEntry, seq: int, ts: datetime, allow_internal: bool) -> int | None:
     run, _ = _running(batch, entry)
-    finished: RunFinishedInfo = decode_info(_finished_decoder, entry.payload, entry.kind)
+    finished: RunFinishedInfo = _payload(entry)
     for name, value in finished.usage.items():
         check_count(value, f'usage value {name!r}')
     run.status = finished.status
@@ -325,7 +325,7 @@ def _run_finished(batch: _Batch, entry: NewEntry, seq: int, ts: datetime, allow_
 
 def _compaction(batch: _Batch, entry: NewEntry, seq: int, ts: datetime, allow_internal: bool) -> int | None:
     run, conv = _running(batch, entry)
-    compaction: CompactionInfo = decode_info(_compaction_decoder, entry.payload, entry.kind)
+    compaction: CompactionInfo = _payload(entry)
     for replaced in compaction.replaced:
         check_seq(replaced, 'a seq in compaction.replaced')
     validate_messages([bytes(raw) for raw in compaction.summary])
@@ -335,7 +335,7 @@ def _compaction(batch: _Batch, entry: NewEntry, seq: int, ts: datetime, allow_in
 
 def _tool_effect(batch: _Batch, entry: NewEntry, seq: int, ts: datetime, allow_internal: bool) -> int | None:
     run, _ = _running(batch, entry)
-    decode_info(_tool_decoder, entry.payload, entry.kind)
+    _payload(entry)
     return _follow(run, seq)
 
 
@@ -344,7 +344,7 @@ def _forked_from(batch: _Batch, entry: NewEntry, seq: int, ts: datetime, allow_i
     conv = batch.conv(conv_id)
     if not allow_internal:
         raise InvalidArgumentError('use fork() to fork a conversation')
-    info: ForkInfo = decode_info(_fork_decoder, entry.payload, entry.kind)
+    info: ForkInfo = _payload(entry)
     check_seq(info.seq, 'the fork point')
     if conv is not None and not conv.deleted:
         raise InvalidArgumentError(f'conversation {conv_id!r} already exists; a fork needs a new id')
@@ -377,7 +377,7 @@ def _deleted(batch: _Batch, entry: NewEntry, seq: int, ts: datetime, allow_inter
 
 def _title(batch: _Batch, entry: NewEntry, seq: int, ts: datetime, allow_internal: bool) -> int | None:
     conv = _live_conversation(batch, entry)
-    info: TitleInfo = decode_info(_title_decoder, entry.payload, entry.kind)
+    info: TitleInfo = _payload(entry)
     conv.title = info.title
     return None
 
