@@ -215,6 +215,8 @@ class StoredBody(EntryBody, frozen=True, array_like=True, gc=False):
     """The hashed part of a stored entry: an `EntryBody` as a msgpack array."""
 
 
+_HEADER_FIELDS: Final = StoredBody.__struct_fields__[:-1]
+"""The body's fields before `payload`, its last."""
 _body_encoder = msgspec.msgpack.Encoder()
 _body_decoder = msgspec.msgpack.Decoder(StoredBody)
 
@@ -225,20 +227,9 @@ def encode_body(body: StoredBody) -> bytes:
 
 
 def encode_body_of(entry: Any, payload: bytes) -> bytes:
-    """The hashed bytes of an entry described by any object with the entry's other fields."""
-    return _body_encoder.encode(
-        StoredBody(
-            seq=entry.seq,
-            conversation_id=entry.conversation_id,
-            run_id=entry.run_id,
-            kind=entry.kind,
-            timestamp=entry.timestamp,
-            parent=entry.parent,
-            idempotency_key=entry.idempotency_key,
-            inherited=entry.inherited,
-            payload=payload,
-        )
-    )
+    """The hashed bytes of an entry described by any object with the entry's other fields
+    (an export line, whose payload is carried differently)."""
+    return _body_encoder.encode(StoredBody(*[getattr(entry, name) for name in _HEADER_FIELDS], payload=payload))
 
 
 def decode_body(seq: int, value: bytes) -> StoredBody:

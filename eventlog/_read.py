@@ -11,6 +11,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Final
 
 import msgspec
+from msgspec.structs import astuple
 
 from eventlog._keys import (
     META_LAST_SEQ,
@@ -53,21 +54,12 @@ _compaction_decoder = msgspec.json.Decoder(CompactionInfo)
 
 
 def to_entry(body: StoredBody, value: bytes) -> Entry:
-    return Entry(
-        seq=body.seq,
-        conversation_id=body.conversation_id,
-        run_id=body.run_id,
-        kind=body.kind,
-        timestamp=body.timestamp,
-        parent=body.parent,
-        idempotency_key=body.idempotency_key,
-        inherited=body.inherited,
-        payload=body.payload,
-        hash=entry_hash(value),
-    )
+    """The `Entry` a stored body and its ENTRIES value make."""
+    return Entry(*astuple(body), hash=entry_hash(value))
 
 
 def get_entry(txn: ReadTxn, seq: int) -> Entry | None:
+    """The entry at `seq`, or None (never assigned, or deleted)."""
     value = txn.get(Table.ENTRIES, seq_key(seq))
     if value is None:
         return None
@@ -75,16 +67,19 @@ def get_entry(txn: ReadTxn, seq: int) -> Entry | None:
 
 
 def get_body(txn: ReadTxn, seq: int) -> StoredBody | None:
+    """The stored body at `seq` (an entry without its hash), or None."""
     value = txn.get(Table.ENTRIES, seq_key(seq))
     return None if value is None else decode_body(seq, value)
 
 
 def get_run(txn: ReadTxn, run_id: str) -> RunRecord | None:
+    """A run's record, or None."""
     raw = txn.get(Table.RUNS, run_key(run_id))
     return None if raw is None else decode_run(run_id, raw)
 
 
 def get_conversation(txn: ReadTxn, conversation_id: str) -> ConversationRecord | None:
+    """A conversation's record (a deleted one's tombstone record too), or None."""
     raw = txn.get(Table.CONVS, conv_key(conversation_id))
     return None if raw is None else decode_conversation(conversation_id, raw)
 

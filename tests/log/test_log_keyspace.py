@@ -83,6 +83,7 @@ def test_every_kind_has_one_rule_wherever_kinds_are_told_apart() -> None:
 
 def test_the_entry_shapes_share_one_definition() -> None:
     body = list(EntryBody.__struct_fields__)
+    assert body[-1] == 'payload'
     assert list(_keys.StoredBody.__struct_fields__) == body
     assert list(Entry.__struct_fields__) == [*body, 'hash']
     assert list(_transfer.ExportedEntry.__struct_fields__) == [*body, 'hash', 'detached']
