@@ -24,6 +24,7 @@ from eventlog._keys import (
     decode_run,
     encode_run,
     entry_key_of,
+    format_value,
     run_idem_prefix,
     run_key,
     seq_key,
@@ -61,7 +62,7 @@ def init_format(txn: WriteTxn) -> None:
     """Record the format of a new store; bring an older store up to date (`migrate`)."""
     version = check_format(txn)
     if version is None:
-        txn.put(Table.META, META_FORMAT, str(FORMAT_VERSION).encode())
+        txn.put(Table.META, META_FORMAT, format_value(FORMAT_VERSION))
     elif version < FORMAT_VERSION:
         migrate(txn, version)
 
@@ -85,7 +86,7 @@ def migrate(txn: WriteTxn, version: int) -> None:
         txn.put(Table.RUNS, key, encode_run(run))
     for key in [k for k, _ in txn.scan(Table.BY_RUN)]:
         txn.delete(Table.BY_RUN, key)
-    txn.put(Table.META, META_FORMAT, str(FORMAT_VERSION).encode())
+    txn.put(Table.META, META_FORMAT, format_value(FORMAT_VERSION))
 
 
 # --- conversations ----------------------------------------------------------------------------

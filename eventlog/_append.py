@@ -28,6 +28,7 @@ from eventlog._keys import (
     encode_body,
     encode_conversation,
     encode_run,
+    idem_key_of,
     key_seq,
     run_idem_prefix,
     run_key,
@@ -204,9 +205,9 @@ def _idem_key(batch: _Batch, entry: NewEntry, key: str, seq: int) -> bytes:
     """Where `entry`'s idempotency key is recorded; `seq` is the entry's own, used when the
     entry starts its run."""
     if entry.run_id is None:
-        return conv_idem_prefix(entry.conversation_id) + key.encode()
+        return idem_key_of(conv_idem_prefix(entry.conversation_id), key)
     run = batch.run(entry.run_id)
-    return run_idem_prefix(seq if run is None else run.start_seq) + key.encode()
+    return idem_key_of(run_idem_prefix(seq if run is None else run.start_seq), key)
 
 
 def _write_entry(batch: _Batch, body: StoredBody, conv: ConversationRecord, idem_key: bytes | None) -> bytes:

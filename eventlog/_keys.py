@@ -76,7 +76,9 @@ __all__ = [
     'encode_run',
     'entry_hash',
     'entry_key_of',
+    'format_value',
     'idem_conversation',
+    'idem_key_of',
     'idem_run_start',
     'key_conversation',
     'key_seq',
@@ -113,6 +115,11 @@ LMDB_TABLES: Final[dict[TableId, tuple[bytes, bytes]]] = {
     table: (b'entries', b'') if table == Table.ENTRIES else (b'index', bytes([table])) for table in TABLE_NAMES
 }
 """Where each table lives in an LMDB store: the named database and the key prefix within it."""
+
+
+def format_value(version: int) -> bytes:
+    """The META value recording a format version."""
+    return str(version).encode()
 
 
 def lmdb_key(table: TableId, key: bytes) -> bytes:
@@ -178,6 +185,12 @@ def run_idem_prefix(start_seq: int) -> bytes:
 def conv_idem_prefix(conversation_id: str) -> bytes:
     """The IDEM key prefix of a conversation's own entries (those of no run)."""
     return b'\x00' + ck(conversation_id)
+
+
+def idem_key_of(prefix: bytes, key: str) -> bytes:
+    """The IDEM key of an idempotency key under its owner's prefix (`run_idem_prefix`,
+    `conv_idem_prefix`)."""
+    return prefix + key.encode()
 
 
 def v1_run_idem_prefix(run_id: str) -> bytes:

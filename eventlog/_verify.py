@@ -46,6 +46,7 @@ from eventlog._keys import (
     entry_hash,
     entry_key_of,
     idem_conversation,
+    idem_key_of,
     idem_run_start,
     key_conversation,
     key_seq,
@@ -141,13 +142,10 @@ class _Rebuild:
         except msgspec.DecodeError as exc:
             raise _Invalid(f'the {kind} payload cannot be decoded ({exc})') from None
         if body.idempotency_key is not None:
-            key_bytes = str(body.idempotency_key).encode()
-            if run is None:
-                idem_key = conv_idem_prefix(conv_id) + key_bytes
-            else:
-                idem_key = run_idem_prefix(run.start_seq) + key_bytes
-            self.idem[idem_key] = seq_key(seq)
-            self.conv_idem.setdefault(conv_id, []).append(idem_key)
+            prefix = conv_idem_prefix(conv_id) if run is None else run_idem_prefix(run.start_seq)
+            key = idem_key_of(prefix, body.idempotency_key)
+            self.idem[key] = seq_key(seq)
+            self.conv_idem.setdefault(conv_id, []).append(key)
         conv.last_seq = seq
         conv.updated_at = body.timestamp
         conv.entry_count += 1
