@@ -23,7 +23,10 @@ small. A run's entries belong to its conversation and lie between the run's firs
 else through BY_CONV.
 
 An entry's chain hash is SHA-256 of the previous entry's hash in its conversation (empty for
-the first, and after a `deleted` tombstone) and the entry's body bytes.
+its first entry and for a `deleted` tombstone) and the entry's body bytes.
+
+The table numbers and names (`Table`, `TABLE_NAMES`) are defined with the storage protocol
+(`_storage`), whose transactions take them, and re-exported here.
 
 In an LMDB store (`LMDB_TABLES`) ENTRIES is a database of its own (large values, appended in
 key order); every other table shares one `index` database under a one-byte prefix (the
