@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
+from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
 import msgspec
@@ -61,9 +62,9 @@ __all__ = [
     'StoredRun',
     'Table',
     'TableId',
-    'body_bytes',
     'by_conv_conversation',
     'by_conv_key',
+    'by_conv_keys',
     'chain_hash',
     'ck',
     'conv_idem_prefix',
@@ -90,6 +91,7 @@ __all__ = [
     'run_idem_prefix',
     'run_key',
     'seq_key',
+    'split_value',
     'v1_run_idem_prefix',
 ]
 
@@ -163,6 +165,14 @@ def by_conv_conversation(key: bytes) -> str:
 def by_conv_key(conversation_id: str, seq: int) -> bytes:
     """The BY_CONV key of an entry."""
     return ck(conversation_id) + _SEQ.pack(seq)
+
+
+def by_conv_keys(conversation_id: str, seqs: Iterable[int]) -> Iterator[bytes]:
+    """The BY_CONV keys of a conversation's entries at `seqs`, in their order."""
+    prefix = ck(conversation_id)
+    pack = _SEQ.pack
+    for seq in seqs:
+        yield prefix + pack(seq)
 
 
 def conv_runs_key(conversation_id: str, start_seq: int) -> bytes:
@@ -261,9 +271,10 @@ def decode_body(seq: int, value: bytes) -> StoredBody:
     return body
 
 
-def body_bytes(value: bytes) -> bytes:
-    """The hashed body bytes at the start of an ENTRIES value."""
-    return bytes(value[: len(value) - HASH_SIZE])
+def split_value(value: bytes) -> tuple[bytes, bytes]:
+    """An ENTRIES value's hashed body bytes and its chain hash."""
+    cut = len(value) - HASH_SIZE
+    return value[:cut], value[cut:]
 
 
 def entry_hash(value: bytes) -> bytes:

@@ -32,9 +32,9 @@ from eventlog._keys import (
     SEQ_SIZE,
     StoredBody,
     Table,
-    body_bytes,
     by_conv_conversation,
     by_conv_key,
+    by_conv_keys,
     chain_hash,
     ck,
     conv_idem_prefix,
@@ -43,7 +43,6 @@ from eventlog._keys import (
     decode_conversation,
     decode_id,
     decode_run,
-    entry_hash,
     entry_key_of,
     idem_conversation,
     idem_key_of,
@@ -53,6 +52,7 @@ from eventlog._keys import (
     run_idem_prefix,
     run_key,
     seq_key,
+    split_value,
 )
 from eventlog._storage import ReadTxn
 from eventlog.entries import (
@@ -232,9 +232,11 @@ class _Rebuild:
         self.conv_runs[conv_runs_key(conv_id, seq)] = run_key(run_id)
         return conv, run
 
-    def _running(self, seq: int, body: StoredBody) -> tuple[ConversationRecord, RunRecord]:
-        """The conversation and run a later entry of a run continues; the run moves on to `seq`."""
-        run_id = self._run_id(body)
+    def _running(self, body: StoredBody) -> tuple[ConversationRecord, RunRecord]:
+        """The conversation and run a later entry of a run continues."""
+        run_id = body.run_id
+        if run_id is None:
+            raise _Invalid(f'a {body.kind} entry names no run')
         run = self.runs.get(run_id)
         conv = self.convs.get(body.conversation_id)
         if run is None or conv is None or run.conversation_id != body.conversation_id:
@@ -244,13 +246,15 @@ class _Rebuild:
         return conv, run
 
     def _message(self, seq: int, body: StoredBody) -> _Applied:
-        conv, run = self._running(seq, body)
+        conv, run = self._running(body)
         run.message_count += 1
         conv.message_count += 1
-        return conv, _follow(run, seq)
+        run.last_seq = seq
+        run.entry_count += 1
+        return conv, run
 
     def _run_finished(self, seq: int, body: StoredBody) -> _Applied:
-        conv, run = self._running(seq, body)
+        conv, run = self._running(body)
         finished: RunFinishedInfo = _finished.decode(body.payload)
         run.status = finished.status
         run.error = finished.error
@@ -259,13 +263,13 @@ class _Rebuild:
         return conv, _follow(run, seq)
 
     def _compaction(self, seq: int, body: StoredBody) -> _Applied:
-        conv, run = self._running(seq, body)
+        conv, run = self._running(body)
         _compaction.decode(body.payload)
         conv.compaction_count += 1
         return conv, _follow(run, seq)
 
     def _tool_effect(self, seq: int, body: StoredBody) -> _Applied:
-        conv, run = self._running(seq, body)
+        conv, run = self._running(body)
         return conv, _follow(run, seq)
 
 
@@ -353,8 +357,9 @@ def verify(txn: ReadTxn) -> VerifyReport:
         prev_seq, prev = heads.get(conv_id, (0, b''))
         if body.kind == 'deleted':
             prev = b''
-        digest = chain_hash(prev, body_bytes(value))
-        if len(value) <= HASH_SIZE or digest != entry_hash(value):
+        hashed, stored_hash = split_value(value)
+        digest = chain_hash(prev, hashed)
+        if len(value) <= HASH_SIZE or digest != stored_hash:
             chain[conv_id] = _explain_break(txn, body, prev_seq)
             continue
         heads[conv_id] = (seq, digest)
@@ -543,8 +548,7 @@ def _compare_runs(txn: ReadTxn, rebuild: _Rebuild, findings: _Findings) -> None:
 
 def _expected_by_conv(rebuild: _Rebuild) -> Iterator[bytes]:
     for _, conv_id in sorted((ck(conv_id), conv_id) for conv_id in rebuild.conv_seqs):
-        for seq in rebuild.conv_seqs[conv_id]:
-            yield by_conv_key(conv_id, seq)
+        yield from by_conv_keys(conv_id, rebuild.conv_seqs[conv_id])
 
 
 def _merge(
