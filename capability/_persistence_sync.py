@@ -21,6 +21,7 @@ import msgspec
 from pydantic_ai.messages import ModelMessage
 
 from eventlog import CompactionInfo, Entry
+from eventlog.entries import fold_compaction
 
 __all__ = ['BranchMatch', 'Layout', 'SyncPlan', 'advance', 'match_branch', 'plan_sync']
 
@@ -216,11 +217,11 @@ def match_branch(entries: Sequence[Entry], target: Sequence[bytes]) -> BranchMat
 def _fold(live: list[tuple[int, bytes]], entry: Entry) -> list[tuple[int, bytes]]:
     """Apply one `compaction` entry to a context, exactly as the log's own fold does."""
     info = _compaction_decoder.decode(entry.payload)
-    replaced = set(info.replaced)
-    position = next((i for i, (anchor, _) in enumerate(live) if anchor in replaced), len(live))
-    before = [item for item in live[:position] if item[0] not in replaced]
-    after = [item for item in live[position:] if item[0] not in replaced]
-    return [*before, *((entry.seq, bytes(raw)) for raw in info.summary), *after]
+    return fold_compaction(live, info, [(entry.seq, bytes(raw)) for raw in info.summary], _anchor)
+
+
+def _anchor(item: tuple[int, bytes]) -> int:
+    return item[0]
 
 
 def _common_prefix(live: list[tuple[int, bytes]], target: Sequence[bytes]) -> int:

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final, NamedTuple
 
+from eventlog._keys import LMDB_TABLES, META_FORMAT, META_LAST_SEQ, Table, lmdb_key
 from eventlog.errors import CorruptStoreError, StoreLocationError
 
 __all__ = ['Finding', 'Meta', 'check_files', 'read_metas', 'walk']
@@ -202,7 +203,9 @@ def check_files(directory: Path) -> None:
         os.close(fd)
 
 
-OPEN_KEYS: Final = {'index': (b'\x00format', b'\x00last_seq')}
+OPEN_KEYS: Final = {
+    LMDB_TABLES[Table.META][0].decode(): (lmdb_key(Table.META, META_FORMAT), lmdb_key(Table.META, META_LAST_SEQ))
+}
 """What opening a store reads besides the main tree: the format record and the last `seq`
 (META rows of the shared `index` database)."""
 _PATH_TRIES: Final = 5

@@ -14,7 +14,7 @@ import msgspec
 
 from eventlog import _engine as engine
 from eventlog._storage import ReadTxn, Table
-from eventlog.entries import CompactionInfo, Entry
+from eventlog.entries import CompactionInfo, Entry, fold_compaction
 from eventlog.errors import ConversationNotFound, CorruptEntryError
 
 Stretch = tuple[str | None, int, int]
@@ -102,7 +102,7 @@ def _item_seq(item: tuple[int, list[bytes]] | int) -> int:
 
 
 def context_plan(entries: Iterable[Entry]) -> list[ContextItem]:
-    """What `_engine.fold_context` keeps of a branch's messages and compactions, as message
+    """What `_read.fold_context` keeps of a branch's messages and compactions, as message
     `seq`s and summaries instead of payloads (one small integer per message held)."""
     return [item for _, item in numbered_context_plan(entries)]
 
@@ -119,11 +119,7 @@ def numbered_context_plan(entries: Iterable[Entry]) -> list[tuple[int, ContextIt
                 info = msgspec.json.decode(entry.payload, type=CompactionInfo)
             except msgspec.DecodeError as exc:
                 raise CorruptEntryError(f'entry {entry.seq}: undecodable compaction payload ({exc})') from None
-            replaced = set(info.replaced)
-            position = next((i for i, item in enumerate(live) if _item_seq(item) in replaced), len(live))
-            kept_before = [item for item in live[:position] if _item_seq(item) not in replaced]
-            kept_after = [item for item in live[position:] if _item_seq(item) not in replaced]
-            live = [*kept_before, (entry.seq, [bytes(raw) for raw in info.summary]), *kept_after]
+            live = fold_compaction(live, info, [(entry.seq, [bytes(raw) for raw in info.summary])], _item_seq)
     return [(item, item) if isinstance(item, int) else item for item in live]
 
 

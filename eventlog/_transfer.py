@@ -20,9 +20,12 @@ from typing import IO, Final
 
 import msgspec
 
-from eventlog import _engine as engine
+from eventlog._append import append_entries
+from eventlog._checks import check_id
+from eventlog._keys import chain_hash, encode_body_of
+from eventlog._read import get_conversation, get_entry, iter_entries, list_runs
 from eventlog._storage import ReadTxn, WriteTxn
-from eventlog.entries import CompactionInfo, Entry, ForkInfo, NewEntry
+from eventlog.entries import CompactionInfo, Entry, ForkInfo, Kind, NewEntry
 from eventlog.errors import ConversationNotFound, InvalidArgumentError
 
 FORMAT_NAME: Final = 'pydantic-ai-eventlog'
@@ -41,6 +44,11 @@ An import keeps the `seq`s of its entries when the store has not reached them, s
 export could otherwise move the store's next `seq` next to `MAX_SEQ` and leave it unable to
 take more appends. At 2**48 the store keeps 2**53 - 2**48 (over 8.7e15) `seq`s of room: over
 270 years of a million appends a second. Real stores are nowhere near 2**48 (2.8e14) entries."""
+
+BRANCHING_KINDS: Final[frozenset[Kind]] = frozenset({'run_started', 'forked_from'})
+"""Kinds whose `parent` is a branch point (a run's) or a fork point, possibly in another
+conversation: an import maps it to the `seq` that entry got here, or drops it when the export
+marks it `detached`."""
 
 _BATCH_ENTRIES: Final = 512
 _BATCH_BYTES: Final = 8 << 20
@@ -61,7 +69,7 @@ class ExportedEntry(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     seq: int
     conversation_id: str
     run_id: str | None = None
-    kind: str
+    kind: Kind
     timestamp: datetime
     parent: int | None = None
     idempotency_key: str | None = None
@@ -101,7 +109,7 @@ def _closure(txn: ReadTxn, conversation_ids: list[str]) -> set[str]:
         conv_id = todo.pop()
         if conv_id in wanted:
             continue
-        conv = engine.get_conversation(txn, conv_id)
+        conv = get_conversation(txn, conv_id)
         if conv is None or conv.deleted:
             if conv_id not in asked:
                 continue  # history deleted in this store: its references are exported as detached
@@ -109,9 +117,9 @@ def _closure(txn: ReadTxn, conversation_ids: list[str]) -> set[str]:
         wanted.add(conv_id)
         if conv.forked_from is not None:
             todo.append(conv.forked_from.conversation_id)
-        for run in engine.list_runs(txn, conversation_id=conv_id):
+        for run in list_runs(txn, conversation_id=conv_id):
             if run.branch_parent is not None:
-                body = engine.get_entry(txn, run.branch_parent)
+                body = get_entry(txn, run.branch_parent)
                 if body is not None and body.conversation_id != conv_id:
                     todo.append(body.conversation_id)
     return wanted
@@ -127,7 +135,7 @@ def export_lines(txn: ReadTxn, conversation_ids: list[str] | None) -> Iterator[b
     pending = _encoder.encode(Header(FORMAT_NAME, EXPORT_VERSION)) + b'\n'
     heads: dict[str, str] = {}
     count = 0
-    for entry in engine.iter_entries(txn):
+    for entry in iter_entries(txn):
         if wanted is not None and entry.conversation_id not in wanted:
             continue
         yield pending
@@ -140,9 +148,9 @@ def export_lines(txn: ReadTxn, conversation_ids: list[str] | None) -> Iterator[b
 
 def _is_detached(txn: ReadTxn, entry: Entry, wanted: set[str] | None) -> bool:
     """Whether the entry's branch point or fork point is missing from the export."""
-    if entry.parent is None or entry.kind not in ('run_started', 'forked_from'):
+    if entry.parent is None or entry.kind not in BRANCHING_KINDS:
         return False
-    held = engine.get_entry(txn, entry.parent)
+    held = get_entry(txn, entry.parent)
     return held is None or (wanted is not None and held.conversation_id not in wanted)
 
 
@@ -269,7 +277,7 @@ def read_export(lines: Iterable[bytes], *, allow_version_1: bool = False) -> Ite
         _check_line(number, line, last)
         last = line.seq
         prev = b'' if line.kind == 'deleted' else heads.get(line.conversation_id, b'')
-        digest = engine.chain_hash(prev, engine.encode_body_of(line, payload_of(line)))
+        digest = chain_hash(prev, encode_body_of(line, payload_of(line)))
         if digest.hex() != line.hash:
             raise InvalidArgumentError(
                 f'line {number} (seq {line.seq}, conversation {line.conversation_id!r}) fails its hash check: '
@@ -351,7 +359,7 @@ def import_lines(txn: WriteTxn, lines: Iterable[tuple[int, ExportedEntry]]) -> i
         if not pending:
             return
         hints = [old for old, _ in pending]
-        seqs = engine.append_entries(txn, [new for _, new in pending], allow_internal=True, seq_hints=hints)
+        seqs = append_entries(txn, [new for _, new in pending], allow_internal=True, seq_hints=hints)
         for old, new_seq in zip(hints, seqs, strict=True):
             if mapping.old and new_seq <= mapping.new[-1]:
                 raise InvalidArgumentError(f'the entry with seq {old} repeats an idempotency key of its run')
@@ -363,14 +371,14 @@ def import_lines(txn: WriteTxn, lines: Iterable[tuple[int, ExportedEntry]]) -> i
     for number, line in lines:
         conv_id = line.conversation_id
         if conv_id not in seen:
-            engine.check_id(conv_id, f'line {number}: conversation_id')
-            existing = engine.get_conversation(txn, conv_id)
+            check_id(conv_id, f'line {number}: conversation_id')
+            existing = get_conversation(txn, conv_id)
             if existing is not None and not existing.deleted:
                 raise InvalidArgumentError(f'conversation {conv_id!r} already exists in this log; nothing was imported')
             seen.add(conv_id)
         parent: int | None = None
         payload = payload_of(line)
-        if line.kind in ('run_started', 'forked_from') and line.parent is not None:
+        if line.kind in BRANCHING_KINDS and line.parent is not None:
             flush()  # the parent may be in the batch not yet written
             parent = _resolve_parent(number, line, mapping)
             if line.kind == 'forked_from' and parent is not None:

@@ -4,11 +4,12 @@ Two checks run in one pass over the entries:
 
 - the hash chains: each conversation's entries chain by SHA-256, so an altered, reordered
   or removed entry is named by the first bad `seq` of its conversation;
-- the derived records and indexes (DESIGN invariant 6: projections are rebuildable): the
-  run and conversation records, BY_CONV, RUN_ORDER, CONV_RUNS, IDEM and META's last
-  `seq` are rebuilt in memory from the entries alone, the way the append path builds them,
-  and compared with what the store holds. Replay, listings and search read these, so a
-  store whose replay would differ from its entries never verifies.
+- the derived records and indexes (docs/invariants.md, invariant 6: everything derived
+  from the entries can be rebuilt from them): the run and conversation records, BY_CONV,
+  RUN_ORDER, CONV_RUNS, IDEM and META's last `seq` are rebuilt in memory from the entries
+  alone, the way the append path builds them, and compared with what the store holds.
+  Replay, listings and search read these, so a store whose replay would differ from its
+  entries never verifies.
 
 Findings carry a `code` (see docs/verify.md). A conversation whose chain is broken gets
 one finding, the first bad entry; differences in its derived records follow from that
@@ -24,13 +25,41 @@ from typing import Any, Final
 
 import msgspec
 
-from eventlog import _engine as engine
-from eventlog._storage import ReadTxn, Table
+from eventlog._admin import check_format
+from eventlog._keys import (
+    HASH_SIZE,
+    META_LAST_SEQ,
+    SEQ_SIZE,
+    StoredBody,
+    Table,
+    by_conv_conversation,
+    by_conv_key,
+    by_conv_keys,
+    chain_hash,
+    ck,
+    conv_idem_prefix,
+    conv_runs_key,
+    decode_body,
+    decode_conversation,
+    decode_id,
+    decode_run,
+    entry_key_of,
+    idem_conversation,
+    idem_key_of,
+    idem_run_start,
+    key_conversation,
+    key_seq,
+    run_idem_prefix,
+    run_key,
+    seq_key,
+    split_value,
+)
+from eventlog._storage import ReadTxn
 from eventlog.entries import (
-    CONVERSATION_KINDS,
     CompactionInfo,
     ConversationRecord,
     ForkInfo,
+    Kind,
     RunFinishedInfo,
     RunRecord,
     RunStartedInfo,
@@ -66,7 +95,7 @@ class _Invalid(Exception):
 class _Rebuild:
     """The derived records and indexes, rebuilt from the entries in `seq` order.
 
-    Mirrors the append path (`_engine.append_entries`, `_apply`, `_write_entry`) and
+    Mirrors the append path (`_append.append_entries`, each kind's rule, `_write_entry`) and
     `delete_conversation`, without its checks on what other conversations hold: a fork's
     source, or a run's parent, may have been deleted since.
     """
@@ -95,107 +124,177 @@ class _Rebuild:
 
     def _forget(self, conversation_id: str) -> None:
         """What `delete_conversation` removes (the entries are already gone from the store)."""
-        prefix = engine.ck(conversation_id)
         for run_id in self.conv_run_ids.pop(conversation_id, []):
             run = self.runs.pop(run_id, None)
             if run is not None:
-                self.run_order.pop(engine.seq_key(run.start_seq), None)
-                self.conv_runs.pop(prefix + engine.seq_key(run.start_seq), None)
+                self.run_order.pop(seq_key(run.start_seq), None)
+                self.conv_runs.pop(conv_runs_key(conversation_id, run.start_seq), None)
         for key in self.conv_idem.pop(conversation_id, []):
             self.idem.pop(key, None)
         self.conv_seqs.pop(conversation_id, None)
 
-    def apply(self, seq: int, body: Any) -> None:
+    def apply(self, seq: int, body: StoredBody) -> None:
         """Apply one decoded entry; `_Invalid` if it cannot follow the ones before it."""
-        conv_id: str = body.conversation_id
-        conv = self.convs.get(conv_id)
-        kind: str = body.kind
-        run: RunRecord | None = None
+        conv_id = body.conversation_id
+        kind = body.kind
         try:
-            if kind in CONVERSATION_KINDS:
-                if body.run_id is not None:
-                    raise _Invalid(f'a {kind} entry names a run')
-                if kind == 'forked_from':
-                    info: ForkInfo = _fork.decode(body.payload)
-                    if conv is not None and not conv.deleted:
-                        raise _Invalid('a fork reuses the id of a live conversation')
-                    conv = self._reopen(conv_id, seq, body)
-                    if body.parent is not None:  # None: imported after its fork point was deleted
-                        conv.forked_from = info
-                elif kind == 'deleted':
-                    self._forget(conv_id)
-                    conv = self._reopen(conv_id, seq, body)
-                    conv.deleted = True
-                else:
-                    if conv is None or conv.deleted:
-                        raise _Invalid(f'a {kind} entry of a conversation that does not exist')
-                    if kind == 'title':
-                        conv.title = _title.decode(body.payload).title
-                    else:
-                        conv.archived = kind == 'archived'
-            else:
-                run_id: str | None = body.run_id
-                if run_id is None:
-                    raise _Invalid(f'a {kind} entry names no run')
-                run = self.runs.get(run_id)
-                if kind == 'run_started':
-                    if run is not None:
-                        raise _Invalid(f'run {run_id!r} starts twice')
-                    started: RunStartedInfo = _started.decode(body.payload or b'{}')
-                    if conv is None or conv.deleted:
-                        conv = self._reopen(conv_id, seq, body)
-                    run = RunRecord(
-                        run_id=run_id,
-                        conversation_id=conv_id,
-                        parent_run_id=started.parent_run_id,
-                        agent_name=started.agent_name,
-                        metadata=dict(started.metadata),
-                        started_at=body.timestamp,
-                        start_seq=seq,
-                        branch_parent=body.parent,
-                        last_seq=seq,
-                        entry_count=1,
-                    )
-                    self.runs[run_id] = run
-                    self.conv_run_ids.setdefault(conv_id, []).append(run_id)
-                    conv.run_count += 1
-                    self.run_order[engine.seq_key(seq)] = run_id.encode()
-                    self.conv_runs[engine.ck(conv_id) + engine.seq_key(seq)] = run_id.encode()
-                else:
-                    if run is None or conv is None or run.conversation_id != conv_id:
-                        raise _Invalid(f'a {kind} entry of run {run_id!r}, which has not started in this conversation')
-                    if run.status != 'running':
-                        raise _Invalid(f'a {kind} entry of run {run_id!r} after it finished')
-                    if kind == 'message':
-                        run.message_count += 1
-                        conv.message_count += 1
-                    elif kind == 'run_finished':
-                        finished: RunFinishedInfo = _finished.decode(body.payload)
-                        run.status = finished.status
-                        run.error = finished.error
-                        run.usage = dict(finished.usage)
-                        run.finished_at = body.timestamp
-                    elif kind == 'compaction':
-                        _compaction.decode(body.payload)
-                        conv.compaction_count += 1
-                    run.last_seq = seq
-                    run.entry_count += 1
+            conv, run = _REBUILD[kind](self, seq, body)
         except msgspec.DecodeError as exc:
             raise _Invalid(f'the {kind} payload cannot be decoded ({exc})') from None
         if body.idempotency_key is not None:
-            key_bytes = str(body.idempotency_key).encode()
-            if run is None:
-                idem_key = b'\x00' + engine.ck(conv_id) + key_bytes
-            else:
-                idem_key = engine.run_idem_prefix(run.start_seq) + key_bytes
-            self.idem[idem_key] = engine.seq_key(seq)
-            self.conv_idem.setdefault(conv_id, []).append(idem_key)
+            prefix = conv_idem_prefix(conv_id) if run is None else run_idem_prefix(run.start_seq)
+            key = idem_key_of(prefix, body.idempotency_key)
+            self.idem[key] = seq_key(seq)
+            self.conv_idem.setdefault(conv_id, []).append(key)
         conv.last_seq = seq
         conv.updated_at = body.timestamp
         conv.entry_count += 1
         conv.payload_bytes += len(body.payload)
         self.conv_seqs.setdefault(conv_id, array('Q')).append(seq)
         self.max_seq = seq
+
+    # Each kind's rule, as the write path's (`_append`) without its checks on other conversations;
+    # each returns the entry's conversation record and, for a run's entry, the run's.
+
+    def _conversation_entry(self, body: StoredBody) -> ConversationRecord | None:
+        if body.run_id is not None:
+            raise _Invalid(f'a {body.kind} entry names a run')
+        return self.convs.get(body.conversation_id)
+
+    def _forked_from(self, seq: int, body: StoredBody) -> _Applied:
+        conv = self._conversation_entry(body)
+        info: ForkInfo = _fork.decode(body.payload)
+        if conv is not None and not conv.deleted:
+            raise _Invalid('a fork reuses the id of a live conversation')
+        conv = self._reopen(body.conversation_id, seq, body)
+        if body.parent is not None:  # None: imported after its fork point was deleted
+            conv.forked_from = info
+        return conv, None
+
+    def _deleted(self, seq: int, body: StoredBody) -> _Applied:
+        self._conversation_entry(body)
+        self._forget(body.conversation_id)
+        conv = self._reopen(body.conversation_id, seq, body)
+        conv.deleted = True
+        return conv, None
+
+    def _live_conversation(self, body: StoredBody) -> ConversationRecord:
+        conv = self._conversation_entry(body)
+        if conv is None or conv.deleted:
+            raise _Invalid(f'a {body.kind} entry of a conversation that does not exist')
+        return conv
+
+    def _title(self, seq: int, body: StoredBody) -> _Applied:
+        conv = self._live_conversation(body)
+        conv.title = _title.decode(body.payload).title
+        return conv, None
+
+    def _archived(self, seq: int, body: StoredBody) -> _Applied:
+        conv = self._live_conversation(body)
+        conv.archived = True
+        return conv, None
+
+    def _unarchived(self, seq: int, body: StoredBody) -> _Applied:
+        conv = self._live_conversation(body)
+        conv.archived = False
+        return conv, None
+
+    def _run_id(self, body: StoredBody) -> str:
+        if body.run_id is None:
+            raise _Invalid(f'a {body.kind} entry names no run')
+        return body.run_id
+
+    def _run_started(self, seq: int, body: StoredBody) -> _Applied:
+        run_id = self._run_id(body)
+        conv_id = body.conversation_id
+        if run_id in self.runs:
+            raise _Invalid(f'run {run_id!r} starts twice')
+        started: RunStartedInfo = _started.decode(body.payload or b'{}')
+        conv = self.convs.get(conv_id)
+        if conv is None or conv.deleted:
+            conv = self._reopen(conv_id, seq, body)
+        run = RunRecord(
+            run_id=run_id,
+            conversation_id=conv_id,
+            parent_run_id=started.parent_run_id,
+            agent_name=started.agent_name,
+            metadata=dict(started.metadata),
+            started_at=body.timestamp,
+            start_seq=seq,
+            branch_parent=body.parent,
+            last_seq=seq,
+            entry_count=1,
+        )
+        self.runs[run_id] = run
+        self.conv_run_ids.setdefault(conv_id, []).append(run_id)
+        conv.run_count += 1
+        self.run_order[seq_key(seq)] = run_key(run_id)
+        self.conv_runs[conv_runs_key(conv_id, seq)] = run_key(run_id)
+        return conv, run
+
+    def _running(self, body: StoredBody) -> tuple[ConversationRecord, RunRecord]:
+        """The conversation and run a later entry of a run continues."""
+        run_id = body.run_id
+        if run_id is None:
+            raise _Invalid(f'a {body.kind} entry names no run')
+        run = self.runs.get(run_id)
+        conv = self.convs.get(body.conversation_id)
+        if run is None or conv is None or run.conversation_id != body.conversation_id:
+            raise _Invalid(f'a {body.kind} entry of run {run_id!r}, which has not started in this conversation')
+        if run.status != 'running':
+            raise _Invalid(f'a {body.kind} entry of run {run_id!r} after it finished')
+        return conv, run
+
+    def _message(self, seq: int, body: StoredBody) -> _Applied:
+        conv, run = self._running(body)
+        run.message_count += 1
+        conv.message_count += 1
+        run.last_seq = seq
+        run.entry_count += 1
+        return conv, run
+
+    def _run_finished(self, seq: int, body: StoredBody) -> _Applied:
+        conv, run = self._running(body)
+        finished: RunFinishedInfo = _finished.decode(body.payload)
+        run.status = finished.status
+        run.error = finished.error
+        run.usage = dict(finished.usage)
+        run.finished_at = body.timestamp
+        return conv, _follow(run, seq)
+
+    def _compaction(self, seq: int, body: StoredBody) -> _Applied:
+        conv, run = self._running(body)
+        _compaction.decode(body.payload)
+        conv.compaction_count += 1
+        return conv, _follow(run, seq)
+
+    def _tool_effect(self, seq: int, body: StoredBody) -> _Applied:
+        conv, run = self._running(body)
+        return conv, _follow(run, seq)
+
+
+_Applied = tuple[ConversationRecord, 'RunRecord | None']
+
+
+def _follow(run: RunRecord, seq: int) -> RunRecord:
+    run.last_seq = seq
+    run.entry_count += 1
+    return run
+
+
+_REBUILD: Final[dict[Kind, Callable[[_Rebuild, int, StoredBody], _Applied]]] = {
+    'run_started': _Rebuild._run_started,  # pyright: ignore[reportPrivateUsage]
+    'message': _Rebuild._message,  # pyright: ignore[reportPrivateUsage]
+    'run_finished': _Rebuild._run_finished,  # pyright: ignore[reportPrivateUsage]
+    'compaction': _Rebuild._compaction,  # pyright: ignore[reportPrivateUsage]
+    'tool_effect': _Rebuild._tool_effect,  # pyright: ignore[reportPrivateUsage]
+    'forked_from': _Rebuild._forked_from,  # pyright: ignore[reportPrivateUsage]
+    'deleted': _Rebuild._deleted,  # pyright: ignore[reportPrivateUsage]
+    'title': _Rebuild._title,  # pyright: ignore[reportPrivateUsage]
+    'archived': _Rebuild._archived,  # pyright: ignore[reportPrivateUsage]
+    'unarchived': _Rebuild._unarchived,  # pyright: ignore[reportPrivateUsage]
+}
+"""Each kind's rule in the rebuild: the one place `verify` tells kinds apart."""
 
 
 class _Findings:
@@ -233,12 +332,12 @@ def verify(txn: ReadTxn) -> VerifyReport:
     checked = 0
     for key, value in txn.scan(Table.ENTRIES):
         checked += 1
-        if len(key) != 8:
+        if len(key) != SEQ_SIZE:
             findings.add('index-key', '', 0, f'an entry is stored under a malformed key {key[:20].hex()}')
             continue
-        seq = engine.key_seq(key)
+        seq = key_seq(key)
         try:
-            body = engine.decode_body(seq, value)
+            body = decode_body(seq, value)
         except CorruptEntryError:
             conv_of = _conversation_of(txn, seq) or '?'
             chain.setdefault(
@@ -258,8 +357,9 @@ def verify(txn: ReadTxn) -> VerifyReport:
         prev_seq, prev = heads.get(conv_id, (0, b''))
         if body.kind == 'deleted':
             prev = b''
-        digest = engine.chain_hash(prev, bytes(value[: len(value) - engine.HASH_SIZE]))
-        if len(value) <= engine.HASH_SIZE or digest != value[-engine.HASH_SIZE :]:
+        hashed, stored_hash = split_value(value)
+        digest = chain_hash(prev, hashed)
+        if len(value) <= HASH_SIZE or digest != stored_hash:
             chain[conv_id] = _explain_break(txn, body, prev_seq)
             continue
         heads[conv_id] = (seq, digest)
@@ -289,7 +389,7 @@ def verify(txn: ReadTxn) -> VerifyReport:
     _compare_runs(txn, rebuild, findings)
     _compare_by_conv(txn, rebuild, findings)
     _compare_index(txn, Table.RUN_ORDER, rebuild.run_order, findings, _run_conversation(rebuild))
-    _compare_index(txn, Table.CONV_RUNS, rebuild.conv_runs, findings, _key_conversation)
+    _compare_index(txn, Table.CONV_RUNS, rebuild.conv_runs, findings, key_conversation)
     _compare_index(txn, Table.IDEM, rebuild.idem, findings, _idem_conversation(rebuild))
     _check_meta(txn, rebuild, findings, tail_broken=any(p.code == 'chain-truncated' for p in chain.values()))
     problems = sorted([*chain.values(), *findings.all()], key=lambda p: (p.conversation_id, p.seq))
@@ -325,7 +425,7 @@ def _explain_break(txn: ReadTxn, body: Any, prev_seq: int) -> VerifyProblem:
     if missing is not None:
         return VerifyProblem(conv_id, missing, 'the entry was removed', code='entry-removed')
     parent = body.parent
-    if parent is not None and parent > prev_seq and txn.get(Table.ENTRIES, engine.seq_key(parent)) is None:
+    if parent is not None and parent > prev_seq and txn.get(Table.ENTRIES, seq_key(parent)) is None:
         return VerifyProblem(conv_id, parent, 'the entry was removed (with its index keys)', code='entry-removed')
     return VerifyProblem(
         conv_id,
@@ -337,23 +437,23 @@ def _explain_break(txn: ReadTxn, body: Any, prev_seq: int) -> VerifyProblem:
 
 def _first_missing(txn: ReadTxn, conversation_id: str, after: int, before: int | None) -> int | None:
     """The first indexed seq of the conversation in (after, before) whose entry is gone."""
-    prefix = engine.ck(conversation_id)
-    for key, _ in txn.scan(Table.BY_CONV, prefix=prefix, start=prefix + engine.seq_key(after + 1)):
-        if len(key) != len(prefix) + 8:
+    prefix = ck(conversation_id)
+    for key, _ in txn.scan(Table.BY_CONV, prefix=prefix, start=by_conv_key(conversation_id, after + 1)):
+        if len(key) != len(prefix) + SEQ_SIZE:
             continue
-        seq = engine.key_seq(key)
+        seq = key_seq(key)
         if before is not None and seq >= before:
             break
-        if txn.get(Table.ENTRIES, key[-8:]) is None:
+        if txn.get(Table.ENTRIES, entry_key_of(key)) is None:
             return seq
     return None
 
 
 def _conversation_of(txn: ReadTxn, seq: int) -> str | None:
-    suffix = engine.seq_key(seq)
+    suffix = seq_key(seq)
     for key, _ in txn.scan(Table.BY_CONV):
         if key.endswith(suffix):
-            return key[: len(key) - 9].decode(errors='replace')
+            return by_conv_conversation(key)
     return None
 
 
@@ -364,8 +464,8 @@ def _stored_conversations(txn: ReadTxn, findings: _Findings) -> dict[str, Conver
     out: dict[str, ConversationRecord] = {}
     for key, raw in txn.scan(Table.CONVS):
         try:
-            conv_id = engine.decode_id(key, 'the conversation record key')
-            conv = engine.decode_conversation(conv_id, raw)
+            conv_id = decode_id(key, 'the conversation record key')
+            conv = decode_conversation(conv_id, raw)
         except CorruptStoreError as exc:
             findings.add('conversation-record', '', 0, str(exc).removesuffix('; run verify'))
             continue
@@ -413,8 +513,8 @@ def _compare_runs(txn: ReadTxn, rebuild: _Rebuild, findings: _Findings) -> None:
     seen: set[str] = set()
     for key, raw in txn.scan(Table.RUNS):
         try:
-            run_id = engine.decode_id(key, 'the run record key')
-            run = engine.decode_run(run_id, raw)
+            run_id = decode_id(key, 'the run record key')
+            run = decode_run(run_id, raw)
         except CorruptStoreError as exc:
             findings.add('run-record', '', 0, str(exc).removesuffix('; run verify'))
             continue
@@ -447,9 +547,8 @@ def _compare_runs(txn: ReadTxn, rebuild: _Rebuild, findings: _Findings) -> None:
 
 
 def _expected_by_conv(rebuild: _Rebuild) -> Iterator[bytes]:
-    for prefix, conv_id in sorted((engine.ck(conv_id), conv_id) for conv_id in rebuild.conv_seqs):
-        for seq in rebuild.conv_seqs[conv_id]:
-            yield prefix + engine.seq_key(seq)
+    for _, conv_id in sorted((ck(conv_id), conv_id) for conv_id in rebuild.conv_seqs):
+        yield from by_conv_keys(conv_id, rebuild.conv_seqs[conv_id])
 
 
 def _merge(
@@ -472,13 +571,8 @@ def _merge(
             b = next(expected, done)
 
 
-def _key_conversation(key: bytes) -> str:
-    cut = key.find(b'\x00')
-    return key[: max(cut, 0)].decode(errors='replace')
-
-
 def _run_conversation(rebuild: _Rebuild) -> Callable[[bytes], str]:
-    by_start = {engine.seq_key(run.start_seq): run.conversation_id for run in rebuild.runs.values()}
+    by_start = {seq_key(run.start_seq): run.conversation_id for run in rebuild.runs.values()}
 
     def conversation(key: bytes) -> str:
         return by_start.get(key, '')
@@ -487,12 +581,13 @@ def _run_conversation(rebuild: _Rebuild) -> Callable[[bytes], str]:
 
 
 def _idem_conversation(rebuild: _Rebuild) -> Callable[[bytes], str]:
-    by_start = {engine.seq_key(run.start_seq): run.conversation_id for run in rebuild.runs.values()}
+    by_start = {seq_key(run.start_seq): run.conversation_id for run in rebuild.runs.values()}
 
     def conversation(key: bytes) -> str:
-        if key[:1] == b'r':
-            return by_start.get(key[1:9], '')
-        return _key_conversation(key[1:])
+        start = idem_run_start(key)
+        if start is not None:
+            return by_start.get(start, '')
+        return idem_conversation(key)
 
     return conversation
 
@@ -508,7 +603,7 @@ def _describe(table: int, key: bytes, stored: bytes | None, expected: bytes | No
 
 
 def _seq_of(key: bytes) -> int:
-    return engine.key_seq(key) if len(key) >= 8 else 0
+    return key_seq(key) if len(key) >= SEQ_SIZE else 0
 
 
 def _compare_by_conv(txn: ReadTxn, rebuild: _Rebuild, findings: _Findings) -> None:
@@ -516,7 +611,7 @@ def _compare_by_conv(txn: ReadTxn, rebuild: _Rebuild, findings: _Findings) -> No
     expected = ((key, b'') for key in _expected_by_conv(rebuild))
     for key, have, want in _merge(stored, expected):
         if have is None or want is None:
-            findings.add('index-key', _key_conversation(key), _seq_of(key), _describe(Table.BY_CONV, key, have, want))
+            findings.add('index-key', key_conversation(key), _seq_of(key), _describe(Table.BY_CONV, key, have, want))
 
 
 def _compare_index(
@@ -531,14 +626,14 @@ def _compare_index(
 
 def _check_meta(txn: ReadTxn, rebuild: _Rebuild, findings: _Findings, *, tail_broken: bool) -> None:
     try:
-        engine.check_format(txn)
+        check_format(txn)
     except Exception as exc:
         findings.add('meta', '', 0, str(exc))
-    raw = txn.get(Table.META, b'last_seq')
+    raw = txn.get(Table.META, META_LAST_SEQ)
     if raw is not None and len(raw) != 8:
         findings.add('meta', '', 0, f'the recorded last seq {raw[:20]!r} is malformed')
         return
-    recorded = 0 if raw is None else engine.key_seq(raw)
+    recorded = 0 if raw is None else key_seq(raw)
     if recorded < rebuild.max_seq:
         findings.add(
             'meta',

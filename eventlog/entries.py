@@ -8,10 +8,10 @@ payloads of the other kinds are small msgspec structs defined here.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Final, Literal
+from typing import TYPE_CHECKING, Final, Literal, TypeVar
 
 import msgspec
 
@@ -24,10 +24,12 @@ __all__ = [
     'CONVERSATION_KINDS',
     'KINDS',
     'MAX_SEQ',
+    'PAYLOAD_TYPES',
     'RUN_KINDS',
     'CompactionInfo',
     'ConversationRecord',
     'Entry',
+    'EntryBody',
     'ForkInfo',
     'Kind',
     'NewEntry',
@@ -44,6 +46,7 @@ __all__ = [
     'decode_messages',
     'encode_info',
     'encode_message',
+    'fold_compaction',
     'message_entry',
     'run_finished_entry',
     'run_started_entry',
@@ -64,13 +67,15 @@ Kind = Literal[
 ]
 """Every kind of entry the log knows."""
 
-RUN_KINDS: Final = frozenset({'message', 'run_started', 'run_finished', 'compaction', 'tool_effect'})
+T = TypeVar('T')
+
+RUN_KINDS: Final[frozenset[Kind]] = frozenset({'message', 'run_started', 'run_finished', 'compaction', 'tool_effect'})
 """Kinds that belong to a run: they carry a `run_id` and sit on the run's branch."""
 
-CONVERSATION_KINDS: Final = frozenset({'title', 'archived', 'unarchived', 'forked_from', 'deleted'})
+CONVERSATION_KINDS: Final[frozenset[Kind]] = frozenset({'title', 'archived', 'unarchived', 'forked_from', 'deleted'})
 """Kinds that describe a conversation as a whole and carry no `run_id`."""
 
-KINDS: Final = RUN_KINDS | CONVERSATION_KINDS
+KINDS: Final[frozenset[Kind]] = RUN_KINDS | CONVERSATION_KINDS
 
 MAX_SEQ: Final = 2**53 - 1
 """The largest `seq` the log assigns or accepts, and the bound of every seq-like or counting
@@ -87,14 +92,18 @@ ToolEffectStatus = Literal['started', 'completed', 'failed']
 """Where a tool call stood when its `tool_effect` entry was written."""
 
 
-class Entry(msgspec.Struct, frozen=True, kw_only=True):
-    """One committed entry of the log, exactly as stored."""
+class EntryBody(msgspec.Struct, frozen=True, gc=False):
+    """The fields of an entry that its chain hash covers.
+
+    The one definition of an entry's shape: `Entry` adds the hash, the store keeps these
+    fields as a msgpack array (`_keys.StoredBody`), and an export line carries them by name.
+    """
 
     seq: int
     """Global position in the log, strictly increasing, assigned at append."""
     conversation_id: str
     run_id: str | None
-    kind: str
+    kind: Kind
     timestamp: datetime
     parent: int | None
     """The `seq` of the entry this one follows on its branch, or `None` at a root."""
@@ -102,6 +111,11 @@ class Entry(msgspec.Struct, frozen=True, kw_only=True):
     inherited: bool
     """True for a message handed in as history that the log had never seen before."""
     payload: bytes
+
+
+class Entry(EntryBody, frozen=True, kw_only=True):
+    """One committed entry of the log, exactly as stored."""
+
     hash: bytes
     """Chains this entry to the previous entry of its conversation (see `verify`)."""
 
@@ -140,7 +154,7 @@ class NewEntry:
     """An entry to append; the log assigns `seq`, the hash and (unless given) the timestamp."""
 
     conversation_id: str
-    kind: str
+    kind: Kind
     run_id: str | None = None
     payload: bytes = b''
     parent: int | None = None
@@ -202,6 +216,39 @@ class ForkInfo(msgspec.Struct, frozen=True):
 
     conversation_id: str
     seq: int
+
+
+PAYLOAD_TYPES: Final[Mapping[Kind, type[msgspec.Struct] | None]] = {
+    'message': None,
+    'run_started': RunStartedInfo,
+    'run_finished': RunFinishedInfo,
+    'compaction': CompactionInfo,
+    'tool_effect': ToolEffectInfo,
+    'title': TitleInfo,
+    'archived': None,
+    'unarchived': None,
+    'forked_from': ForkInfo,
+    'deleted': None,
+}
+"""The payload struct of each kind (JSON), or None: a `message` holds one pydantic-ai message,
+`archived`, `unarchived` and `deleted` hold nothing."""
+
+
+def fold_compaction(
+    live: Sequence[T], info: CompactionInfo, summary: Iterable[T], anchor: Callable[[T], int]
+) -> list[T]:
+    """Apply one compaction to a context: the one fold every reader of a branch uses.
+
+    `live` is the context so far, each item standing for the entry whose `seq` `anchor` gives
+    (a message, or an earlier compaction whose summary it holds). The items whose anchor
+    `info.replaced` names are dropped, and `summary` takes the place of the first of them
+    (the end of the context when none is held).
+    """
+    replaced = set(info.replaced)
+    position = next((i for i, item in enumerate(live) if anchor(item) in replaced), len(live))
+    before = [item for item in live[:position] if anchor(item) not in replaced]
+    after = [item for item in live[position:] if anchor(item) not in replaced]
+    return [*before, *summary, *after]
 
 
 class RunRecord(msgspec.Struct, kw_only=True):

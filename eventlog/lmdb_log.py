@@ -27,12 +27,11 @@ from eventlog import _engine as engine
 from eventlog import _lmdb_check as lmdb_check
 from eventlog import _lmdb_projection as lmdb_projection
 from eventlog._files import sync_directory
+from eventlog._keys import LMDB_TABLES
 from eventlog._storage import (
-    TABLE_NAMES,
     ProjectionRecords,
     ProjectionWriter,
     ReadTxn,
-    Table,
     TableId,
     WriteTxn,
     prefix_end,
@@ -58,14 +57,7 @@ _MAX_DBS = 32
 _Layout = dict[TableId, tuple[lmdb._Database, bytes]]
 """Where each logical table lives: an LMDB database and a key prefix within it."""
 
-_PHYSICAL: dict[TableId, tuple[bytes, bytes]] = {
-    table: (b'entries', b'') if table == Table.ENTRIES else (b'index', bytes([table])) for table in TABLE_NAMES
-}
-"""Entries get a database of their own (large values, appended in key order); every other table
-shares one `index` database under a one-byte prefix, so an append dirties few pages: fewer
-page copies per commit and a smaller file than one database per table."""
-
-PHYSICAL_NAMES = frozenset(name for name, _ in _PHYSICAL.values())
+PHYSICAL_NAMES = frozenset(name for name, _ in LMDB_TABLES.values())
 """The LMDB databases the log itself uses; projections choose other names."""
 
 
@@ -231,7 +223,7 @@ def _open_tables(env: lmdb.Environment) -> _Layout:
     while True:
         try:
             opened = {name: env.open_db(name, create=True) for name in PHYSICAL_NAMES}
-            dbs = {table: (opened[name], prefix) for table, (name, prefix) in _PHYSICAL.items()}
+            dbs = {table: (opened[name], prefix) for table, (name, prefix) in LMDB_TABLES.items()}
             with env.begin(write=True) as txn:
                 engine.init_format(_LmdbTxn(txn, dbs))
             return dbs

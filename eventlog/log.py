@@ -2,7 +2,7 @@
 
 A backend only says how to run a function inside a read or a write transaction
 (`_read_sync`, `_write_sync`); everything else (validation, records, replay,
-management, export, verification) lives in `_engine` and is identical for all
+management, export, verification) lives in the engine (`_engine` gathers it) and is identical for all
 backends. Short calls run inline; bulk work (long replays, exports, imports,
 verification, deletes) runs in a worker thread so the event loop never waits on it.
 """
@@ -36,6 +36,7 @@ __all__ = ['Appended', 'EventLog', 'EventLogBase']
 T = TypeVar('T')
 
 _BULK_THRESHOLD = 2000
+"""Replays longer than this many entries run in a worker thread."""
 _DECODE_BATCH = 1000
 """Messages decoded per pydantic-ai call when a whole record is decoded (bounds the joined JSON)."""
 STREAM_BATCH = 500
@@ -60,9 +61,6 @@ class Appended(list[int]):
         """Wrap `seqs` with the `recorded` payloads of idempotent repeats."""
         super().__init__(seqs)
         self.recorded = recorded
-
-
-"""Replays longer than this many entries run in a worker thread."""
 
 
 @runtime_checkable

@@ -7,7 +7,8 @@ function inside one transaction of the store, handing it the projection's record
 the same snapshot of the log. The position is stored with the records, so a write
 transaction commits the projection's writes and its new position together or neither: a
 crash never leaves records that the position does not account for. A projection can
-always be cleared and rebuilt from the entries (docs/projections.md).
+always be cleared and rebuilt from the entries (docs/projections.md; docs/invariants.md,
+invariant 6).
 
 Typical use, one batch of a catch-up::
 

@@ -332,7 +332,7 @@ class _Spy(AbstractCapability[Any]):
 
 
 async def test_hook_points_see_final_messages(log: EventLogBase) -> None:
-    """The facts the capability is built on (DESIGN section 8), pinned.
+    """The facts the capability is built on (where each message becomes final, docs/persistence.md), pinned.
 
     The request at the end of `ctx.messages` in `before_model_request` and the response at the
     end of `ctx.messages` in `after_node_run` of a `ModelRequestNode` are already final; the

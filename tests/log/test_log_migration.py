@@ -161,6 +161,6 @@ def test_an_unknown_older_format_is_refused(tmp_path: Path) -> None:
 def test_the_stored_run_layout_holds_every_run_field() -> None:
     """Run records are stored positionally; a field added to `RunRecord` must be stored too."""
     from eventlog import RunRecord
-    from eventlog._engine import _StoredRun  # pyright: ignore[reportPrivateUsage]
+    from eventlog._keys import StoredRun
 
-    assert set(_StoredRun.__struct_fields__) == set(RunRecord.__struct_fields__) - {'run_id'}
+    assert set(StoredRun.__struct_fields__) == set(RunRecord.__struct_fields__) - {'run_id'}

@@ -1,4 +1,4 @@
-"""Property-based tests: arbitrary interleavings keep the log's invariants (DESIGN section 5).
+"""Property-based tests: arbitrary interleavings keep the log's invariants (docs/invariants.md).
 
 A small model tracks what each run's record and each conversation's transcript must be,
 as a tree of message nodes; the state machine drives appends, forks, deletes, archive

@@ -23,7 +23,7 @@ from eventlog import (
     NewEntry,
     run_started_entry,
 )
-from eventlog._engine import _encode_run, ck, seq_key  # pyright: ignore[reportPrivateUsage]
+from eventlog._keys import ck, encode_run, seq_key
 from eventlog._storage import Table, TableId, WriteTxn
 from eventlog.entries import VerifyReport
 from eventlog.log import EventLogBase
@@ -97,7 +97,7 @@ async def test_an_altered_run_record_is_named(log: EventLogBase) -> None:
     run = await log.get_run('r')
     assert run is not None
     run.entry_count -= 2
-    _put(log, Table.RUNS, b'r', _encode_run(run))
+    _put(log, Table.RUNS, b'r', encode_run(run))
     report = await log.verify()
     assert [(p.code, p.conversation_id, p.seq) for p in report.problems] == [('run-record', 'c', run.start_seq)]
     assert 'entry_count' in report.problems[0].reason
@@ -152,7 +152,7 @@ async def test_impossible_positions_in_a_record_are_typed_errors(log: EventLogBa
     run = await log.get_run('r')
     assert run is not None
     run.last_seq = -1
-    _put(log, Table.RUNS, b'r', _encode_run(run))
+    _put(log, Table.RUNS, b'r', encode_run(run))
     with pytest.raises(CorruptStoreError):
         await log.run_messages('r')
     assert not (await log.verify()).ok

@@ -1,0 +1,144 @@
+"""Tasks on a whole store or conversation: the format record and migration, forks and deletions.
+
+Each runs inside one write transaction, so it happens entirely or not at all; forks and
+deletions append their entry (`forked_from`, `deleted`) through the write path.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import msgspec
+
+from eventlog._append import append_entries
+from eventlog._checks import check_id, check_seq
+from eventlog._keys import (
+    FORMAT_VERSION,
+    META_FORMAT,
+    Table,
+    by_conv_key,
+    ck,
+    conv_idem_prefix,
+    conv_key,
+    decode_id,
+    decode_run,
+    encode_run,
+    entry_key_of,
+    format_value,
+    run_idem_prefix,
+    run_key,
+    seq_key,
+    v1_run_idem_prefix,
+)
+from eventlog._read import branch_bodies, context_tip, conv_or_raise, get_run
+from eventlog._storage import ReadTxn, WriteTxn
+from eventlog.entries import ForkInfo, NewEntry
+from eventlog.errors import InvalidArgumentError, StoreVersionError
+
+_json_encoder = msgspec.json.Encoder()
+
+
+# --- the format -------------------------------------------------------------------------------
+
+
+def check_format(txn: ReadTxn) -> int | None:
+    """The store's format version, refusing one newer than this code."""
+    raw = txn.get(Table.META, META_FORMAT)
+    if raw is None:
+        return None
+    try:
+        version = int(raw.decode())
+    except ValueError:
+        raise StoreVersionError(f'the store records an unreadable format version {raw[:20]!r}') from None
+    if version > FORMAT_VERSION:
+        raise StoreVersionError(
+            f'the store was written in format {version}, and this version of pydantic-ai-eventlog '
+            f'reads format {FORMAT_VERSION} at most; upgrade pydantic-ai-eventlog to open it'
+        )
+    return version
+
+
+def init_format(txn: WriteTxn) -> None:
+    """Record the format of a new store; bring an older store up to date (`migrate`)."""
+    version = check_format(txn)
+    if version is None:
+        txn.put(Table.META, META_FORMAT, format_value(FORMAT_VERSION))
+    elif version < FORMAT_VERSION:
+        migrate(txn, version)
+
+
+def migrate(txn: WriteTxn, version: int) -> None:
+    """Rewrite a store of an older format in the current one, inside `txn` (all or nothing).
+
+    Entries, their hashes and every record keep their content; only how the indexes name
+    runs changes, so a migrated store exports, verifies and replays exactly as before.
+    """
+    if version != 1:
+        raise StoreVersionError(f'the store records format {version}, which no version of pydantic-ai-eventlog wrote')
+    for key, raw in list(txn.scan(Table.RUNS)):
+        run_id = decode_id(key, 'the run record key')
+        run = decode_run(run_id, raw)
+        old_prefix = v1_run_idem_prefix(run_id)
+        new_prefix = run_idem_prefix(run.start_seq)
+        for idem_key, value in list(txn.scan(Table.IDEM, prefix=old_prefix)):
+            txn.delete(Table.IDEM, idem_key)
+            txn.put(Table.IDEM, new_prefix + idem_key[len(old_prefix) :], value)
+        txn.put(Table.RUNS, key, encode_run(run))
+    for key in [k for k, _ in txn.scan(Table.BY_RUN)]:
+        txn.delete(Table.BY_RUN, key)
+    txn.put(Table.META, META_FORMAT, format_value(FORMAT_VERSION))
+
+
+# --- conversations ----------------------------------------------------------------------------
+
+
+def fork(txn: WriteTxn, conversation_id: str, at_seq: int | None, new_id: str | None) -> str:
+    """Start a new conversation whose history is `conversation_id`'s up to `at_seq` (its latest
+    message when None); return the new conversation's id."""
+    conv_or_raise(txn, conversation_id)
+    if at_seq is None:
+        # The latest message itself, not the bookkeeping entry after it: a fork then stays
+        # anchored to its history even if the conversations in between are deleted.
+        messages = [b.seq for b in branch_bodies(txn, context_tip(txn, conversation_id)) if b.kind == 'message']
+        if not messages:
+            raise InvalidArgumentError(f'conversation {conversation_id!r} has no messages to fork')
+        point = messages[-1]
+    else:
+        point = check_seq(at_seq, 'at_seq')
+        if txn.get(Table.BY_CONV, by_conv_key(conversation_id, point)) is None:
+            raise InvalidArgumentError(f'entry {point} is not an entry of conversation {conversation_id!r}')
+    target = check_id(new_id, 'new conversation id') if new_id is not None else str(uuid.uuid4())
+    entry = NewEntry(
+        conversation_id=target,
+        kind='forked_from',
+        payload=_json_encoder.encode(ForkInfo(conversation_id=conversation_id, seq=point)),
+        parent=point,
+    )
+    append_entries(txn, [entry], allow_internal=True)
+    return target
+
+
+def delete_conversation(txn: WriteTxn, conversation_id: str) -> int:
+    """Remove the conversation's entries and derived data; leave a content-free tombstone."""
+    conv_or_raise(txn, conversation_id)
+    prefix = ck(conversation_id)
+    run_ids = [decode_id(run_id, 'the run id') for _, run_id in txn.scan(Table.CONV_RUNS, prefix=prefix)]
+    for run_id in run_ids:
+        run = get_run(txn, run_id)
+        if run is not None:
+            for key in [k for k, _ in txn.scan(Table.IDEM, prefix=run_idem_prefix(run.start_seq))]:
+                txn.delete(Table.IDEM, key)
+            txn.delete(Table.RUN_ORDER, seq_key(run.start_seq))
+        txn.delete(Table.RUNS, run_key(run_id))
+    for key in [k for k, _ in txn.scan(Table.CONV_RUNS, prefix=prefix)]:
+        txn.delete(Table.CONV_RUNS, key)
+    for key in [k for k, _ in txn.scan(Table.IDEM, prefix=conv_idem_prefix(conversation_id))]:
+        txn.delete(Table.IDEM, key)
+    removed = 0
+    for key in [k for k, _ in txn.scan(Table.BY_CONV, prefix=prefix)]:
+        txn.delete(Table.ENTRIES, entry_key_of(key))
+        txn.delete(Table.BY_CONV, key)
+        removed += 1
+    txn.delete(Table.CONVS, conv_key(conversation_id))
+    append_entries(txn, [NewEntry(conversation_id=conversation_id, kind='deleted')], allow_internal=True)
+    return removed

@@ -1,0 +1,356 @@
+"""The keyspace: every table, key and stored value of a store, and the codecs that make them.
+
+This module owns the on-disk layout. Nothing else builds or parses a key by hand: the engine
+(`_append`, `_read`, `_admin`), `verify` and the LMDB backend call the functions here.
+
+Logical tables (all keys bytewise ordered; `ck(x)` is an id's UTF-8 bytes plus a NUL, which
+ids may not contain, so prefixes never collide):
+
+- ENTRIES    seq8 -> msgpack body (`StoredBody`) + 32-byte chain hash
+- BY_CONV    ck(conversation) + seq8 -> ''
+- RUNS       run id -> run record (msgpack array, `StoredRun`)
+- RUN_ORDER  start seq8 -> run id
+- CONV_RUNS  ck(conversation) + start seq8 -> run id
+- CONVS      conversation id -> ConversationRecord (msgpack)
+- IDEM       b'r' + run start seq8 + key -> seq8 (keys of a run), or
+             b'\\x00' + ck(conversation) + key -> seq8 (keys of conversation entries)
+- META       b'format' -> format version, b'last_seq' -> seq8
+
+seq8 is a `seq` as 8 bytes big-endian, so keys sort in `seq` order. A run is named inside
+keys by the `seq` of its `run_started` entry rather than by its id, which keeps the indexes
+small. A run's entries belong to its conversation and lie between the run's first and last
+`seq`, so they are read straight from ENTRIES over that stretch when they make up most of it,
+else through BY_CONV.
+
+An entry's chain hash is SHA-256 of the previous entry's hash in its conversation (empty for
+its first entry and for a `deleted` tombstone) and the entry's body bytes.
+
+The table numbers and names (`Table`, `TABLE_NAMES`) are defined with the storage protocol
+(`_storage`), whose transactions take them, and re-exported here.
+
+In an LMDB store (`LMDB_TABLES`) ENTRIES is a database of its own (large values, appended in
+key order); every other table shares one `index` database under a one-byte prefix (the
+table's number), so an append dirties few pages.
+
+Format 1 (before 0.1) also kept BY_RUN (ck(run) + seq8 -> ''), keyed run idempotency by
+ck(run) and stored run records as maps; `_admin.migrate` rewrites such a store in place.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from collections.abc import Iterable, Iterator
+from typing import Any, Final
+
+import msgspec
+
+from eventlog._storage import TABLE_NAMES, Table, TableId, prefix_end
+from eventlog.entries import ConversationRecord, EntryBody, RunRecord
+from eventlog.errors import CorruptEntryError, CorruptStoreError
+
+__all__ = [
+    'FORMAT_VERSION',
+    'HASH_SIZE',
+    'LMDB_TABLES',
+    'MAX_ID_BYTES',
+    'META_FORMAT',
+    'META_LAST_SEQ',
+    'SEQ_SIZE',
+    'TABLE_NAMES',
+    'StoredBody',
+    'StoredRun',
+    'Table',
+    'TableId',
+    'by_conv_conversation',
+    'by_conv_key',
+    'by_conv_keys',
+    'chain_hash',
+    'ck',
+    'conv_idem_prefix',
+    'conv_key',
+    'conv_runs_key',
+    'decode_body',
+    'decode_conversation',
+    'decode_id',
+    'decode_run',
+    'encode_body',
+    'encode_body_of',
+    'encode_conversation',
+    'encode_run',
+    'entry_hash',
+    'entry_key_of',
+    'format_value',
+    'idem_conversation',
+    'idem_key_of',
+    'idem_run_start',
+    'key_conversation',
+    'key_seq',
+    'lmdb_key',
+    'prefix_end',
+    'run_idem_prefix',
+    'run_key',
+    'seq_key',
+    'split_value',
+    'v1_run_idem_prefix',
+]
+
+FORMAT_VERSION: Final = 2
+"""The on-disk format this code writes; a store with a larger number is refused, an older
+one is migrated when opened (`_admin.migrate`)."""
+
+MAX_ID_BYTES: Final = 200
+"""Longest id or idempotency key, in UTF-8 bytes (LMDB keys are at most 511 bytes)."""
+
+HASH_SIZE: Final = 32
+"""Bytes of the chain hash at the end of every ENTRIES value."""
+
+SEQ_SIZE: Final = 8
+"""Bytes of a `seq` inside a key."""
+
+META_FORMAT: Final = b'format'
+"""The META key of the format version (ASCII digits)."""
+META_LAST_SEQ: Final = b'last_seq'
+"""The META key of the largest `seq` ever assigned (seq8)."""
+
+_SEQ = struct.Struct('>Q')
+_SEQ_LIMIT: Final = 1 << 64
+
+LMDB_TABLES: Final[dict[TableId, tuple[bytes, bytes]]] = {
+    table: (b'entries', b'') if table == Table.ENTRIES else (b'index', bytes([table])) for table in TABLE_NAMES
+}
+"""Where each table lives in an LMDB store: the named database and the key prefix within it."""
+
+
+def format_value(version: int) -> bytes:
+    """The META value recording a format version."""
+    return str(version).encode()
+
+
+def lmdb_key(table: TableId, key: bytes) -> bytes:
+    """The key a table's `key` has in its LMDB database."""
+    return LMDB_TABLES[table][1] + key
+
+
+# --- keys -------------------------------------------------------------------------------------
+
+
+def seq_key(seq: int) -> bytes:
+    """The 8-byte big-endian key of a `seq` (ENTRIES and RUN_ORDER keys, and META's last seq)."""
+    return _SEQ.pack(seq)
+
+
+def key_seq(key: bytes) -> int:
+    """The `seq` at the end of a key (an ENTRIES, BY_CONV, RUN_ORDER or CONV_RUNS key)."""
+    return _SEQ.unpack_from(key, len(key) - SEQ_SIZE)[0]
+
+
+def ck(identifier: str) -> bytes:
+    """An id as a key prefix: UTF-8 plus a NUL terminator (a conversation's BY_CONV and
+    CONV_RUNS prefix)."""
+    return identifier.encode() + b'\x00'
+
+
+def key_conversation(key: bytes) -> str:
+    """The conversation id a BY_CONV or CONV_RUNS key starts with (damaged bytes replaced)."""
+    cut = key.find(b'\x00')
+    return key[: max(cut, 0)].decode(errors='replace')
+
+
+def by_conv_conversation(key: bytes) -> str:
+    """The conversation id of a BY_CONV key: all before its NUL and seq8 (damaged bytes replaced)."""
+    return key[: len(key) - SEQ_SIZE - 1].decode(errors='replace')
+
+
+def by_conv_key(conversation_id: str, seq: int) -> bytes:
+    """The BY_CONV key of an entry."""
+    return ck(conversation_id) + _SEQ.pack(seq)
+
+
+def by_conv_keys(conversation_id: str, seqs: Iterable[int]) -> Iterator[bytes]:
+    """The BY_CONV keys of a conversation's entries at `seqs`, in their order."""
+    prefix = ck(conversation_id)
+    pack = _SEQ.pack
+    for seq in seqs:
+        yield prefix + pack(seq)
+
+
+def conv_runs_key(conversation_id: str, start_seq: int) -> bytes:
+    """The CONV_RUNS key of the run whose `run_started` entry has `start_seq`."""
+    return ck(conversation_id) + _SEQ.pack(start_seq)
+
+
+def run_key(run_id: str) -> bytes:
+    """The RUNS key of a run."""
+    return run_id.encode()
+
+
+def conv_key(conversation_id: str) -> bytes:
+    """The CONVS key of a conversation."""
+    return conversation_id.encode()
+
+
+def run_idem_prefix(start_seq: int) -> bytes:
+    """The IDEM key prefix of the run whose `run_started` entry has `start_seq`."""
+    return b'r' + _SEQ.pack(start_seq)
+
+
+def conv_idem_prefix(conversation_id: str) -> bytes:
+    """The IDEM key prefix of a conversation's own entries (those of no run)."""
+    return b'\x00' + ck(conversation_id)
+
+
+def idem_key_of(prefix: bytes, key: str) -> bytes:
+    """The IDEM key of an idempotency key under its owner's prefix (`run_idem_prefix`,
+    `conv_idem_prefix`)."""
+    return prefix + key.encode()
+
+
+def v1_run_idem_prefix(run_id: str) -> bytes:
+    """The IDEM key prefix of a run in a format-1 store (its id), rewritten by migration."""
+    return ck(run_id)
+
+
+def entry_key_of(index_key: bytes) -> bytes:
+    """The ENTRIES key of the entry a BY_CONV key names (its last 8 bytes)."""
+    return index_key[-SEQ_SIZE:]
+
+
+def idem_run_start(key: bytes) -> bytes | None:
+    """The seq8 of the run an IDEM key belongs to, or None for a conversation's key."""
+    return key[1 : 1 + SEQ_SIZE] if key[:1] == b'r' else None
+
+
+def idem_conversation(key: bytes) -> str:
+    """The conversation id of a conversation's IDEM key (damaged bytes replaced)."""
+    return key_conversation(key[1:])
+
+
+def decode_id(raw: bytes, what: str) -> str:
+    """An id stored as an index key or value; `CorruptStoreError` when it is not UTF-8."""
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        raise CorruptStoreError(f'{what} {raw[:40]!r} is not a valid id; run verify') from None
+
+
+# --- entries ----------------------------------------------------------------------------------
+
+
+class StoredBody(EntryBody, frozen=True, array_like=True, gc=False):
+    """The hashed part of a stored entry: an `EntryBody` as a msgpack array."""
+
+
+_HEADER_FIELDS: Final = StoredBody.__struct_fields__[:-1]
+"""The body's fields before `payload`, its last."""
+_body_encoder = msgspec.msgpack.Encoder()
+_body_decoder = msgspec.msgpack.Decoder(StoredBody)
+
+
+def encode_body(body: StoredBody) -> bytes:
+    """The bytes of a body as stored (and hashed)."""
+    return _body_encoder.encode(body)
+
+
+def encode_body_of(entry: Any, payload: bytes) -> bytes:
+    """The hashed bytes of an entry described by any object with the entry's other fields
+    (an export line, whose payload is carried differently)."""
+    return _body_encoder.encode(StoredBody(*[getattr(entry, name) for name in _HEADER_FIELDS], payload=payload))
+
+
+def decode_body(seq: int, value: bytes) -> StoredBody:
+    """The body of the ENTRIES value stored at `seq`; `CorruptEntryError` when it cannot be right."""
+    try:
+        body = _body_decoder.decode(memoryview(value)[: len(value) - HASH_SIZE])
+    except msgspec.DecodeError as exc:
+        raise CorruptEntryError(f'entry {seq} cannot be decoded: {exc}') from None
+    if body.seq != seq:
+        raise CorruptEntryError(f'entry stored at seq {seq} says it is seq {body.seq}')
+    if body.parent is not None and not 0 < body.parent < seq:
+        raise CorruptEntryError(f'entry {seq} names an impossible parent {body.parent}')
+    return body
+
+
+def split_value(value: bytes) -> tuple[bytes, bytes]:
+    """An ENTRIES value's hashed body bytes and its chain hash."""
+    cut = len(value) - HASH_SIZE
+    return value[:cut], value[cut:]
+
+
+def entry_hash(value: bytes) -> bytes:
+    """The chain hash at the end of an ENTRIES value."""
+    return bytes(value[-HASH_SIZE:])
+
+
+def chain_hash(prev: bytes, body_bytes: bytes) -> bytes:
+    """SHA-256 of the previous entry's hash and this entry's bytes (hardware-accelerated on most CPUs)."""
+    digest = hashlib.sha256(prev)
+    digest.update(body_bytes)
+    return digest.digest()
+
+
+# --- records ----------------------------------------------------------------------------------
+
+
+StoredRun: type[msgspec.Struct] = msgspec.defstruct(
+    'StoredRun',
+    [(f.name, f.type) for f in msgspec.structs.fields(RunRecord) if f.name != 'run_id'],
+    array_like=True,
+    gc=False,
+    module=__name__,
+)
+"""A `RunRecord` as stored: its fields but the run id (the key), positional, in `RunRecord`'s order.
+
+Stores of format 1 hold runs as maps with field names; both layouts are read."""
+
+_RUN_FIELDS: Final = StoredRun.__struct_fields__
+_record_encoder = msgspec.msgpack.Encoder()
+_run_map_decoder = msgspec.msgpack.Decoder(RunRecord)
+_stored_run_decoder = msgspec.msgpack.Decoder(StoredRun)
+_conv_decoder = msgspec.msgpack.Decoder(ConversationRecord)
+
+
+def encode_run(record: RunRecord) -> bytes:
+    """The RUNS value of a run record."""
+    return _record_encoder.encode(StoredRun(*[getattr(record, name) for name in _RUN_FIELDS]))
+
+
+def decode_run(run_id: str, raw: bytes) -> RunRecord:
+    """A stored run record; `CorruptStoreError` when it cannot be decoded or cannot be right."""
+    try:
+        if raw[0] & 0xF0 == 0x80 or raw[0] in (0xDE, 0xDF):  # a msgpack map: format 1
+            run = _run_map_decoder.decode(raw)
+        else:
+            run = RunRecord(run_id=run_id, **msgspec.structs.asdict(_stored_run_decoder.decode(raw)))
+    except (msgspec.DecodeError, IndexError, TypeError, ValueError) as exc:
+        raise CorruptStoreError(f'the record of run {run_id!r} cannot be decoded ({exc}); run verify') from None
+    if not (
+        0 < run.start_seq <= run.last_seq < _SEQ_LIMIT
+        and (run.branch_parent is None or 0 < run.branch_parent < run.start_seq)
+        and 0 <= run.message_count <= run.entry_count
+    ):
+        raise CorruptStoreError(f'the record of run {run_id!r} holds impossible positions; run verify')
+    return run
+
+
+def encode_conversation(record: ConversationRecord) -> bytes:
+    """The CONVS value of a conversation record (a msgpack map)."""
+    return _record_encoder.encode(record)
+
+
+def decode_conversation(conversation_id: str, raw: bytes) -> ConversationRecord:
+    """A stored conversation record; `CorruptStoreError` when it cannot be decoded or cannot be right."""
+    try:
+        conv = _conv_decoder.decode(raw)
+    except (msgspec.DecodeError, ValueError) as exc:
+        raise CorruptStoreError(
+            f'the record of conversation {conversation_id!r} cannot be decoded ({exc}); run verify'
+        ) from None
+    if not (
+        0 < conv.first_seq <= conv.last_seq < _SEQ_LIMIT
+        and (conv.forked_from is None or 0 < conv.forked_from.seq < conv.first_seq)
+    ):
+        raise CorruptStoreError(
+            f'the record of conversation {conversation_id!r} holds impossible positions; run verify'
+        )
+    return conv

@@ -1,0 +1,295 @@
+"""The read model: entries, records and the histories derived from them, read in one snapshot.
+
+Reading follows the keyspace (`_keys`): single entries and records by key, a conversation's
+entries through BY_CONV, a run's over its stretch of ENTRIES, and a branch run by run back
+to its root. Nothing here writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Final
+
+import msgspec
+from msgspec.structs import astuple
+
+from eventlog._keys import (
+    META_LAST_SEQ,
+    StoredBody,
+    Table,
+    by_conv_key,
+    ck,
+    conv_key,
+    decode_body,
+    decode_conversation,
+    decode_id,
+    decode_run,
+    entry_hash,
+    key_seq,
+    run_key,
+    seq_key,
+)
+from eventlog._storage import ReadTxn
+from eventlog.entries import (
+    CompactionInfo,
+    ConversationRecord,
+    Entry,
+    RunRecord,
+    decode_messages,
+    fold_compaction,
+)
+from eventlog.errors import ConversationNotFound, CorruptEntryError, RunNotFound
+
+if TYPE_CHECKING:
+    from pydantic_ai.messages import ModelMessage
+
+_DENSE_SLACK: Final = 64
+"""Foreign entries a run's stretch of the log may hold beyond its own before its entries are
+looked up through the conversation index instead of read in order (see `_run_items`)."""
+
+_compaction_decoder = msgspec.json.Decoder(CompactionInfo)
+
+
+# --- single entries and records ---------------------------------------------------------------
+
+
+def to_entry(body: StoredBody, value: bytes) -> Entry:
+    """The `Entry` a stored body and its ENTRIES value make."""
+    return Entry(*astuple(body), hash=entry_hash(value))
+
+
+def get_entry(txn: ReadTxn, seq: int) -> Entry | None:
+    """The entry at `seq`, or None (never assigned, or deleted)."""
+    value = txn.get(Table.ENTRIES, seq_key(seq))
+    if value is None:
+        return None
+    return to_entry(decode_body(seq, value), value)
+
+
+def get_body(txn: ReadTxn, seq: int) -> StoredBody | None:
+    """The stored body at `seq` (an entry without its hash), or None."""
+    value = txn.get(Table.ENTRIES, seq_key(seq))
+    return None if value is None else decode_body(seq, value)
+
+
+def get_run(txn: ReadTxn, run_id: str) -> RunRecord | None:
+    """A run's record, or None."""
+    raw = txn.get(Table.RUNS, run_key(run_id))
+    return None if raw is None else decode_run(run_id, raw)
+
+
+def get_conversation(txn: ReadTxn, conversation_id: str) -> ConversationRecord | None:
+    """A conversation's record (a deleted one's tombstone record too), or None."""
+    raw = txn.get(Table.CONVS, conv_key(conversation_id))
+    return None if raw is None else decode_conversation(conversation_id, raw)
+
+
+def last_seq(txn: ReadTxn) -> int:
+    """The largest `seq` ever assigned (entries removed by a delete keep their numbers used).
+
+    Every write transaction records it in META, so reading it is one lookup.
+    """
+    raw = txn.get(Table.META, META_LAST_SEQ)
+    return 0 if raw is None else key_seq(raw)
+
+
+# --- entries of a run, a conversation, a branch -----------------------------------------------
+
+
+def iter_entries(
+    txn: ReadTxn,
+    *,
+    conversation_id: str | None = None,
+    run_id: str | None = None,
+    kinds: frozenset[str] | None = None,
+    after_seq: int = 0,
+) -> Iterator[Entry]:
+    """Entries in `seq` order, filtered; the narrowest index is used."""
+    if run_id is not None:
+        run = get_run(txn, run_id)
+        if run is None or (conversation_id is not None and run.conversation_id != conversation_id):
+            return
+        for body, value in _run_items(txn, run, first=after_seq + 1, last=run.last_seq):
+            if kinds is None or body.kind in kinds:
+                yield to_entry(body, value)
+        return
+    if conversation_id is None:
+        for key, value in txn.scan(Table.ENTRIES, start=seq_key(after_seq + 1)):
+            body = decode_body(key_seq(key), value)
+            if kinds is None or body.kind in kinds:
+                yield to_entry(body, value)
+        return
+    first = by_conv_key(conversation_id, after_seq + 1)
+    for key, _ in txn.scan(Table.BY_CONV, prefix=ck(conversation_id), start=first):
+        seq = key_seq(key)
+        value = txn.get(Table.ENTRIES, seq_key(seq))
+        if value is None:
+            continue
+        body = decode_body(seq, value)
+        if kinds is None or body.kind in kinds:
+            yield to_entry(body, value)
+
+
+def _run_items(txn: ReadTxn, run: RunRecord, *, first: int, last: int) -> Iterator[tuple[StoredBody, bytes]]:
+    """The run's entries with a `seq` from `first` to `last`, in order, with their stored values.
+
+    A run's entries lie in its conversation between its `run_started` entry and its latest.
+    When they make up most of that stretch of the log (the usual case: few runs interleave
+    with it), the stretch is read in order; otherwise each entry is looked up through the
+    conversation's index.
+    """
+    first = max(first, run.start_seq)
+    last = min(last, run.last_seq)
+    if run.last_seq - run.start_seq < 2 * run.entry_count + _DENSE_SLACK:
+        items = txn.scan(Table.ENTRIES, start=seq_key(first))
+    else:
+        prefix, start = ck(run.conversation_id), by_conv_key(run.conversation_id, first)
+        keys = (key_seq(k) for k, _ in txn.scan(Table.BY_CONV, prefix=prefix, start=start))
+        items = ((seq_key(seq), value) for seq in keys if (value := txn.get(Table.ENTRIES, seq_key(seq))) is not None)
+    for key, value in items:
+        seq = key_seq(key)
+        if seq > last:
+            return
+        body = decode_body(seq, value)
+        if body.run_id == run.run_id:
+            yield body, value
+
+
+def _run_bodies(txn: ReadTxn, run: RunRecord, upto: int) -> list[StoredBody]:
+    """The run's entries up to `seq` `upto`, in order."""
+    return [body for body, _ in _run_items(txn, run, first=run.start_seq, last=upto)]
+
+
+def branch_bodies(txn: ReadTxn, tip: int | None) -> list[StoredBody]:
+    """Every entry on the branch that ends at `tip`, oldest first.
+
+    A branch is followed run by run: the entries of the tip's run up to the tip, then
+    the branch the run continued from (its `run_started` parent), and so on.
+    """
+    segments: list[list[StoredBody]] = []
+    point = tip
+    while point is not None:
+        body = get_body(txn, point)
+        if body is None:
+            break  # the rest of the branch was deleted with its conversation
+        if body.run_id is not None:
+            run = get_run(txn, body.run_id)
+            if run is None:
+                break
+            segments.append(_run_bodies(txn, run, point))
+            nxt = run.branch_parent
+        else:
+            segments.append([body])
+            nxt = body.parent
+        if nxt is not None and nxt >= point:
+            raise CorruptEntryError(f'entry {point} points forward to {nxt}')
+        point = nxt
+    out: list[StoredBody] = []
+    for segment in reversed(segments):
+        out.extend(segment)
+    return out
+
+
+def run_message_payloads(txn: ReadTxn, run_id: str) -> list[bytes]:
+    """The run's full record: what it inherited, then what it added."""
+    run = get_run(txn, run_id)
+    if run is None:
+        raise RunNotFound(f'no run {run_id!r} in this log')
+    return [b.payload for b in branch_bodies(txn, run.last_seq) if b.kind == 'message']
+
+
+def conv_or_raise(txn: ReadTxn, conversation_id: str) -> ConversationRecord:
+    conv = get_conversation(txn, conversation_id)
+    if conv is None or conv.deleted:
+        raise ConversationNotFound(f'no conversation {conversation_id!r} in this log')
+    return conv
+
+
+def _inherited_prefix(txn: ReadTxn, conversation_id: str) -> list[StoredBody]:
+    """Entries the conversation's history starts from that live in another conversation:
+    the fork point's branch for a fork, else the branch its first run continued from."""
+    conv = get_conversation(txn, conversation_id)
+    if conv is not None and conv.forked_from is not None:
+        return branch_bodies(txn, conv.forked_from.seq)
+    first = next(txn.scan(Table.CONV_RUNS, prefix=ck(conversation_id)), None)
+    if first is not None:
+        run = get_run(txn, decode_id(first[1], 'the run id'))
+        if run is not None and run.branch_parent is not None:
+            parent = get_body(txn, run.branch_parent)
+            if parent is not None and parent.conversation_id != conversation_id:
+                return branch_bodies(txn, run.branch_parent)
+    return []
+
+
+def transcript_payloads(txn: ReadTxn, conversation_id: str) -> list[bytes]:
+    """Every original message of the conversation once, in order (inherited history first)."""
+    conv_or_raise(txn, conversation_id)
+    out = [b.payload for b in _inherited_prefix(txn, conversation_id) if b.kind == 'message']
+    out.extend(e.payload for e in iter_entries(txn, conversation_id=conversation_id, kinds=frozenset({'message'})))
+    return out
+
+
+def context_tip(txn: ReadTxn, conversation_id: str) -> int | None:
+    conv = conv_or_raise(txn, conversation_id)
+    item = txn.last(Table.CONV_RUNS, ck(conversation_id))
+    if item is not None:
+        run = get_run(txn, decode_id(item[1], 'the run id'))
+        if run is not None:
+            return run.last_seq
+    if conv.forked_from is not None:
+        return conv.forked_from.seq
+    return None
+
+
+def fold_context(bodies: Sequence[StoredBody]) -> list[bytes]:
+    """Message payloads of a branch with each compaction's summary in place of what it replaced."""
+    live: list[tuple[int, list[bytes]]] = []
+    for body in bodies:
+        if body.kind == 'message':
+            live.append((body.seq, [body.payload]))
+        elif body.kind == 'compaction':
+            info: CompactionInfo = _compaction_decoder.decode(body.payload)
+            live = fold_compaction(live, info, [(body.seq, [bytes(raw) for raw in info.summary])], _anchor)
+    return [payload for _, payloads in live for payload in payloads]
+
+
+def _anchor(item: tuple[int, list[bytes]]) -> int:
+    return item[0]
+
+
+def context_payloads(txn: ReadTxn, conversation_id: str) -> list[bytes]:
+    """What an agent continuing the conversation would start from."""
+    return fold_context(branch_bodies(txn, context_tip(txn, conversation_id)))
+
+
+def list_runs(txn: ReadTxn, *, conversation_id: str | None = None, parent_run_id: str | None = None) -> list[RunRecord]:
+    if conversation_id is not None:
+        items = txn.scan(Table.CONV_RUNS, prefix=ck(conversation_id))
+    else:
+        items = txn.scan(Table.RUN_ORDER)
+    out: list[RunRecord] = []
+    for _, run_id in items:
+        run = get_run(txn, decode_id(run_id, 'the run id'))
+        if run is None:
+            continue
+        if parent_run_id is not None and run.parent_run_id != parent_run_id:
+            continue
+        out.append(run)
+    return out
+
+
+def list_conversations(txn: ReadTxn, *, include_archived: bool = False) -> list[ConversationRecord]:
+    out = [decode_conversation(decode_id(key, 'the conversation key'), raw) for key, raw in txn.scan(Table.CONVS)]
+    out = [c for c in out if not c.deleted and (include_archived or not c.archived)]
+    out.sort(key=lambda c: c.first_seq)
+    return out
+
+
+def decode_payloads(payloads: Sequence[bytes]) -> list[ModelMessage]:
+    """Decode message payloads in one pydantic-ai call."""
+    return decode_messages(payloads)
+
+
+def join_payloads(payloads: Sequence[bytes]) -> bytes:
+    """Message payloads as the JSON `ModelMessagesTypeAdapter.dump_json` gives for the list."""
+    return b'[' + b','.join(payloads) + b']'
