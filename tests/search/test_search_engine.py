@@ -22,20 +22,10 @@ from searchtools import (
     user,
 )
 
-from search import (
-    MAX_QUERY_TERMS,
-    Analyzer,
-    CjkAnalyzer,
-    Corpus,
-    EnglishAnalyzer,
-    HistorySourceBackend,
-    Hit,
-    RunSpan,
-    SearchBackend,
-    SearchEngine,
-    SearchOptions,
-    as_backend,
-)
+from search import Analyzer, CjkAnalyzer, EnglishAnalyzer, SearchBackend, SearchEngine, SearchOptions
+from search.backend import Corpus, Hit, RunSpan
+from search.engine import MAX_QUERY_TERMS, as_backend
+from search.memory_index import HistorySourceBackend
 
 
 def engine(source: object, **options: object) -> SearchEngine:
