@@ -130,3 +130,17 @@ def test_every_public_name_still_resolves(package: ModuleType) -> None:
     assert set(names) <= set(dir(package))
     with pytest.raises(AttributeError, match='no_such_name'):
         getattr(package, 'no_such_name')  # noqa: B009 (the attribute is looked up on purpose)
+
+
+def test_the_library_packages_do_not_import_the_command_line() -> None:
+    """The command line is its own package: the library's layers load neither it nor typer.
+
+    (rich may still arrive with pydantic-ai's HTTP client, which is not ours to change.)"""
+    code = (
+        'import sys, eventlog, search, capability\n'
+        'from capability import ConversationSearch, EventLogPersistence\n'
+        'print(sorted({m.split(".")[0] for m in sys.modules}))'
+    )
+    done = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True, timeout=120)
+    loaded = eval(done.stdout)  # a printed list of module names
+    assert [name for name in ('eventlog_cli', 'typer') if name in loaded] == []
