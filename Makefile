@@ -23,14 +23,14 @@ $(VENV_LATEST)/.installed: pyproject.toml $(VENV)/.installed
 install: $(VENV)/.installed
 install-latest: $(VENV_LATEST)/.installed
 
-LINTED := $(wildcard eventlog search capability tests bench)
+LINTED := $(wildcard eventlog search capability eventlog_cli tests bench)
 
 lint: install
 	$(VENV)/bin/ruff check $(LINTED)
 	$(VENV)/bin/ruff format --check $(LINTED)
 
 typecheck: install
-	$(VENV)/bin/basedpyright eventlog search capability
+	$(VENV)/bin/basedpyright eventlog search capability eventlog_cli
 
 # pydantic-ai-slim as the reference pins it (2.62.0), with the reference installed.
 test-ref: install

@@ -51,9 +51,12 @@ from typing import TYPE_CHECKING, Any, cast
 from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
 
 from eventlog import LmdbEventLog, NewEntry, ReplayHistorySource, message_entry, run_started_entry
-from search import HistorySourceBackend, SearchEngine, SearchOptions, get_analyzer, index_text, unique_terms
+from search import SearchEngine, SearchOptions, get_analyzer
 from search.analyzers import Analyzer, DefaultAnalyzer
+from search.bm25 import unique_terms
 from search.lmdb_index import LmdbIndex
+from search.memory_index import HistorySourceBackend
+from search.render import index_text
 
 try:
     from _search_corpus import FACTS, conversation_messages, make_queries, make_recall_conversation, split_runs

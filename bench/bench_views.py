@@ -90,7 +90,7 @@ atexit.register(report)
 mode, args = sys.argv[1], sys.argv[2:]
 if mode == 'cli':
     sys.argv = ['eventlog', *args]
-    from capability.cli import app  # the app itself: `main()` would fork and do the work in a child
+    from eventlog_cli.cli import app  # the app itself: `main()` would fork and do the work in a child
     app()
 else:
     sys.argv = ['program', *args[1:]]
@@ -154,7 +154,7 @@ def main() -> None:
     parser.add_argument('--sizes', default='16,50', help='sizes in MB of the single huge messages')
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix='bench-views-') as tmp:
-        seconds, heap, total = _measure('code', 'import capability.cli')
+        seconds, heap, total = _measure('code', 'import eventlog_cli.cli')
         print(f'baseline (import the CLI): {seconds:.2f} s, peak heap {heap:.1f} MB, peak RSS {total:.1f} MB')
         long_store = Path(tmp) / 'long.lmdb'
         began = time.perf_counter()

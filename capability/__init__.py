@@ -1,9 +1,10 @@
-"""The front doors: pydantic-ai capabilities over the event log, and the command line."""
+"""The front doors: pydantic-ai capabilities that record runs in the event log and search them."""
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from eventlog._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from capability.persistence import (
@@ -26,7 +27,7 @@ __all__ = [
 ]
 
 # The names are imported on first use (PEP 562): the `eventlog` command imports
-# `capability.cli`, and most of its commands never need pydantic-ai's agent machinery.
+# `eventlog_cli.cli`, and most of its commands never need pydantic-ai's agent machinery.
 _SUBMODULE: dict[str, str] = {
     'EventLogPersistence': 'capability.persistence',
     'EventLogPersistenceError': 'capability.persistence',
@@ -39,16 +40,4 @@ _SUBMODULE: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> object:
-    """Import the submodule that defines `name` on first access and keep the name here."""
-    module = _SUBMODULE.get(name)
-    if module is None:
-        raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
-    value: object = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    """The public names, imported or not yet."""
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_exports(globals(), _SUBMODULE)

@@ -22,18 +22,10 @@ from pydantic_ai.tools import AgentDepsT
 from pydantic_ai.toolsets import AgentToolset, FunctionToolset
 
 from eventlog import EventLogBase, LmdbEventLog, ReplayHistorySource
-from search import (
-    Analyzer,
-    HistorySource,
-    ScopeDefaultWarning,
-    SearchBackend,
-    SearchEngine,
-    SearchOptions,
-    SearchScope,
-    resolve_analyzer,
-    validate_search_options,
-)
+from search import Analyzer, HistorySource, ScopeDefaultWarning, SearchBackend, SearchEngine, SearchOptions, SearchScope
+from search.analyzers import resolve_analyzer
 from search.answer import AnswerStyle
+from search.engine import validate_search_options
 from search.lmdb_index import IndexAnalyzerMismatch, LmdbIndex
 from search.render import SEARCH_TOOL_NAME
 

@@ -8,20 +8,18 @@ entries it read belong to one snapshot, and a write commits records and position
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable, Iterator
 from typing import Final, cast
 
 import lmdb
 
+from eventlog._keys import key_seq, seq_key
 from eventlog._storage import prefix_end
 
 __all__ = ['POSITIONS', 'LmdbProjectionTxn', 'ProjectionHandles', 'StaleHandles', 'database_name', 'has_projection']
 
 POSITIONS: Final = b'projections'
 """The named database holding every projection's position."""
-
-_SEQ = struct.Struct('>Q')
 
 
 def database_name(projection: str, table: str) -> bytes:
@@ -60,7 +58,7 @@ class LmdbProjectionTxn:
 
     def position(self) -> int | None:
         raw = cast('bytes | None', self._txn.get(self._handles.name, db=self._handles.positions))
-        return None if raw is None else _SEQ.unpack(raw)[0]
+        return None if raw is None else key_seq(raw)
 
     def get(self, table: str, key: bytes) -> bytes | None:
         return cast('bytes | None', self._txn.get(key, db=self._dbs[table]))
@@ -115,7 +113,7 @@ class LmdbProjectionTxn:
         return removed
 
     def set_position(self, seq: int) -> None:
-        self._txn.put(self._handles.name, _SEQ.pack(seq), db=self._handles.positions)
+        self._txn.put(self._handles.name, seq_key(seq), db=self._handles.positions)
 
     def clear(self) -> None:
         for db in self._dbs.values():

@@ -15,58 +15,34 @@ capabilities, and the event log never imports search. Its parts:
 - `search.result`: `SearchResult` and its hits, what one search found, as data.
 - `search.answer`: a result as the text a model reads (the reference's wording, or explained).
 - `search.lmdb_index`: the index kept in the log's store, current with the log by position.
+
+The package exports what an application needs to search or to plug in its own history;
+scoring and index internals stay in their modules (`search.bm25`, `search.backend`, ...).
 """
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
+from eventlog._lazy import lazy_exports
+
 if TYPE_CHECKING:
-    from search.analyzers import (
-        ANALYZER_NAMES,
-        Analyzer,
-        CjkAnalyzer,
-        DefaultAnalyzer,
-        EnglishAnalyzer,
-        LocatingAnalyzer,
-        get_analyzer,
-        resolve_analyzer,
-    )
+    from search.analyzers import ANALYZER_NAMES, Analyzer, CjkAnalyzer, DefaultAnalyzer, EnglishAnalyzer, get_analyzer
     from search.answer import AnswerStyle, answer_text
-    from search.backend import Corpus, Hit, RankedHits, RunSpan, SearchBackend
-    from search.bm25 import TermPostings, average_length, idf, score_postings, score_unranked, unique_terms
-    from search.engine import (
-        MAX_QUERY_TERMS,
-        ScopeDefaultWarning,
-        SearchEngine,
-        SearchOptions,
-        SearchScope,
-        as_backend,
-        validate_search_options,
-    )
-    from search.memory_index import HistorySourceBackend, MemoryCorpus, message_identity
-    from search.render import display_lines, index_text, message_segments
+    from search.backend import SearchBackend
+    from search.engine import ScopeDefaultWarning, SearchEngine, SearchOptions, SearchScope
     from search.result import SearchHit, SearchOutcome, SearchResult, SearchTimings, WindowMessage
     from search.source import HistorySource, RunInfo
 
 __all__ = [
     'ANALYZER_NAMES',
-    'MAX_QUERY_TERMS',
     'Analyzer',
     'AnswerStyle',
     'CjkAnalyzer',
-    'Corpus',
     'DefaultAnalyzer',
     'EnglishAnalyzer',
     'HistorySource',
-    'HistorySourceBackend',
-    'Hit',
-    'LocatingAnalyzer',
-    'MemoryCorpus',
-    'RankedHits',
     'RunInfo',
-    'RunSpan',
     'ScopeDefaultWarning',
     'SearchBackend',
     'SearchEngine',
@@ -76,82 +52,34 @@ __all__ = [
     'SearchResult',
     'SearchScope',
     'SearchTimings',
-    'TermPostings',
     'WindowMessage',
     'answer_text',
-    'as_backend',
-    'average_length',
-    'display_lines',
     'get_analyzer',
-    'idf',
-    'index_text',
-    'message_identity',
-    'message_segments',
-    'resolve_analyzer',
-    'score_postings',
-    'score_unranked',
-    'unique_terms',
-    'validate_search_options',
 ]
 
-
-# The names are imported on first use (PEP 562), so that importing one light part, such as
+# Each name is imported on first use, so that importing a light part, such as
 # `search.analyzers`, does not pull in numpy and pydantic-ai with the rest.
 _SUBMODULE: dict[str, str] = {
     'ANALYZER_NAMES': 'search.analyzers',
     'Analyzer': 'search.analyzers',
+    'AnswerStyle': 'search.answer',
     'CjkAnalyzer': 'search.analyzers',
     'DefaultAnalyzer': 'search.analyzers',
     'EnglishAnalyzer': 'search.analyzers',
-    'LocatingAnalyzer': 'search.analyzers',
-    'get_analyzer': 'search.analyzers',
-    'resolve_analyzer': 'search.analyzers',
-    'Corpus': 'search.backend',
-    'Hit': 'search.backend',
-    'RankedHits': 'search.backend',
-    'RunSpan': 'search.backend',
-    'SearchBackend': 'search.backend',
-    'TermPostings': 'search.bm25',
-    'average_length': 'search.bm25',
-    'idf': 'search.bm25',
-    'score_postings': 'search.bm25',
-    'score_unranked': 'search.bm25',
-    'unique_terms': 'search.bm25',
-    'AnswerStyle': 'search.answer',
-    'answer_text': 'search.answer',
-    'SearchHit': 'search.result',
-    'SearchOutcome': 'search.result',
-    'SearchResult': 'search.result',
-    'SearchTimings': 'search.result',
-    'WindowMessage': 'search.result',
-    'MAX_QUERY_TERMS': 'search.engine',
-    'ScopeDefaultWarning': 'search.engine',
-    'SearchEngine': 'search.engine',
-    'SearchOptions': 'search.engine',
-    'SearchScope': 'search.engine',
-    'as_backend': 'search.engine',
-    'validate_search_options': 'search.engine',
-    'HistorySourceBackend': 'search.memory_index',
-    'MemoryCorpus': 'search.memory_index',
-    'message_identity': 'search.memory_index',
-    'display_lines': 'search.render',
-    'index_text': 'search.render',
-    'message_segments': 'search.render',
     'HistorySource': 'search.source',
     'RunInfo': 'search.source',
+    'ScopeDefaultWarning': 'search.engine',
+    'SearchBackend': 'search.backend',
+    'SearchEngine': 'search.engine',
+    'SearchHit': 'search.result',
+    'SearchOptions': 'search.engine',
+    'SearchOutcome': 'search.result',
+    'SearchResult': 'search.result',
+    'SearchScope': 'search.engine',
+    'SearchTimings': 'search.result',
+    'WindowMessage': 'search.result',
+    'answer_text': 'search.answer',
+    'get_analyzer': 'search.analyzers',
 }
 
-
-def __getattr__(name: str) -> object:
-    """Import the submodule that defines `name` on first access and keep the name here."""
-    module = _SUBMODULE.get(name)
-    if module is None:
-        raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
-    value: object = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    """The public names, imported or not yet."""
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_exports(globals(), _SUBMODULE)

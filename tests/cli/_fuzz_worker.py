@@ -18,7 +18,7 @@ from typing import Any
 
 from typer.testing import CliRunner
 
-from capability.cli import app
+from eventlog_cli.cli import app
 
 
 def _run_commands(store: str, out: str, commands: list[list[str]]) -> None:

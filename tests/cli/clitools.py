@@ -22,9 +22,9 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from typer.testing import CliRunner, Result
 
-from capability.cli import app
 from capability.persistence import EventLogPersistence
 from eventlog import LmdbEventLog
+from eventlog_cli.cli import app
 
 DETAIL = 'the staging bucket is s3://quokka-archive-7731 and nothing else'
 """A detail stated early in conversation `alpha`, later compacted away."""

@@ -10,10 +10,10 @@ import pytest
 from clitools import invoke
 from pydantic_ai.messages import ModelRequest, ToolReturnPart
 
-from capability.cli import DEMO_STORE, _demo_target  # pyright: ignore[reportPrivateUsage]
-from capability.demo import CONVERSATION_ID, DETAIL_PATH, FINAL_QUESTION, SEARCH_QUERY
 from capability.search import TOOL_NAME, ConversationSearch
 from eventlog import LmdbEventLog
+from eventlog_cli.cli import DEMO_STORE, _demo_target  # pyright: ignore[reportPrivateUsage]
+from eventlog_cli.demo import CONVERSATION_ID, DETAIL_PATH, FINAL_QUESTION, SEARCH_QUERY
 
 
 def test_the_offline_demo_recalls_the_compacted_detail(tmp_path: Path) -> None:

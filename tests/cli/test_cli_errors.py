@@ -10,8 +10,8 @@ import pytest
 from clitools import Store, fresh, invoke
 from typer.testing import CliRunner
 
-from capability.cli import app
 from eventlog._storage import Table
+from eventlog_cli.cli import app
 
 __all__ = ['fresh']
 
@@ -49,7 +49,7 @@ def test_no_store_at_the_path_is_one_line_and_creates_nothing(args: list[str], t
 def test_the_store_comes_from_the_environment(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from capability.cli import app
+    from eventlog_cli.cli import app
 
     missing = tmp_path / 'from-env.lmdb'
     result = CliRunner().invoke(app, ['stats'], env={'EVENTLOG_STORE': str(missing)})
@@ -99,7 +99,7 @@ def test_a_store_of_a_newer_format(fresh: Store) -> None:
 def test_a_bad_option_is_one_line(args: list[str], message: str, tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from capability.cli import app
+    from eventlog_cli.cli import app
 
     result = CliRunner().invoke(app, [*args, '--store', str(tmp_path / 's')] if args[0] != 'frobnicate' else args)
     assert result.exit_code == 2
@@ -111,7 +111,7 @@ def test_a_bad_option_is_one_line(args: list[str], message: str, tmp_path: Path)
 def test_help_works() -> None:
     from typer.testing import CliRunner
 
-    from capability.cli import app
+    from eventlog_cli.cli import app
 
     result = CliRunner().invoke(app, ['--help'])
     assert result.exit_code == 0

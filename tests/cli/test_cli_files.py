@@ -311,7 +311,7 @@ def test_export_to_dev_stdout_writes_into_the_pipe(shared: Store, tmp_path: Path
     import subprocess
     import sys
 
-    script = 'import sys\nfrom capability.cli import app\napp(sys.argv[1:], prog_name="eventlog")\n'
+    script = 'import sys\nfrom eventlog_cli.cli import app\napp(sys.argv[1:], prog_name="eventlog")\n'
     done = subprocess.run(
         [sys.executable, '-c', script, 'export', '-o', '/dev/stdout', '--store', str(shared.path)],
         capture_output=True,

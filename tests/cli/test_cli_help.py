@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from capability.cli import app
+from eventlog_cli.cli import app
 
 COMMANDS = sorted(
     command.name or (command.callback.__name__ if command.callback else '') for command in app.registered_commands
@@ -20,7 +20,11 @@ def _help(*args: str) -> str:
     """The help as a user's 80-column terminal shows it (a real process, plain output)."""
     env = {**os.environ, 'COLUMNS': '80', 'NO_COLOR': '1'}
     done = subprocess.run(
-        [sys.executable, '-m', 'capability.cli', *args, '--help'], capture_output=True, text=True, env=env, timeout=120
+        [sys.executable, '-m', 'eventlog_cli.cli', *args, '--help'],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr
     return done.stdout

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from clitools import Store, invoke, shared
 
-from capability import _cli_render as render
+from eventlog_cli import _render as render
 
 _ = shared
 

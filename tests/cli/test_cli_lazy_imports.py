@@ -28,7 +28,7 @@ HEAVY = ('pydantic_ai', 'numpy')
 RUN_COMMAND = textwrap.dedent(
     """
     import json, sys
-    from capability.cli import app
+    from eventlog_cli.cli import app
     try:
         app(sys.argv[2:], prog_name='eventlog')
     except SystemExit as exc:
@@ -101,7 +101,7 @@ def test_commands_that_decode_messages_import_pydantic_ai_when_they_do(shared: S
 
 def test_the_console_script_still_forks_and_answers(shared: Store) -> None:
     """`main` (the crash guard that runs the command in a forked child) works with the lazy imports."""
-    script = 'import sys\nfrom capability.cli import main\nsys.argv[0] = "eventlog"\nmain()\n'
+    script = 'import sys\nfrom eventlog_cli.cli import main\nsys.argv[0] = "eventlog"\nmain()\n'
     done = subprocess.run(
         [sys.executable, '-c', script, 'conversations', '--json', '--store', str(shared.path)],
         capture_output=True,
@@ -113,7 +113,7 @@ def test_the_console_script_still_forks_and_answers(shared: Store) -> None:
 
 
 def test_importing_the_packages_does_not_import_pydantic_ai() -> None:
-    code = 'import sys, eventlog, search, capability, capability.cli; print(sorted({m.split(".")[0] for m in sys.modules}))'
+    code = 'import sys, eventlog, search, capability, eventlog_cli.cli; print(sorted({m.split(".")[0] for m in sys.modules}))'
     done = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True, timeout=120)
     loaded = eval(done.stdout)  # a printed list of module names
     assert [name for name in HEAVY if name in loaded] == []
@@ -130,3 +130,17 @@ def test_every_public_name_still_resolves(package: ModuleType) -> None:
     assert set(names) <= set(dir(package))
     with pytest.raises(AttributeError, match='no_such_name'):
         getattr(package, 'no_such_name')  # noqa: B009 (the attribute is looked up on purpose)
+
+
+def test_the_library_packages_do_not_import_the_command_line() -> None:
+    """The command line is its own package: the library's layers load neither it nor typer.
+
+    (rich may still arrive with pydantic-ai's HTTP client, which is not ours to change.)"""
+    code = (
+        'import sys, eventlog, search, capability\n'
+        'from capability import ConversationSearch, EventLogPersistence\n'
+        'print(sorted({m.split(".")[0] for m in sys.modules}))'
+    )
+    done = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True, timeout=120)
+    loaded = eval(done.stdout)  # a printed list of module names
+    assert [name for name in ('eventlog_cli', 'typer') if name in loaded] == []

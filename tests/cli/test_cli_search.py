@@ -7,7 +7,7 @@ import json
 from clitools import DETAIL, OTHER_DETAIL, Store, invoke, shared
 from typer.testing import CliRunner
 
-from capability.cli import app
+from eventlog_cli.cli import app
 
 __all__ = ['shared']
 

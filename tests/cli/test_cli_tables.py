@@ -18,11 +18,11 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from rich.cells import cell_len
 from typer.testing import CliRunner, Result
 
-from capability._cli_tables import Column, compact_time, fitted_widths
-from capability.cli import app
 from capability.persistence import EventLogPersistence
 from eventlog import LmdbEventLog
 from eventlog._engine import seq_key
+from eventlog_cli._tables import Column, compact_time, fitted_widths
+from eventlog_cli.cli import app
 
 LONG_AGENT = 'customer-support-triage-assistant'
 LONG_TITLE = 'Quarterly migration of the payment ledger to the new cluster, with rollback drills'

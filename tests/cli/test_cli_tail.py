@@ -78,7 +78,7 @@ def test_tail_follow_prints_what_another_process_appends(fresh: Store, tmp_path:
     )
     follower = subprocess.Popen(
         [
-            sys.executable, '-m', 'capability.cli', 'tail', '--follow', '-n', '2', '--max-entries', '7',
+            sys.executable, '-m', 'eventlog_cli.cli', 'tail', '--follow', '-n', '2', '--max-entries', '7',
             '--interval', '0.05', '--timeout', '30', '--store', str(fresh.path),
         ],
         stdout=subprocess.PIPE,
@@ -107,3 +107,12 @@ def test_tail_follow_prints_what_another_process_appends(fresh: Store, tmp_path:
     assert [line.split()[4] for line in lines] == ['run_started', 'message', 'message', 'message', 'run_finished']
     for i in range(3):
         assert f'appended by the writer process, number {i}' in lines[i + 1]
+
+
+def test_every_kind_of_entry_has_a_headline() -> None:
+    from typing import get_args
+
+    from eventlog.entries import Kind
+    from eventlog_cli import _render
+
+    assert set(_render._HEADLINES) == set(get_args(Kind))  # pyright: ignore[reportPrivateUsage]

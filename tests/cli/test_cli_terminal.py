@@ -19,7 +19,6 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
-from capability._cli_render import clean
 from eventlog import (
     InvalidArgumentError,
     LmdbEventLog,
@@ -31,6 +30,7 @@ from eventlog import (
     tool_effect_entry,
 )
 from eventlog.log import EventLogBase
+from eventlog_cli._render import clean
 from tests.cli.clitools import invoke
 
 CLEAR = '\x1b[2J'

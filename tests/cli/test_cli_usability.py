@@ -12,8 +12,8 @@ import lmdb
 import pytest
 from clitools import Store, fresh, invoke, open_log, shared
 
-from capability.cli import app
 from eventlog._engine import seq_key
+from eventlog_cli.cli import app
 
 __all__ = ['fresh', 'shared']
 

@@ -83,7 +83,7 @@ atexit.register(report)
 mode, args = sys.argv[1], sys.argv[2:]
 if mode == 'cli':
     sys.argv = ['eventlog', *args]
-    from capability.cli import app  # the app itself: `main()` would fork and do the work in a child
+    from eventlog_cli.cli import app  # the app itself: `main()` would fork and do the work in a child
     app()
 else:
     sys.argv = ['program', *args[1:]]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from capability.cli import app
+from eventlog_cli.cli import app
 
 README = Path(__file__).parents[2] / 'README.md'
 

@@ -14,7 +14,6 @@ import pytest
 from logtools import add_run, exchange, tool_exchange
 from typer.testing import CliRunner
 
-from capability.cli import app
 from eventlog import (
     CorruptEntryError,
     CorruptStoreError,
@@ -27,6 +26,7 @@ from eventlog._keys import ck, encode_run, seq_key
 from eventlog._storage import Table, TableId, WriteTxn
 from eventlog.entries import VerifyReport
 from eventlog.log import EventLogBase
+from eventlog_cli.cli import app
 
 
 def _put(log: EventLogBase, table: TableId, key: bytes, value: bytes) -> None:

@@ -32,8 +32,9 @@ from eventlog import (
     run_started_entry,
 )
 from eventlog.log import EventLogBase
-from search import HistorySourceBackend, SearchEngine, SearchOptions
+from search import SearchEngine, SearchOptions
 from search.lmdb_index import INDEX_PROJECTION, LmdbIndex
+from search.memory_index import HistorySourceBackend
 from tests.log.logtools import at
 from tests.search.test_lmdb_index import WORDS
 

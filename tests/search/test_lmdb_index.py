@@ -23,8 +23,9 @@ from pydantic_ai.messages import (
 from capability import ConversationSearch
 from capability.search import backend_for
 from eventlog import LmdbEventLog, ReplayHistorySource, message_entry, run_finished_entry, run_started_entry
-from search import DefaultAnalyzer, HistorySourceBackend, SearchEngine, SearchOptions
+from search import DefaultAnalyzer, SearchEngine, SearchOptions
 from search.lmdb_index import IndexAnalyzerMismatch, LmdbIndex
+from search.memory_index import HistorySourceBackend
 
 WORDS = [
     'deploy',

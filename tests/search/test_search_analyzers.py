@@ -6,16 +6,8 @@ import sys
 
 import pytest
 
-from search import (
-    ANALYZER_NAMES,
-    Analyzer,
-    CjkAnalyzer,
-    DefaultAnalyzer,
-    EnglishAnalyzer,
-    LocatingAnalyzer,
-    get_analyzer,
-    resolve_analyzer,
-)
+from search import ANALYZER_NAMES, Analyzer, CjkAnalyzer, DefaultAnalyzer, EnglishAnalyzer, get_analyzer
+from search.analyzers import LocatingAnalyzer, resolve_analyzer
 
 
 def test_default_is_lowercased_word_runs() -> None:

@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from search import TermPostings, average_length, idf, score_postings, unique_terms
+from search.bm25 import TermPostings, average_length, idf, score_postings, unique_terms
 
 
 def plain_bm25(query: list[str], documents: list[list[str]], k1: float, b: float) -> list[tuple[int, float]]:

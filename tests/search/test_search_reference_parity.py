@@ -25,8 +25,9 @@ from searchtools import (
     user,
 )
 
-from search import DefaultAnalyzer, HistorySourceBackend, SearchEngine, SearchOptions, index_text, message_identity
-from search.render import EXCERPT_CHARS, SHORT_EXCERPT_CHARS, clip
+from search import DefaultAnalyzer, SearchEngine, SearchOptions
+from search.memory_index import HistorySourceBackend, message_identity
+from search.render import EXCERPT_CHARS, SHORT_EXCERPT_CHARS, clip, index_text
 
 harness = pytest.importorskip('pydantic_ai_harness')
 

@@ -12,8 +12,17 @@ from pydantic_ai import messages as m
 from pydantic_ai.messages import ModelRequest, ModelResponse
 from searchtools import FIXED_TIME, every_part_kind
 
-from search import CjkAnalyzer, DefaultAnalyzer, EnglishAnalyzer, display_lines, index_text, message_segments
-from search.render import ELLIPSIS, EXCERPT_CHARS, SHORT_EXCERPT_CHARS, clip, make_locator
+from search import CjkAnalyzer, DefaultAnalyzer, EnglishAnalyzer
+from search.render import (
+    ELLIPSIS,
+    EXCERPT_CHARS,
+    SHORT_EXCERPT_CHARS,
+    clip,
+    display_lines,
+    index_text,
+    make_locator,
+    message_segments,
+)
 
 
 def lines_of(message: m.ModelMessage) -> list[str]:
@@ -192,7 +201,7 @@ def test_module_imports_when_optional_part_classes_are_missing() -> None:
         for name in ('RetryPromptPart', 'SpeechPart', 'CompactionPart', 'InstructionDeltaPart',
                      'RetryFeedbackPart', 'TextContent', 'error_details_ta', 'is_multi_modal_content'):
             delattr(messages, name)
-        from search import index_text
+        from search.render import index_text
         from pydantic_ai.messages import ModelRequest, UserPromptPart, ModelResponse, TextPart
         print(index_text(ModelRequest(parts=[UserPromptPart('still works')])))
         print(index_text(ModelResponse(parts=[TextPart('reply')])))

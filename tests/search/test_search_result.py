@@ -11,7 +11,8 @@ from capability.persistence import EventLogPersistence
 from capability.search import backend_for
 from eventlog import ReplayHistorySource
 from eventlog.log import EventLogBase
-from search import DefaultAnalyzer, SearchEngine, SearchOptions, answer_text, index_text
+from search import DefaultAnalyzer, SearchEngine, SearchOptions, answer_text
+from search.render import index_text
 
 
 def _echo(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:

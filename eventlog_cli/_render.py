@@ -6,7 +6,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +27,7 @@ from eventlog import (
     ToolEffectInfo,
     decode_messages,
 )
+from eventlog.entries import Kind
 from search.analyzers import WORD_RE, Analyzer, LocatingAnalyzer
 
 if TYPE_CHECKING:
@@ -304,48 +305,75 @@ def entry_headline(entry: Entry, *, limit: int = 100) -> str:
 
 
 def _headline(entry: Entry, limit: int) -> str:
-    kind = entry.kind
     try:
-        if kind == 'message':
-            role, lines = message_lines(entry)
-            text = _clip(' | '.join(lines), limit) if lines else '(no text)'
-            inherited = ' (inherited)' if entry.inherited else ''
-            return f'{role}{inherited}: {text}'
-        if kind == 'run_started':
-            started = msgspec.json.decode(entry.payload, type=RunStartedInfo)
-            parts = [f'agent {started.agent_name}' if started.agent_name else 'run started']
-            if entry.parent is not None:
-                parts.append(f'continues from #{entry.parent}')
-            if started.parent_run_id:
-                parts.append(f'inside run {started.parent_run_id}')
-            parts.extend(f'{key}={value}' for key, value in started.metadata.items())
-            return ', '.join(parts)
-        if kind == 'run_finished':
-            finished = msgspec.json.decode(entry.payload, type=RunFinishedInfo)
-            parts = [finished.status]
-            if finished.usage:
-                requests = finished.usage.get('requests', 0)
-                plural = 'request' if requests == 1 else 'requests'
-                parts.append(f'tokens in/out {tokens(finished.usage)}, {requests} {plural}')
-            if finished.error:
-                parts.append(_clip(finished.error, limit))
-            return ', '.join(parts)
-        if kind == 'tool_effect':
-            effect = msgspec.json.decode(entry.payload, type=ToolEffectInfo)
-            error = f': {_clip(effect.error, limit)}' if effect.error else ''
-            return f'{effect.tool_name} {effect.status} (call {effect.tool_call_id}){error}'
-        if kind == 'compaction':
-            info = compaction_info(entry)
-            summary = _clip(compaction_summary_text(info), limit)
-            return f'summary replaces {seq_list(info.replaced)}: {summary}'
-        if kind == 'title':
-            return repr(msgspec.json.decode(entry.payload, type=TitleInfo).title)
-        if kind == 'forked_from':
-            fork = msgspec.json.decode(entry.payload, type=ForkInfo)
-            return f'forked from {fork.conversation_id} at #{fork.seq}'
+        return _HEADLINES[entry.kind](entry, limit)
     except (msgspec.DecodeError, ValueError):
-        return f'(undecodable {kind} payload, {len(entry.payload)} bytes)'
-    return ''
+        return f'(undecodable {entry.kind} payload, {len(entry.payload)} bytes)'
+
+
+def _message_headline(entry: Entry, limit: int) -> str:
+    role, lines = message_lines(entry)
+    text = _clip(' | '.join(lines), limit) if lines else '(no text)'
+    inherited = ' (inherited)' if entry.inherited else ''
+    return f'{role}{inherited}: {text}'
+
+
+def _run_started_headline(entry: Entry, limit: int) -> str:
+    started = msgspec.json.decode(entry.payload, type=RunStartedInfo)
+    parts = [f'agent {started.agent_name}' if started.agent_name else 'run started']
+    if entry.parent is not None:
+        parts.append(f'continues from #{entry.parent}')
+    if started.parent_run_id:
+        parts.append(f'inside run {started.parent_run_id}')
+    parts.extend(f'{key}={value}' for key, value in started.metadata.items())
+    return ', '.join(parts)
+
+
+def _run_finished_headline(entry: Entry, limit: int) -> str:
+    finished = msgspec.json.decode(entry.payload, type=RunFinishedInfo)
+    parts = [finished.status]
+    if finished.usage:
+        requests = finished.usage.get('requests', 0)
+        plural = 'request' if requests == 1 else 'requests'
+        parts.append(f'tokens in/out {tokens(finished.usage)}, {requests} {plural}')
+    if finished.error:
+        parts.append(_clip(finished.error, limit))
+    return ', '.join(parts)
+
+
+def _tool_effect_headline(entry: Entry, limit: int) -> str:
+    effect = msgspec.json.decode(entry.payload, type=ToolEffectInfo)
+    error = f': {_clip(effect.error, limit)}' if effect.error else ''
+    return f'{effect.tool_name} {effect.status} (call {effect.tool_call_id}){error}'
+
+
+def _compaction_headline(entry: Entry, limit: int) -> str:
+    info = compaction_info(entry)
+    return f'summary replaces {seq_list(info.replaced)}: {_clip(compaction_summary_text(info), limit)}'
+
+
+def _title_headline(entry: Entry, limit: int) -> str:
+    return repr(msgspec.json.decode(entry.payload, type=TitleInfo).title)
+
+
+def _forked_from_headline(entry: Entry, limit: int) -> str:
+    fork = msgspec.json.decode(entry.payload, type=ForkInfo)
+    return f'forked from {fork.conversation_id} at #{fork.seq}'
+
+
+_HEADLINES: dict[Kind, Callable[[Entry, int], str]] = {
+    'message': _message_headline,
+    'run_started': _run_started_headline,
+    'run_finished': _run_finished_headline,
+    'tool_effect': _tool_effect_headline,
+    'compaction': _compaction_headline,
+    'title': _title_headline,
+    'forked_from': _forked_from_headline,
+    'archived': lambda _entry, _limit: 'hidden from listings',
+    'unarchived': lambda _entry, _limit: 'listed again',
+    'deleted': lambda _entry, _limit: 'entries removed; this tombstone remains',
+}
+"""One line per kind of entry, for `tail` and `replay`."""
 
 
 def seq_list(seqs: Sequence[int]) -> str:

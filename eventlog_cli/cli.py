@@ -36,13 +36,13 @@ from rich.table import Table
 from rich.text import Text
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
-from capability import _cli_render as render
-from capability import _cli_tables as tables
-from capability._cli_ids import ShortIds, resolve_conversation, resolve_run
-from capability._cli_index import index_analyzer, index_state, rebuild_index
 from eventlog import ConversationRecord, Entry, EventLogError, LmdbEventLog, RunRecord, decode_messages
 from eventlog.errors import StoreBusyError
 from eventlog.lmdb_log import CompactResult
+from eventlog_cli import _render as render
+from eventlog_cli import _tables as tables
+from eventlog_cli._ids import ShortIds, resolve_conversation, resolve_run
+from eventlog_cli._index import index_analyzer, index_state, rebuild_index
 from search.analyzers import ANALYZER_NAMES, Analyzer, get_analyzer
 
 if TYPE_CHECKING:
@@ -1749,7 +1749,7 @@ def demo(
     Offline and deterministic unless --model is given. Without --store, an existing
     ./eventlog-demo.lmdb is left alone and the demo writes to a fresh name next to it.
     """
-    from capability.demo import DemoError, run_demo
+    from eventlog_cli.demo import DemoError, run_demo
 
     target = _demo_target(store, overwrite)
     try:

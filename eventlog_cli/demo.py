@@ -60,19 +60,45 @@ __all__ = [
     'run_demo',
 ]
 
-CONVERSATION_ID = 'orbit-migration'
+
+class _Detail(msgspec.Struct, frozen=True):
+    at: int
+    """The exchange of the first session (0-based) where the user states it."""
+    prompt: str
+    reply: str
+    paraphrase: str
+    """How the summary retells it: the gist, not the words."""
+
+
+class _Story(msgspec.Struct, frozen=True):
+    """The demo's script, kept as data in `demo_story.json` beside this module."""
+
+    conversation_id: str
+    detail_path: str
+    final_question: str
+    search_query: str
+    session_names: tuple[str, ...]
+    details: tuple[_Detail, ...]
+    estimate_every: int
+    """Every this many exchanges the user asks for an estimate, which the model gets from a tool."""
+    topics: tuple[str, ...]
+    asks: tuple[str, ...]
+    actions: tuple[str, ...]
+    replies: tuple[str, ...]
+
+
+_STORY = msgspec.json.decode((Path(__file__).parent / 'demo_story.json').read_bytes(), type=_Story)
+
+CONVERSATION_ID = _STORY.conversation_id
 """The conversation the demo records."""
 
-DETAIL_PATH = '/srv/orbit/config/prod-east.toml'
+DETAIL_PATH = _STORY.detail_path
 """The detail the final question asks for."""
 
-FINAL_QUESTION = (
-    'One last thing before I page the on-call: where exactly does the deploy job read its settings from? '
-    'I need the precise location, not a description.'
-)
+FINAL_QUESTION = _STORY.final_question
 """The last user message: it asks for the detail without naming the words it was stated in."""
 
-SEARCH_QUERY = 'production config file path'
+SEARCH_QUERY = _STORY.search_query
 """What the scripted model searches for."""
 
 MAX_LIVE_MESSAGES = 24
@@ -81,99 +107,15 @@ MAX_LIVE_MESSAGES = 24
 KEEP_LIVE_MESSAGES = 8
 """...and keeps about this many of the latest messages next to the summary."""
 
-_SESSION_NAMES = ('Monday', 'Tuesday', 'Wednesday', 'Thursday', 'Friday', 'Saturday', 'Sunday')
+_SESSION_NAMES = _STORY.session_names
 _PATH_RE = re.compile(r'/srv/[\w./-]+\.toml')
-
-
-@dataclass(frozen=True)
-class _Detail:
-    prompt: str
-    reply: str
-    paraphrase: str
-    """How the summary retells it: the gist, not the words."""
-
-
-_DETAILS = (
-    _Detail(
-        prompt=f'Noting this for later: the production config file lives at {DETAIL_PATH}, and that path is '
-        'the one the deploy job reads.',
-        reply="Noted. I'll treat it as the source of truth for deploys.",
-        paraphrase='The user said where the production config file lives (a TOML file on the east cluster) '
-        'and that the deploy job reads it.',
-    ),
-    _Detail(
-        prompt='Also: we agreed the connection pool ceiling is 137 per instance, not a round number, because of '
-        'the proxy limit.',
-        reply="Understood. I'll keep that ceiling in mind when we size the instances.",
-        paraphrase='A connection pool ceiling per instance was agreed (a number in the low hundreds, set by the '
-        'proxy limit).',
-    ),
-    _Detail(
-        prompt='Decision made today: we stay on PostgreSQL 16 and drop the MySQL replica plan; logical '
-        'replication covers reporting.',
-        reply='Good, that simplifies the cutover. I will assume a single database engine from now on.',
-        paraphrase='The team chose to stay on its current database engine instead of adding a replica of another kind.',
-    ),
-)
-_DETAIL_AT = (1, 3, 5)
-"""Exchanges of the first session (0-based) where the details are stated."""
-
-_TOPICS = (
-    'rate limiter',
-    'retry budget',
-    'canary rollout',
-    'alert thresholds',
-    'log retention',
-    'on-call rotation',
-    'schema migration order',
-    'cache warmup',
-    'feature flags',
-    'load test plan',
-    'runbook',
-    'dashboards',
-    'latency objective',
-    'TLS certificates',
-    'backup schedule',
-    'cost report',
-    'queue depth alarms',
-    'message bus',
-    'incident review',
-    'release notes',
-    'blue-green cutover',
-    'DNS TTLs',
-    'secrets rotation',
-    'audit trail',
-)
-_ASKS = (
-    "Let's go over the {topic}. What would you change first?",
-    'Can you sketch a short checklist for the {topic}?',
-    "I'm worried about the {topic} during the cutover week. Thoughts?",
-    'Remind me why the {topic} matters for the migration.',
-    'Draft two sentences on the {topic} for the status update.',
-    'Who should own the {topic} once we are live?',
-)
-_ACTIONS = (
-    'measuring the current baseline',
-    'naming a single owner',
-    'adding a panel to the team dashboard',
-    'agreeing on a rollback step',
-    'rehearsing it in staging',
-    'setting an alert with a runbook link',
-    'writing the decision down',
-    'booking a review after the first week',
-    'trimming what nobody uses',
-    'pairing it with a load test',
-)
-_REPLIES = (
-    'For the {topic}, I would start by {a}, then move on to {b}.',
-    'A short checklist for the {topic}: {a}; {b}; and a dry run before the cutover.',
-    'The main risk with the {topic} is surprise under load, so {a} and {b} both help.',
-    'It matters because the {topic} is where an outage would show first; {a} keeps it visible.',
-    'Status note: the {topic} is on track. Next steps are {a} and {b}.',
-    'Whoever owns the {topic} should start by {a}; {b} can follow in the second week.',
-)
-_ESTIMATE_EVERY = 17
-"""Every this many exchanges the user asks for an estimate, which the model gets from a tool."""
+_DETAILS = tuple(msgspec.structs.replace(d, prompt=d.prompt.format(path=DETAIL_PATH)) for d in _STORY.details)
+_DETAIL_AT = tuple(d.at for d in _DETAILS)
+_TOPICS = _STORY.topics
+_ASKS = _STORY.asks
+_ACTIONS = _STORY.actions
+_REPLIES = _STORY.replies
+_ESTIMATE_EVERY = _STORY.estimate_every
 
 
 @dataclass(frozen=True)

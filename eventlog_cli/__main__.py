@@ -1,0 +1,5 @@
+"""`python -m eventlog_cli` runs the `eventlog` command."""
+
+from eventlog_cli.cli import main
+
+main()
