@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Final, Protocol, TypeVar
 import msgspec
 
 from eventlog import Entry, EventLogBase, LmdbEventLog, ReplayHistorySource, RunRecord, decode_messages
+from eventlog._keys import ck, key_seq, seq_key
 from eventlog.errors import CorruptStoreError, EventLogError, InvalidArgumentError
 from eventlog.lmdb_log import register_compaction_hook
 from eventlog.projection import LogReader, ProjectionRecords, ProjectionSpec, ProjectionStore, ProjectionWriter
@@ -80,7 +81,6 @@ _THREAD_BACKLOG: Final = 500
 _PREFETCH_HITS: Final = 24
 """Leading hits whose runs are resolved in the ranking transaction itself."""
 
-_SEQ = struct.Struct('>Q')
 _POS = struct.Struct('>I')
 _TRIPLE = struct.Struct('<qqq')
 _BLOCK_NO = struct.Struct('>I')
@@ -191,10 +191,6 @@ _enc = msgspec.msgpack.Encoder()
 _ALL = b'\x00all'
 
 
-def _ck(identifier: str) -> bytes:
-    return identifier.encode() + b'\x00'
-
-
 def _term_key(term: str) -> bytes:
     raw = term.encode()
     if len(raw) > _MAX_TERM_BYTES:
@@ -270,7 +266,7 @@ class _Writer:
         message = decode_messages([payload], where=f'entry {seq}')[0]
         counts = Counter(self.ix.analyzer.tokens(index_text(message)))
         length = counts.total()
-        conv_key = _ck(conversation_id)
+        conv_key = ck(conversation_id)
         pending = self.pending
         for term, tf in counts.items():
             prefix = conv_key + flag + _term_key(term) + b'\x00'
@@ -280,8 +276,8 @@ class _Writer:
                 pending[prefix] = [triple]
             else:
                 chunk.append(triple)
-        self.records.put('held', conv_key + _SEQ.pack(seq), b'')
-        self.records.put('pos', _ck(run_id) + _POS.pack(position), _SEQ.pack(seq))
+        self.records.put('held', conv_key + seq_key(seq), b'')
+        self.records.put('pos', ck(run_id) + _POS.pack(position), seq_key(seq))
         stats = self.stat(conv_key)
         stats.docs += 1
         stats.length += length
@@ -293,7 +289,7 @@ class _Writer:
             every.length += length
 
     def held(self, conversation_id: str, seq: int) -> bool:
-        return self.records.get('held', _ck(conversation_id) + _SEQ.pack(seq)) is not None
+        return self.records.get('held', ck(conversation_id) + seq_key(seq)) is not None
 
     # -- applying entries ---------------------------------------------------------------------
 
@@ -313,7 +309,7 @@ class _Writer:
             # The usual case: the run continues a run of its own conversation, whose history the
             # conversation's corpus already holds in full; nothing to copy, no branch to walk.
             self.runs[entry.run_id] = _Run(conv, entry.seq, threaded, 0, threaded)
-            self.records.put('convruns', _ck(conv) + entry.run_id.encode(), b'')
+            self.records.put('convruns', ck(conv) + entry.run_id.encode(), b'')
             return
         prefix = self.reader.branch_messages(entry.parent)
         first = len(prefix)
@@ -323,12 +319,12 @@ class _Writer:
                 break
         run = _Run(conversation_id=conv, start_seq=entry.seq, prefix=len(prefix), own=0, first=first)
         self.runs[entry.run_id] = run
-        self.records.put('convruns', _ck(conv) + entry.run_id.encode(), b'')
+        self.records.put('convruns', ck(conv) + entry.run_id.encode(), b'')
         for position in range(first, len(prefix)):
             seq, source_conv, payload = prefix[position]
             self.add_doc(conv, b'c', _doc_id(entry.seq, position), payload, entry.run_id, position, seq)
             if source_conv != conv:
-                self.records.put('copies', _ck(source_conv) + _ck(conv), b'')
+                self.records.put('copies', ck(source_conv) + ck(conv), b'')
 
     def threaded_prefix(self, conversation_id: str, parent: int | None) -> int | None:
         """The length of the history a run continues when it continues an indexed run of the same
@@ -341,10 +337,10 @@ class _Writer:
         earlier = self.run(parent_entry.run_id)
         if earlier is None or earlier.conversation_id != conversation_id:
             return None
-        prefix = _ck(parent_entry.run_id)
+        prefix = ck(parent_entry.run_id)
         count = 0
         for _, value in self.records.scan('pos', prefix=prefix, start=prefix + _POS.pack(earlier.prefix)):
-            if _SEQ.unpack(value)[0] > parent:
+            if key_seq(value) > parent:
                 break
             count += 1
         return earlier.prefix + count
@@ -370,11 +366,11 @@ class _Writer:
         """Remove a conversation from the index; re-index those that held copies of its messages."""
         self.write_postings()
         self.ix.decoded.clear()
-        conv_key = _ck(conversation_id)
+        conv_key = ck(conversation_id)
         records = self.records
         for key in records.delete_prefix('convruns', conv_key):
             run_id = key[len(conv_key) :].decode()
-            records.delete_prefix('pos', _ck(run_id))
+            records.delete_prefix('pos', ck(run_id))
             records.delete('runs', run_id.encode())
             self.runs.pop(run_id, None)
         records.delete_prefix('post', conv_key)
@@ -471,8 +467,8 @@ class LmdbIndex:
         when the index holds none there (as of its position: catch up first for the latest)."""
 
         def read(records: ProjectionRecords, _: LogReader) -> int | None:
-            raw = records.get('pos', _ck(run_id) + _POS.pack(position))
-            return None if raw is None else _SEQ.unpack(raw)[0]
+            raw = records.get('pos', ck(run_id) + _POS.pack(position))
+            return None if raw is None else key_seq(raw)
 
         if not 0 <= position <= 0xFFFFFFFF:
             return None
@@ -589,7 +585,7 @@ class LmdbIndex:
             )
         if run_id is not None:
             return await self._run_corpus(conversation_id, run_id, analyzer)
-        key = _ALL if conversation_id is None else _ck(conversation_id)
+        key = _ALL if conversation_id is None else ck(conversation_id)
         # The usual case, an index already current, takes one read; otherwise catch up first.
         stats, behind = self._read_scope(key)
         if behind > 0:
@@ -696,7 +692,7 @@ class _LmdbCorpus:
         from search.bm25 import TermPostings
 
         if self._conversation_id is not None:
-            prefixes = [_ck(self._conversation_id) + b'o', _ck(self._conversation_id) + b'c']
+            prefixes = [ck(self._conversation_id) + b'o', ck(self._conversation_id) + b'c']
         else:
             prefixes = [key + b'o' for key in self._conversations(records)]
         out: dict[str, TermPostings] = {}
@@ -795,12 +791,12 @@ class _LmdbCorpus:
                 start = max(start, 0)
                 if end <= start:
                     continue
-                prefix = _ck(run_id)
+                prefix = ck(run_id)
                 for key, value in records.scan('pos', prefix=prefix, start=prefix + _POS.pack(start)):
                     position = _POS.unpack_from(key, len(prefix))[0]
                     if position >= end:
                         break
-                    found[position] = _SEQ.unpack(value)[0]
+                    found[position] = key_seq(value)
             return out
 
         return self._ix.log.read_projection(INDEX_PROJECTION, read)
@@ -819,12 +815,12 @@ class _LmdbCorpus:
                 start = max(start, spans[run_id].start)
                 if end <= start:
                     continue
-                prefix = _ck(run_id)
+                prefix = ck(run_id)
                 for key, value in records.scan('pos', prefix=prefix, start=prefix + _POS.pack(start)):
                     position = _POS.unpack_from(key, len(prefix))[0]
                     if position >= end:
                         break
-                    seq = _SEQ.unpack(value)[0]
+                    seq = key_seq(value)
                     if seq in cache:
                         found.append((position, seq, None))
                         continue
