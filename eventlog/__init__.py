@@ -1,5 +1,7 @@
 """pydantic-ai-eventlog's substrate: an append-only, crash-safe entry log with exact replay."""
 
+from typing import TYPE_CHECKING
+
 from eventlog.entries import (
     MAX_SEQ,
     CompactionInfo,
@@ -36,6 +38,7 @@ from eventlog.errors import (
     NotFoundError,
     RunNotFound,
     StorageError,
+    StoreConnectionError,
     StoreLocationError,
     StoreVersionError,
 )
@@ -43,6 +46,20 @@ from eventlog.lmdb_log import LmdbEventLog
 from eventlog.log import Appended, EventLog, EventLogBase
 from eventlog.memory import InMemoryEventLog
 from eventlog.replay import ReplayHistorySource
+
+if TYPE_CHECKING:
+    from eventlog.postgres_log import PostgresEventLog
+
+
+def __getattr__(name: str) -> object:
+    # `PostgresEventLog` needs the `postgres` extra (psycopg); it is imported on first use only.
+    if name == 'PostgresEventLog':
+        from eventlog.postgres_log import PostgresEventLog
+
+        globals()[name] = PostgresEventLog
+        return PostgresEventLog
+    raise AttributeError(f"module 'eventlog' has no attribute {name!r}")
+
 
 __all__ = [
     'MAX_SEQ',
@@ -66,6 +83,7 @@ __all__ = [
     'LogFullError',
     'NewEntry',
     'NotFoundError',
+    'PostgresEventLog',
     'ReplayHistorySource',
     'RunFinishedInfo',
     'RunNotFound',
@@ -73,6 +91,7 @@ __all__ = [
     'RunStartedInfo',
     'RunStatus',
     'StorageError',
+    'StoreConnectionError',
     'StoreLocationError',
     'StoreVersionError',
     'TitleInfo',

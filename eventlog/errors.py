@@ -22,6 +22,7 @@ __all__ = [
     'RunNotFound',
     'StorageError',
     'StoreBusyError',
+    'StoreConnectionError',
     'StoreLocationError',
     'StoreVersionError',
 ]
@@ -70,6 +71,10 @@ class StoreVersionError(EventLogError):
 
 class StorageError(EventLogError):
     """The storage engine failed (disk full, I/O error, lock table full); nothing was committed."""
+
+
+class StoreConnectionError(StorageError):
+    """A PostgreSQL store cannot be reached, or refused the connection (wrong address, user or password)."""
 
 
 class CorruptEntryError(EventLogError):

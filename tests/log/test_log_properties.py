@@ -18,9 +18,11 @@ from typing import Any, TypeVar
 
 import hypothesis.strategies as st
 import pytest
+from conftest import make_log, postgres_dsn, schema_for
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from logtools import at
+from pgserver import drop_schema
 from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
 
 from eventlog import (
@@ -81,10 +83,14 @@ class LogMachine(RuleBasedStateMachine):
     def _open(self) -> EventLogBase:
         if self.backend == 'lmdb':
             return LmdbEventLog(self.tmp / 's', sync=False, map_size=1 << 20)
+        if self.backend == 'postgres':
+            return make_log('postgres', self.tmp)
         return InMemoryEventLog()
 
     def teardown(self) -> None:
         self.log.close()
+        if self.backend == 'postgres':
+            drop_schema(postgres_dsn(), schema_for(self.tmp / 'store.lmdb'))
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     def run_async(self, coro: Coroutine[Any, Any, T]) -> T:
@@ -217,7 +223,7 @@ class LogMachine(RuleBasedStateMachine):
 
     @rule()
     def reopen(self) -> None:
-        if self.backend == 'lmdb':
+        if self.backend != 'memory':
             self.log.close()
             self.log = self._open()
 
@@ -250,6 +256,10 @@ class LmdbLogMachine(LogMachine):
     backend = 'lmdb'
 
 
+class PostgresLogMachine(LogMachine):
+    backend = 'postgres'
+
+
 _settings = settings(
     max_examples=200 if LONG else 25,
     stateful_step_count=40 if LONG else 20,
@@ -262,3 +272,5 @@ TestMemoryLog = LogMachine.TestCase
 TestMemoryLog.settings = _settings
 TestLmdbLog = LmdbLogMachine.TestCase
 TestLmdbLog.settings = _settings
+TestPostgresLog = PostgresLogMachine.TestCase
+TestPostgresLog.settings = _settings
