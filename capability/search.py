@@ -21,7 +21,7 @@ from pydantic_ai.exceptions import UserError
 from pydantic_ai.tools import AgentDepsT
 from pydantic_ai.toolsets import AgentToolset, FunctionToolset
 
-from eventlog import EventLogBase, LmdbEventLog, ReplayHistorySource
+from eventlog import EventLogBase, ReplayHistorySource
 from search import Analyzer, HistorySource, ScopeDefaultWarning, SearchBackend, SearchEngine, SearchOptions, SearchScope
 from search.analyzers import resolve_analyzer
 from search.answer import AnswerStyle
@@ -37,15 +37,16 @@ def backend_for(
 ) -> HistorySource | SearchBackend:
     """Where searches with `analyzer` read `source`: the one policy of the capability and the CLI.
 
-    The persistent index when `source` replays an LMDB log (searches then read only the
-    postings of the query's terms); otherwise `source` itself, indexed in memory per search.
+    The persistent index when `source` replays a log whose store outlives the process (LMDB,
+    PostgreSQL; searches then read only the postings of the query's terms); otherwise `source`
+    itself, indexed in memory per search.
     When the store's index was built with another analyzer, it raises `IndexAnalyzerMismatch`,
     or with `fallback` returns `source` read through an in-memory corpus rebuilt per search
     (slower, same ranking; `eventlog reindex --analyzer NAME` rebuilds the index).
     """
     if isinstance(source, EventLogBase):
         source = ReplayHistorySource(source)
-    if isinstance(source, ReplayHistorySource) and isinstance(source.log, LmdbEventLog):
+    if isinstance(source, ReplayHistorySource) and source.log.persistent:
         try:
             return LmdbIndex.for_log(source.log, analyzer)
         except IndexAnalyzerMismatch:

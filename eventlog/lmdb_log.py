@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar, cast
+from typing import ClassVar, TypeVar, cast
 
 import lmdb
 
@@ -244,6 +244,8 @@ class LmdbEventLog(EventLogBase):
             `sync=False` a machine crash may lose the latest commits, never corrupt the store.
         map_size: The initial size of the memory map; it grows by itself when full.
     """
+
+    persistent: ClassVar[bool] = True
 
     def __init__(self, path: str | os.PathLike[str], *, sync: bool = True, map_size: int = DEFAULT_MAP_SIZE) -> None:
         if not isinstance(path, (str, os.PathLike)):  # pyright: ignore[reportUnnecessaryIsInstance]

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequenc
 from functools import partial
 from pathlib import Path
 from types import TracebackType
-from typing import IO, TYPE_CHECKING, Protocol, Self, TypeVar, runtime_checkable
+from typing import IO, TYPE_CHECKING, ClassVar, Protocol, Self, TypeVar, runtime_checkable
 
 from eventlog import _engine as engine
 from eventlog import _ids as ids
@@ -30,6 +30,8 @@ from eventlog.errors import ConversationNotFound, InvalidArgumentError, LogClose
 
 if TYPE_CHECKING:
     from pydantic_ai.messages import ModelMessage
+
+    from eventlog.projection import LogReader, ProjectionRecords, ProjectionSpec, ProjectionWriter
 
 __all__ = ['Appended', 'EventLog', 'EventLogBase']
 
@@ -178,6 +180,9 @@ class EventLogBase(ABC):
     """The `EventLog` API on top of two transaction primitives."""
 
     _closed: bool = False
+    persistent: ClassVar[bool] = False
+    """Whether the store outlives the process (LMDB, PostgreSQL): searches over it then use the
+    persistent index kept in the store rather than indexing in memory per search."""
 
     @abstractmethod
     def _read_sync(self, fn: Callable[[ReadTxn], T]) -> T:
@@ -186,6 +191,18 @@ class EventLogBase(ABC):
     @abstractmethod
     def _write_sync(self, fn: Callable[[WriteTxn], T]) -> T:
         """Run `fn` in a write transaction that commits when it returns and aborts when it raises."""
+
+    @abstractmethod
+    def read_projection(self, spec: ProjectionSpec, fn: Callable[[ProjectionRecords, LogReader], T]) -> T:
+        """Run `fn` with a projection's records and the log in one read transaction (`eventlog.projection`)."""
+
+    @abstractmethod
+    def write_projection(self, spec: ProjectionSpec, fn: Callable[[ProjectionWriter, LogReader], T]) -> T:
+        """Run `fn` in one write transaction: the projection's writes and position commit together."""
+
+    @abstractmethod
+    def has_projection(self, name: str) -> bool:
+        """Whether the projection called `name` was ever opened in this store."""
 
     def _check_open(self) -> None:
         if self._closed:

@@ -28,7 +28,7 @@ import threading
 import zlib
 from collections.abc import Callable, Generator
 from contextlib import contextmanager, suppress
-from typing import Any, Final, TypeVar
+from typing import Any, ClassVar, Final, TypeVar
 
 import psycopg
 import psycopg.errors
@@ -77,6 +77,8 @@ class PostgresEventLog(EventLogBase):
             missing schema raises `StoreLocationError`.
         pool_size: Most connections this handle keeps open at once.
     """
+
+    persistent: ClassVar[bool] = True
 
     def __init__(self, dsn: str, *, schema: str = 'eventlog', create: bool = True, pool_size: int = 4) -> None:
         if not isinstance(dsn, str) or not dsn.strip():  # pyright: ignore[reportUnnecessaryIsInstance]

@@ -25,6 +25,8 @@ BACKENDS = ['memory', 'lmdb', 'postgres']
 """Adding a backend means adding its name here and a branch in `make_log`."""
 
 _server_dsn: str | None = None
+_opened_schemas: set[str] = set()
+"""Schemas `make_log` opened; dropped at the end of the session (on a server the tests did not start)."""
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -40,6 +42,14 @@ def pytest_configure(config: pytest.Config) -> None:
     dsn = config.getoption('--postgres-dsn')
     if dsn:
         os.environ['EVENTLOG_TEST_DSN'] = dsn
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if _server_dsn is not None and _opened_schemas and os.environ.get('EVENTLOG_TEST_DSN'):
+        from pgserver import drop_schema
+
+        for schema in sorted(_opened_schemas):
+            drop_schema(_server_dsn, schema)
 
 
 def postgres_dsn() -> str:
@@ -71,7 +81,9 @@ def make_log(backend: str, tmp_path: Path) -> EventLogBase:
     if backend == 'postgres':
         from eventlog.postgres_log import PostgresEventLog
 
-        return PostgresEventLog(postgres_dsn(), schema=schema_for(tmp_path / 'store.lmdb'))
+        schema = schema_for(tmp_path / 'store.lmdb')
+        _opened_schemas.add(schema)
+        return PostgresEventLog(postgres_dsn(), schema=schema)
     raise AssertionError(backend)
 
 
