@@ -138,20 +138,10 @@ def main(workdir: Path, mode: str, store: Store) -> None:
             (workdir / f'hung-{scenario.name}').write_text(point)
             await asyncio.sleep(3600)  # the test kills the process while this sleeps
 
-    base: type[EventLogBase]
-    if store.backend == 'lmdb':
-        base = LmdbEventLog
-    else:
-        from eventlog.postgres_log import PostgresEventLog
+    class Stopping(EventLogBase):
+        """Stops a scenario right after the real log under it (next in the MRO) committed an append."""
 
-        base = PostgresEventLog
-
-    class StoppingLog(base):  # pyright: ignore[reportGeneralTypeIssues, reportUntypedBaseClass]
-        """The real log, which can stop a scenario right after an append has committed."""
-
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            self.appends: Counter[str] = Counter()
+        appends: Counter[str]
 
         async def append_many(self, entries: Sequence[NewEntry]) -> list[int]:
             seqs = await super().append_many(entries)
@@ -161,6 +151,24 @@ def main(workdir: Path, mode: str, store: Store) -> None:
             if name in BY_NAME:
                 await stop_here(BY_NAME[name], f'append:{self.appends[run_id]}')
             return seqs
+
+    log: Stopping
+    if store.backend == 'lmdb':
+
+        class StoppingLmdb(Stopping, LmdbEventLog):
+            pass
+
+        log = StoppingLmdb(workdir / 'log.lmdb')
+        system_database_url = f'sqlite:///{workdir / "dbos.sqlite"}'
+    else:
+        from eventlog.postgres_log import PostgresEventLog
+
+        class StoppingPostgres(Stopping, PostgresEventLog):
+            pass
+
+        log = StoppingPostgres(store.dsn, schema=store.schema)
+        system_database_url = store.dsn
+    log.appends = Counter()
 
     async def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         scenario = scenario_of_messages(messages)
@@ -179,12 +187,6 @@ def main(workdir: Path, mode: str, store: Store) -> None:
         await stop_here(scenario, f'tool:{step}')
         return f'{key} is {step}'
 
-    if store.backend == 'lmdb':
-        log = StoppingLog(workdir / 'log.lmdb')
-        system_database_url = f'sqlite:///{workdir / "dbos.sqlite"}'
-    else:
-        log = StoppingLog(store.dsn, schema=store.schema)
-        system_database_url = store.dsn
     durable_agent = Agent(
         FunctionModel(model),
         name=DURABLE_AGENT,
