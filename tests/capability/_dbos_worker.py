@@ -1,9 +1,12 @@
 """One process of the DBOS kill-and-recover test (run as a script by `test_dbos_recovery.py`).
 
-Usage: _dbos_worker.py WORKDIR start|recover
+Usage: _dbos_worker.py WORKDIR start|recover lmdb
+       _dbos_worker.py WORKDIR start|recover postgres DSN SCHEMA
 
-WORKDIR holds what both processes share: the event log (`log.lmdb`), the DBOS system database
-(`dbos.sqlite`) and the files written here for the test.
+WORKDIR holds the files written here for the test. With `lmdb` it also holds what both
+processes share: the event log (`log.lmdb`) and the DBOS system database (`dbos.sqlite`). With
+`postgres` both live in the one PostgreSQL database DSN names: the log is a `PostgresEventLog`
+in schema SCHEMA and the DBOS system tables are in schema `<SCHEMA>_dbos` (`dbos_schema`).
 
 `start` launches DBOS and starts one workflow per scenario of `SCENARIOS`, all at once. Each
 scenario stops at its own point: in the model or the tool of a given step, or just after the
@@ -46,6 +49,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from capability import EventLogPersistence
 from eventlog import LmdbEventLog, NewEntry
+from eventlog.log import EventLogBase
 
 
 @dataclass(frozen=True)
@@ -97,7 +101,34 @@ def scenario_of_messages(messages: Sequence[ModelMessage]) -> Scenario:
     return BY_NAME[part.content.split(':', 1)[0]]
 
 
-def main(workdir: Path, mode: str) -> None:
+def dbos_schema(schema: str) -> str:
+    """The schema of the DBOS system tables next to the log in schema `schema`."""
+    return f'{schema}_dbos'
+
+
+@dataclass(frozen=True)
+class Store:
+    """Where the log and the DBOS system database live."""
+
+    backend: str
+    """`lmdb` (an LMDB log and a SQLite system database, both in the work directory) or
+    `postgres` (a `PostgresEventLog` and the DBOS system tables in one PostgreSQL database)."""
+    dsn: str = ''
+    schema: str = ''
+
+    @classmethod
+    def from_args(cls, args: Sequence[str]) -> Store:
+        if list(args[:1]) == ['lmdb'] and len(args) == 1:
+            return cls('lmdb')
+        if list(args[:1]) == ['postgres'] and len(args) == 3:
+            return cls('postgres', args[1], args[2])
+        raise SystemExit(f'expected `lmdb` or `postgres DSN SCHEMA`, got {list(args)}')
+
+    def args(self) -> list[str]:
+        return [self.backend] if self.backend == 'lmdb' else [self.backend, self.dsn, self.schema]
+
+
+def main(workdir: Path, mode: str, store: Store) -> None:
     def note(scenario: Scenario, what: str) -> None:
         with (workdir / 'calls.txt').open('a') as f:
             f.write(f'{mode} {scenario.name} {what}\n')
@@ -107,12 +138,10 @@ def main(workdir: Path, mode: str) -> None:
             (workdir / f'hung-{scenario.name}').write_text(point)
             await asyncio.sleep(3600)  # the test kills the process while this sleeps
 
-    class StoppingLog(LmdbEventLog):
-        """The real LMDB log, which can stop a scenario right after an append has committed."""
+    class Stopping(EventLogBase):
+        """Stops a scenario right after the real log under it (next in the MRO) committed an append."""
 
-        def __init__(self, path: Path) -> None:
-            super().__init__(path)
-            self.appends: Counter[str] = Counter()
+        appends: Counter[str]
 
         async def append_many(self, entries: Sequence[NewEntry]) -> list[int]:
             seqs = await super().append_many(entries)
@@ -122,6 +151,24 @@ def main(workdir: Path, mode: str) -> None:
             if name in BY_NAME:
                 await stop_here(BY_NAME[name], f'append:{self.appends[run_id]}')
             return seqs
+
+    log: Stopping
+    if store.backend == 'lmdb':
+
+        class StoppingLmdb(Stopping, LmdbEventLog):
+            pass
+
+        log = StoppingLmdb(workdir / 'log.lmdb')
+        system_database_url = f'sqlite:///{workdir / "dbos.sqlite"}'
+    else:
+        from eventlog.postgres_log import PostgresEventLog
+
+        class StoppingPostgres(Stopping, PostgresEventLog):
+            pass
+
+        log = StoppingPostgres(store.dsn, schema=store.schema)
+        system_database_url = store.dsn
+    log.appends = Counter()
 
     async def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         scenario = scenario_of_messages(messages)
@@ -140,7 +187,6 @@ def main(workdir: Path, mode: str) -> None:
         await stop_here(scenario, f'tool:{step}')
         return f'{key} is {step}'
 
-    log = StoppingLog(workdir / 'log.lmdb')
     durable_agent = Agent(
         FunctionModel(model),
         name=DURABLE_AGENT,
@@ -154,10 +200,12 @@ def main(workdir: Path, mode: str) -> None:
 
     config: DBOSConfig = {
         'name': 'eventlog-recovery',
-        'system_database_url': f'sqlite:///{workdir / "dbos.sqlite"}',
+        'system_database_url': system_database_url,
         'application_version': 'eventlog-recovery-test',
         'log_level': 'WARNING',
     }
+    if store.backend == 'postgres':
+        config['dbos_system_schema'] = dbos_schema(store.schema)
     DBOS(config=config)
     with warnings.catch_warnings():
         warnings.simplefilter('ignore')  # `DBOSAgent` is deprecated in favour of `DBOSDurability`
@@ -213,4 +261,4 @@ def main(workdir: Path, mode: str) -> None:
 
 
 if __name__ == '__main__':
-    main(Path(sys.argv[1]), sys.argv[2])
+    main(Path(sys.argv[1]), sys.argv[2], Store.from_args(sys.argv[3:]))

@@ -5,8 +5,9 @@ agent driven by a `FunctionModel` that calls a tool twice and then answers. Each
 at its own point (in a model call, in a tool, or right after the log committed an append but
 before DBOS recorded that append's step) and the test kills the process with SIGKILL. A second
 process (`_dbos_worker.py recover`) launches DBOS, which recovers the pending workflows from its
-SQLite system database and runs them to the end. Everything is real: two processes, one LMDB
-directory, one SQLite file.
+system database and runs them to the end. Everything is real: two processes, and either one LMDB
+directory and one SQLite file, or one PostgreSQL database holding both the `PostgresEventLog`
+(a schema of its own) and the DBOS system tables (another schema), on the server the tests start.
 
 Two ways of making the agent durable are covered: the `DBOSDurability` capability (the log's
 appends are DBOS steps, so recovery replays the ones DBOS recorded) and the deprecated
@@ -17,12 +18,15 @@ idempotency keys alone keep them from being written twice).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,9 +38,12 @@ from pydantic_ai.messages import ModelMessagesTypeAdapter
 pytest.importorskip('dbos')
 pytest.importorskip('pydantic_ai.durable_exec.dbos')
 
-from _dbos_worker import ANSWER, SCENARIOS, Scenario
+from _dbos_worker import ANSWER, SCENARIOS, Scenario, Store, dbos_schema
+from conftest import postgres_dsn, schema_for
+from pgserver import drop_schema
 
 from eventlog import Entry, LmdbEventLog, RunRecord, ToolEffectInfo, VerifyReport
+from eventlog.log import EventLogBase
 
 WORKER = Path(__file__).with_name('_dbos_worker.py')
 DEADLINE = 120.0
@@ -94,6 +101,8 @@ class Recovery:
     outcomes: dict[str, dict[str, Any]]
     messages: dict[str, bytes]
     """Each scenario's recovered `result.all_messages()`, serialized by pydantic-ai."""
+    workflows: dict[str, tuple[str, int]]
+    """Each workflow's status and recovery attempts, as the DBOS system database holds them."""
 
     def runs_of(self, scenario: Scenario, entries: list[Entry] | None = None) -> list[str]:
         """The run ids whose prompt names `scenario`, in log order."""
@@ -113,11 +122,14 @@ class Recovery:
         return record
 
 
-def _worker(workdir: Path, mode: str) -> subprocess.Popen[bytes]:
+def _worker(workdir: Path, mode: str, store: Store) -> subprocess.Popen[bytes]:
     """Start `_dbos_worker.py` in `mode`, its output going to `<mode>.out`."""
     with (workdir / f'{mode}.out').open('wb') as output:
         return subprocess.Popen(
-            [sys.executable, str(WORKER), str(workdir), mode], stdout=output, stderr=subprocess.STDOUT, cwd=workdir
+            [sys.executable, str(WORKER), str(workdir), mode, *store.args()],
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            cwd=workdir,
         )
 
 
@@ -125,8 +137,17 @@ def _output(workdir: Path, mode: str) -> str:
     return (workdir / f'{mode}.out').read_text(errors='replace')[-4000:]
 
 
-async def _read_log(path: Path) -> tuple[list[Entry], list[RunRecord], dict[str, bytes], VerifyReport]:
-    log = LmdbEventLog(path)
+def _open_log(workdir: Path, store: Store) -> EventLogBase:
+    """The log the workers share, opened afresh in this process (and never created here)."""
+    if store.backend == 'lmdb':
+        return LmdbEventLog(workdir / 'log.lmdb')
+    from eventlog.postgres_log import PostgresEventLog
+
+    return PostgresEventLog(store.dsn, schema=store.schema, create=False)
+
+
+async def _read_log(workdir: Path, store: Store) -> tuple[list[Entry], list[RunRecord], dict[str, bytes], VerifyReport]:
+    log = _open_log(workdir, store)
     try:
         entries = await log.entries()
         runs = await log.list_runs()
@@ -136,10 +157,41 @@ async def _read_log(path: Path) -> tuple[list[Entry], list[RunRecord], dict[str,
         log.close()
 
 
-@pytest.fixture(scope='module')
-def recovery(tmp_path_factory: pytest.TempPathFactory) -> Recovery:
-    workdir = tmp_path_factory.mktemp('dbos-recovery')
-    first = _worker(workdir, 'start')
+def _workflows(workdir: Path, store: Store) -> dict[str, tuple[str, int]]:
+    """Each workflow's status and attempts, read straight from the DBOS system tables (for
+    PostgreSQL, over one connection that also sees the log's tables: the same database)."""
+    query = 'SELECT workflow_uuid, status, recovery_attempts FROM {}workflow_status'
+    if store.backend == 'lmdb':
+        with contextlib.closing(sqlite3.connect(workdir / 'dbos.sqlite')) as db:
+            rows = db.execute(query.format('')).fetchall()
+    else:
+        import psycopg
+
+        with psycopg.connect(store.dsn) as conn:
+            [(log_table,)] = conn.execute('SELECT to_regclass(%s)::text', [f'"{store.schema}".entries']).fetchall()
+            assert log_table is not None, 'the log is not in the database of the DBOS system tables'
+            rows = conn.execute(query.format(f'"{dbos_schema(store.schema)}".')).fetchall()
+    return {name: (status, attempts) for name, status, attempts in rows}
+
+
+@pytest.fixture(scope='module', params=['lmdb', 'postgres'])
+def recovery(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recovery]:
+    workdir = tmp_path_factory.mktemp(f'dbos-recovery-{request.param}')
+    if request.param == 'lmdb':
+        yield _recover(workdir, Store('lmdb'))
+        return
+    # The log and the DBOS system tables in the same database, each in a schema of its own.
+    store = Store('postgres', postgres_dsn(), schema_for(workdir))
+    try:
+        yield _recover(workdir, store)
+    finally:
+        drop_schema(store.dsn, store.schema)
+        drop_schema(store.dsn, dbos_schema(store.schema))
+
+
+def _recover(workdir: Path, store: Store) -> Recovery:
+    """Run the first worker until every scenario stopped, kill it, recover in a second one."""
+    first = _worker(workdir, 'start', store)
     try:
         deadline = time.monotonic() + DEADLINE
         while not all((workdir / f'hung-{s.name}').exists() for s in SCENARIOS):
@@ -155,9 +207,9 @@ def recovery(tmp_path_factory: pytest.TempPathFactory) -> Recovery:
         first.kill()
         first.wait()
     assert first.returncode == -signal.SIGKILL
-    before, _, _, _ = asyncio.run(_read_log(workdir / 'log.lmdb'))
+    before, _, _, _ = asyncio.run(_read_log(workdir, store))
 
-    second = _worker(workdir, 'recover')
+    second = _worker(workdir, 'recover', store)
     try:
         second.wait(timeout=DEADLINE)
     finally:
@@ -165,7 +217,7 @@ def recovery(tmp_path_factory: pytest.TempPathFactory) -> Recovery:
         second.wait()
     assert second.returncode == 0, _output(workdir, 'recover')
 
-    after, runs, replays, report = asyncio.run(_read_log(workdir / 'log.lmdb'))
+    after, runs, replays, report = asyncio.run(_read_log(workdir, store))
     return Recovery(
         before=before,
         after=after,
@@ -175,6 +227,7 @@ def recovery(tmp_path_factory: pytest.TempPathFactory) -> Recovery:
         calls=(workdir / 'calls.txt').read_text().splitlines(),
         outcomes={s.name: json.loads((workdir / f'outcome-{s.name}.json').read_text()) for s in SCENARIOS},
         messages={s.name: (workdir / f'messages-{s.name}.json').read_bytes() for s in SCENARIOS},
+        workflows=_workflows(workdir, store),
     )
 
 
@@ -195,6 +248,12 @@ def _differences(left: Any, right: Any, path: str = '') -> list[str]:
     if isinstance(left, list) and isinstance(right, list) and len(left) == len(right):
         return [p for i, (a, b) in enumerate(zip(left, right, strict=True)) for p in _differences(a, b, f'{path}[{i}]')]
     return [] if left == right else [path]
+
+
+def test_dbos_recovered_every_workflow_from_its_system_database(recovery: Recovery) -> None:
+    """DBOS itself recovered each workflow: its system database (the SQLite file, or the DBOS schema
+    in the log's PostgreSQL database) holds every scenario as succeeded at its second attempt."""
+    assert recovery.workflows == {s.name: ('SUCCESS', 2) for s in SCENARIOS}
 
 
 # --- the kill ----------------------------------------------------------------------------------
