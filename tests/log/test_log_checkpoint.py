@@ -430,3 +430,29 @@ async def test_a_partial_signed_export_checks_what_it_holds(log: EventLogBase, t
     report = verify_export(part, SIGNER)
     assert [p.code for p in report.problems] == ['checkpoint-missing']
     assert report.problems[0].conversation_id == 'a'
+
+
+def test_without_cryptography_the_log_works_and_signing_says_which_extra(tmp_path: Path) -> None:
+    """`import eventlog` and plain verify never need `cryptography`; signing names the extra."""
+    import subprocess
+    import sys
+
+    script = (
+        'import asyncio, sys\n'
+        "sys.modules['cryptography'] = None\n"
+        'from eventlog import InMemoryEventLog\n'
+        'from eventlog.checkpoint import Signer\n'
+        'from eventlog.errors import MissingExtraError\n'
+        'log = InMemoryEventLog()\n'
+        'print(asyncio.run(log.verify()).ok)\n'
+        'try:\n'
+        '    Signer.generate()\n'
+        'except MissingExtraError as exc:\n'
+        '    print(exc)\n'
+    )
+    done = subprocess.run([sys.executable, '-c', script], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        'True',
+        "signed checkpoints need the 'cryptography' package: install pydantic-ai-eventlog[audit]",
+    ]
