@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Final
 import msgspec
 
 from eventlog._files import open_destination
-from eventlog._keys import HASH_SIZE, Table, ck, decode_body, decode_conversation, decode_id, key_seq, seq_key
+from eventlog._keys import HASH_SIZE, Table, ck, decode_conversation, decode_id, key_seq, seq_key
 from eventlog._read import last_seq
 from eventlog._storage import ReadTxn, WriteTxn
 from eventlog.entries import VerifyProblem, VerifyReport
@@ -47,7 +47,6 @@ from eventlog.errors import (
     CheckpointError,
     CheckpointFormatError,
     CheckpointSignatureError,
-    CorruptEntryError,
     CorruptStoreError,
     KeyFileError,
     MissingExtraError,
@@ -311,6 +310,30 @@ class _SignedLine(msgspec.Struct, frozen=True, kw_only=True, tag_field='type', t
     signature: str
 
 
+class _Header(msgspec.Struct, frozen=True, array_like=True, gc=False):
+    """The leading fields of a stored entry body (`StoredBody`): decoding stops there, so the
+    payload is never copied."""
+
+    seq: int
+    conversation_id: str
+    run_id: str | None
+    kind: str
+
+
+_header_decoder: Final = msgspec.msgpack.Decoder(_Header)
+
+
+def _header(seq: int, value: bytes) -> _Header | None:
+    """The header of the ENTRIES value at `seq`, or `None` when it cannot be right (verify names it)."""
+    if len(value) <= HASH_SIZE:
+        return None
+    try:
+        header = _header_decoder.decode(memoryview(value)[: len(value) - HASH_SIZE])
+    except msgspec.DecodeError:
+        return None
+    return header if header.seq == seq else None
+
+
 _line_decoder: Final = msgspec.json.Decoder(_SignedLine)
 _encoder: Final = msgspec.json.Encoder()
 
@@ -505,11 +528,10 @@ def make_checkpoint(txn: WriteTxn, signer: Signer, *, full: bool = False) -> Che
     listed: dict[str, list[tuple[int, str]]] = {}
     for key, value in txn.scan(Table.ENTRIES, start=seq_key(since + 1)):
         seq = key_seq(key)
-        try:
-            conversation_id = decode_body(seq, value).conversation_id
-        except CorruptEntryError as exc:
-            raise CorruptStoreError(f'{exc}; run verify before making a checkpoint') from None
-        listed.setdefault(conversation_id, []).append((seq, value[-HASH_SIZE:].hex()))
+        header = _header(seq, value)
+        if header is None:
+            raise CorruptStoreError(f'entry {seq} cannot be decoded; run verify before making a checkpoint')
+        listed.setdefault(header.conversation_id, []).append((seq, value[-HASH_SIZE:].hex()))
     heads: list[CheckpointHead] = []
     for key, raw in txn.scan(Table.CONVS):
         conversation_id = decode_id(key, 'the conversation record key')
@@ -654,14 +676,10 @@ def compare_store(txn: ReadTxn, checkpoints: Sequence[Checkpoint]) -> list[Verif
     check_not_ahead(checkpoints, last_seq(txn))
     comparison = Comparison(checkpoints)
     for key, value in txn.scan(Table.ENTRIES):
-        if len(key) != 8 or len(value) <= HASH_SIZE:
-            continue  # verify names it
-        seq = key_seq(key)
-        try:
-            body = decode_body(seq, value)
-        except CorruptEntryError:
+        header = _header(key_seq(key), value) if len(key) == 8 else None
+        if header is None:
             continue  # verify names it; its seq then counts as missing here
-        comparison.observe(seq, body.conversation_id, body.kind, bytes(value[-HASH_SIZE:]))
+        comparison.observe(header.seq, header.conversation_id, header.kind, bytes(value[-HASH_SIZE:]))
     return comparison.finish()
 
 
