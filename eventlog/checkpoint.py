@@ -518,13 +518,21 @@ def recorded_checkpoints(txn: ReadTxn) -> list[Checkpoint]:
 
 def make_checkpoint(txn: WriteTxn, signer: Signer, *, full: bool = False) -> Checkpoint:
     """Sign the store's current heads (and the entries since the last recorded checkpoint, or
-    all of them when `full`), record the checkpoint in META, and return it."""
+    all of them when `full`), record the checkpoint in META, and return it.
+
+    The store keeps one checkpoint per last `seq`: a checkpoint made with no entry appended
+    since the previous one replaces it and lists the same entries."""
     last = last_seq(txn)
     since = 0
     if not full:
         previous = txn.last(Table.META, META_CHECKPOINT_PREFIX)
         if previous is not None and len(previous[0]) == len(META_CHECKPOINT_PREFIX) + 8:
             since = min(key_seq(previous[0]), last)
+            if since == last:  # no entry since: this one replaces it, so it lists what it listed
+                try:
+                    since = Checkpoint.from_bytes(previous[1]).body.since
+                except CheckpointError:
+                    since = 0
     listed: dict[str, list[tuple[int, str]]] = {}
     for key, value in txn.scan(Table.ENTRIES, start=seq_key(since + 1)):
         seq = key_seq(key)

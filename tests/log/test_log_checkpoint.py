@@ -172,6 +172,10 @@ async def test_appends_deletes_and_reused_ids_after_a_checkpoint_keep_it_valid(l
     assert report.ok, report.problems
     later = await log.checkpoint(SIGNER)
     assert (await log.verify(checkpoints=[made, later], public_key=SIGNER)).ok
+    again = await log.checkpoint(SIGNER)  # nothing new: it replaces `later` and lists the same entries
+    assert again.body.since == later.body.since == made.last_seq
+    assert again.body.conversations == later.body.conversations
+    assert await log.checkpoints() == [made, again]
 
 
 async def test_a_conversation_removed_without_a_trace_is_named(log: EventLogBase) -> None:
