@@ -1485,7 +1485,12 @@ async def _verify(
         out.print(
             Text(
                 f'ok: {_plural(report.entries_checked, "entry", "entries")}{marks} in '
-                f'{_plural(live, "conversation", "conversations")}; every hash chain is intact',
+                f'{_plural(live, "conversation", "conversations")}; every hash chain is intact'
+                + (
+                    f'; matches {_plural(len(checkpoints), "signed checkpoint", "signed checkpoints")}'
+                    if checkpoints
+                    else ''
+                ),
                 style='green',
             )
         )

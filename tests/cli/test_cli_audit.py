@@ -95,7 +95,7 @@ def test_keygen_checkpoint_and_verify_catch_a_rewritten_chain(fresh: Store, tmp_
     public = tmp_path / 'keys' / 'audit.key.pub'
     ok = eventlog('verify', '--checkpoint', checkpoint, '--public-key', public, store=fresh.path)
     assert ok.returncode == 0, ok.stdout + ok.stderr
-    assert ok.stdout.startswith('ok:')
+    assert ok.stdout.startswith('ok:') and 'matches 1 signed checkpoint' in ok.stdout
 
     first = _rewrite_alpha(fresh.path)
     plain = eventlog('verify', store=fresh.path)
