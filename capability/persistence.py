@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import warnings
 from collections.abc import Mapping
 from contextvars import ContextVar
 from dataclasses import KW_ONLY, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pydantic_ai import CallToolsNode, ModelRequestNode
@@ -52,7 +54,9 @@ from capability._recorder import (
     describe,
     digest,
 )
-from eventlog import Appended, EventLog, NewEntry
+from eventlog import Appended, EventLog, EventLogError, InvalidArgumentError, NewEntry
+from eventlog.checkpoint import SignerSource, as_signer
+from eventlog.log import EventLogBase
 
 __all__ = ['EventLogPersistence', 'EventLogPersistenceError', 'EventLogPersistenceWarning', 'OnError']
 
@@ -85,6 +89,12 @@ class EventLogPersistence(AbstractCapability[AgentDepsT]):
         on_error: `'raise'` (default) fails the run with `EventLogPersistenceError` when the log
             cannot be written; `'warn'` emits one `EventLogPersistenceWarning` per run and lets
             the run go on unrecorded from that point.
+        checkpoint_every: Sign a checkpoint (`EventLogBase.checkpoint`, docs/audit.md) each time
+            this many more runs recorded by this capability have ended (completed, failed or
+            cancelled). Needs `signer` and a log built on `EventLogBase`.
+        signer: The `eventlog.checkpoint.Signer` (or its PEM private key file) checkpoints are signed with.
+        checkpoint_dir: Also write each checkpoint to `checkpoint-<last seq>.json` in this
+            directory (keep it outside the store).
     """
 
     log: EventLog
@@ -94,6 +104,12 @@ class EventLogPersistence(AbstractCapability[AgentDepsT]):
     on_error: OnError = 'raise'
     id: str | None = 'eventlog_persistence'
     """Stable, because durable engines find the capability's operations by it."""
+    checkpoint_every: int | None = None
+    signer: SignerSource | None = None
+    checkpoint_dir: str | Path | None = None
+
+    _ended_runs: list[int] = field(default_factory=lambda: [0], init=False, repr=False, compare=False)
+    """Runs ended since the last checkpoint, shared by the copies `for_run` makes."""
 
     _recent: RecentRuns = field(default_factory=RecentRuns, init=False, repr=False, compare=False)
     _recorder: RunRecorder | None = field(default=None, init=False, repr=False, compare=False)
@@ -101,6 +117,18 @@ class EventLogPersistence(AbstractCapability[AgentDepsT]):
     def __post_init__(self) -> None:
         if self.on_error not in ('raise', 'warn'):
             raise ValueError(f"on_error must be 'raise' or 'warn', got {self.on_error!r}")
+        every = self.checkpoint_every
+        if every is not None:
+            if not isinstance(every, int) or isinstance(every, bool) or every < 1:  # pyright: ignore[reportUnnecessaryIsInstance]
+                raise InvalidArgumentError(f'checkpoint_every must be a positive integer, got {every!r}')
+            if self.signer is None:
+                raise InvalidArgumentError('checkpoint_every needs a signer to sign the checkpoints with')
+            if not isinstance(self.log, EventLogBase):
+                kind = type(self.log).__name__
+                raise InvalidArgumentError(f'checkpoint_every needs a log built on EventLogBase, not {kind}')
+            self.signer = as_signer(self.signer)  # a bad key file fails here, not after the first runs
+        elif self.signer is not None or self.checkpoint_dir is not None:
+            raise InvalidArgumentError('signer and checkpoint_dir are used only with checkpoint_every')
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
@@ -154,11 +182,38 @@ class EventLogPersistence(AbstractCapability[AgentDepsT]):
             except BaseException as error:
                 cancelled = isinstance(error, (asyncio.CancelledError, KeyboardInterrupt, GeneratorExit))
                 await recorder.fail(error, cancelled=cancelled, fallback=list(ctx.messages), usage=ctx.usage)
+                if not cancelled:
+                    await self._run_ended(failing=True)
                 raise
             await recorder.finish(result.all_messages(), status='completed', error=None, usage=_result_usage(result))
+            await self._run_ended(failing=False)
             return result
         finally:
             _ACTIVE_RUN.reset(token)
+
+    async def _run_ended(self, *, failing: bool) -> None:
+        """Count an ended run and sign a checkpoint every `checkpoint_every` of them.
+
+        A checkpoint that cannot be made fails the run with `EventLogPersistenceError` under
+        `on_error='raise'` (unless the run is failing anyway: its own error is kept and this
+        becomes a warning); under `'warn'` it is an `EventLogPersistenceWarning`.
+        """
+        every = self.checkpoint_every
+        if every is None or self.signer is None or not isinstance(self.log, EventLogBase):
+            return
+        self._ended_runs[0] += 1
+        if self._ended_runs[0] < every:
+            return
+        self._ended_runs[0] = 0
+        try:
+            made = await self.log.checkpoint(self.signer)
+            if self.checkpoint_dir is not None:
+                await asyncio.to_thread(made.write, Path(self.checkpoint_dir) / f'checkpoint-{made.last_seq:012d}.json')
+        except (EventLogError, OSError) as exc:
+            message = f'the checkpoint after {every} runs could not be made: {exc}'
+            if self.on_error == 'raise' and not failing:
+                raise EventLogPersistenceError(message) from exc
+            warnings.warn(message, EventLogPersistenceWarning, stacklevel=2)
 
     async def before_run(self, ctx: RunContext[AgentDepsT]) -> None:
         """Find what the handed-in history continues and prepare the `run_started` entry."""

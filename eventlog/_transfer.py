@@ -95,6 +95,8 @@ _encoder = msgspec.json.Encoder()
 _header_decoder = msgspec.json.Decoder(Header)
 _line_decoder = msgspec.json.Decoder(ExportedEntry)
 _closing_decoder = msgspec.json.Decoder(Closing)
+_TRAILER_STARTS: Final = (b'{"type":"checkpoint"', b'{"type":"signed"')
+"""How the lines a signed export adds after its closing line begin (`eventlog.checkpoint.TRAILER_TYPES`)."""
 
 
 # --- export -----------------------------------------------------------------------------------
@@ -227,13 +229,17 @@ class RestartableLines:
             self._spooled = 0
 
 
-def read_export(lines: Iterable[bytes], *, allow_version_1: bool = False) -> Iterator[tuple[int, ExportedEntry]]:
+def read_export(
+    lines: Iterable[bytes], *, allow_version_1: bool = False, trailer: list[bytes] | None = None
+) -> Iterator[tuple[int, ExportedEntry]]:
     """Parse and check an export line by line; yield `(line number, entry)` for each entry.
 
     Each entry is checked (its bounds, its place in the order, its hash chain) before it is
     yielded, and the closing line is checked against everything read before the generator
     finishes; any problem raises `InvalidArgumentError`, so a caller writing inside one
-    transaction aborts it and nothing is imported.
+    transaction aborts it and nothing is imported. The checkpoint and signature lines a signed
+    export adds after its closing line (`eventlog.checkpoint`) are accepted and, when `trailer`
+    is a list, appended to it; an import ignores them.
     """
     it = iter(lines)
     first = next(it, b'')
@@ -262,6 +268,10 @@ def read_export(lines: Iterable[bytes], *, allow_version_1: bool = False) -> Ite
         if not raw.strip():
             continue
         if closing is not None:
+            if raw.startswith(_TRAILER_STARTS):
+                if trailer is not None:
+                    trailer.append(raw)
+                continue
             raise InvalidArgumentError(f'line {number} of the export follows its closing line')
         try:
             line = _line_decoder.decode(raw)

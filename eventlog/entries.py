@@ -304,8 +304,9 @@ class VerifyProblem(msgspec.Struct, frozen=True):
     reason: str
     code: str = 'hash-mismatch'
     """What kind of finding: 'hash-mismatch', 'entry-removed', 'entry-undecodable', 'entry-invalid',
-    'chain-truncated', 'conversation-record', 'run-record', 'index-key', 'meta', 'structure' or
-    'search-index'."""
+    'chain-truncated', 'conversation-record', 'run-record', 'index-key', 'meta', 'structure',
+    'search-index', or against signed checkpoints 'checkpoint-mismatch', 'checkpoint-missing',
+    'checkpoint-added' (docs/verify.md, docs/audit.md)."""
 
 
 class VerifyReport(msgspec.Struct, frozen=True, kw_only=True):

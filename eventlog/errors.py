@@ -9,6 +9,10 @@ from __future__ import annotations
 
 __all__ = [
     'AmbiguousIdError',
+    'CheckpointAheadError',
+    'CheckpointError',
+    'CheckpointFormatError',
+    'CheckpointSignatureError',
     'ConversationNotFound',
     'CorruptEntryError',
     'CorruptStoreError',
@@ -16,8 +20,10 @@ __all__ = [
     'EventLogError',
     'InvalidArgumentError',
     'InvalidPayloadError',
+    'KeyFileError',
     'LogClosedError',
     'LogFullError',
+    'MissingExtraError',
     'NotFoundError',
     'RunNotFound',
     'StorageError',
@@ -96,3 +102,28 @@ class CorruptStoreError(EventLogError):
 
 class AmbiguousIdError(InvalidArgumentError):
     """An abbreviated id (a prefix) names more than one run or conversation; give more of it."""
+
+
+class MissingExtraError(EventLogError, ImportError):
+    """A feature needs an optional package that is not installed (the message names the extra)."""
+
+
+class CheckpointError(EventLogError):
+    """Base class of the errors about signed checkpoints and their keys (docs/audit.md)."""
+
+
+class CheckpointFormatError(CheckpointError, InvalidArgumentError):
+    """A checkpoint file or line is not a well-formed checkpoint (cut short, edited, or not one at all)."""
+
+
+class CheckpointSignatureError(CheckpointError):
+    """A checkpoint's signature is malformed, was made by another key, or does not match its content."""
+
+
+class CheckpointAheadError(CheckpointError):
+    """A checkpoint covers entries the store never reached: its latest entries are missing, or the
+    checkpoint belongs to another store."""
+
+
+class KeyFileError(CheckpointError, InvalidArgumentError):
+    """A key file is missing, unreadable, not a PEM Ed25519 key, or the wrong half of a key pair."""

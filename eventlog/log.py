@@ -21,10 +21,13 @@ from eventlog import _engine as engine
 from eventlog import _ids as ids
 from eventlog import _stream as stream
 from eventlog import _transfer as transfer
+from eventlog import checkpoint as checkpoints_module
 from eventlog._files import open_destination
 from eventlog._ids import IdKind
 from eventlog._storage import ReadTxn, WriteTxn
+from eventlog._verify import report_of
 from eventlog._verify import verify as verify_store
+from eventlog.checkpoint import Checkpoint, CheckpointSource, PublicKeySource, SignerSource
 from eventlog.entries import ConversationRecord, Entry, NewEntry, RunRecord, TitleInfo, VerifyReport, encode_info
 from eventlog.errors import ConversationNotFound, InvalidArgumentError, LogClosedError, RunNotFound
 
@@ -550,7 +553,12 @@ class EventLogBase(ABC):
     # -- export, import, verify ---------------------------------------------------------------
 
     async def export(
-        self, destination: str | Path | IO[bytes], *, conversation_ids: Sequence[str] | None = None
+        self,
+        destination: str | Path | IO[bytes],
+        *,
+        conversation_ids: Sequence[str] | None = None,
+        signed: bool = False,
+        signer: SignerSource | None = None,
     ) -> int:
         """Write entries as JSON Lines (all, or the named conversations and the history they
         reference); return how many entries were written.
@@ -558,15 +566,27 @@ class EventLogBase(ABC):
         A path that is absent or a regular file gets a new file (mode 0600) renamed into place
         only once complete; a device or FIFO is written in place; a symlink is followed (one to
         nothing is refused), see `eventlog._files`.
+
+        `signed` adds, after the closing line, every checkpoint the store recorded and a line
+        naming their keys (docs/audit.md); with `signer`, a new checkpoint is made first so the
+        export's every entry is covered. `eventlog.checkpoint.verify_export` checks such a file.
+        An unsigned export is unchanged.
         """
         ids = None if conversation_ids is None else [engine.check_id(c, 'conversation_id') for c in conversation_ids]
+        if signer is not None:
+            if not signed:
+                raise InvalidArgumentError('a signer is only used by a signed export (signed=True)')
+            await self.checkpoint(signer)
 
         def write_to(stream: IO[bytes]) -> int:
             def run(txn: ReadTxn) -> int:
+                trailer = checkpoints_module.signed_trailer(txn, complete=ids is None) if signed else []
                 count = -1
                 for line in transfer.export_lines(txn, ids):
                     stream.write(line)
                     count += 1
+                for line in trailer:
+                    stream.write(line)
                 return count
 
             return self._read_sync(run)
@@ -596,12 +616,56 @@ class EventLogBase(ABC):
         self._check_open()
         return await asyncio.to_thread(work)
 
-    async def verify(self) -> VerifyReport:
+    async def verify(
+        self,
+        *,
+        checkpoints: Sequence[CheckpointSource] | None = None,
+        public_key: PublicKeySource | None = None,
+    ) -> VerifyReport:
         """Check every conversation's hash chain and everything derived from the entries (run
         and conversation records, indexes, and for a store on disk the file's structure); `ok`
-        only when all match. Each problem is a named finding (docs/verify.md)."""
+        only when all match. Each problem is a named finding (docs/verify.md).
+
+        With `checkpoints` (`Checkpoint`s or checkpoint files) and the `public_key` that signed
+        them, also prove that nothing up to each checkpoint was altered, removed, inserted or
+        reordered, even with recomputed hashes: the first entry of each conversation that differs
+        from the signed history is named (`checkpoint-*` findings, docs/audit.md). A checkpoint
+        signed by another key, or with a bad signature, raises `CheckpointSignatureError`; one
+        covering entries beyond the store's last `seq`, `CheckpointAheadError`.
+        """
         self._check_open()
-        return await asyncio.to_thread(self._verify_sync)
+        if checkpoints is None:
+            if public_key is not None:
+                raise InvalidArgumentError('a public key is only used with checkpoints to verify against')
+            return await asyncio.to_thread(self._verify_sync)
+        if public_key is None:
+            raise InvalidArgumentError('verifying against checkpoints needs the public key that signed them')
+        loaded = await asyncio.to_thread(checkpoints_module.load_checkpoints, checkpoints)
+        checkpoints_module.verify_signatures(loaded, public_key)
+        found = await asyncio.to_thread(self._read_sync, partial(checkpoints_module.compare_store, checkpoints=loaded))
+        report = await asyncio.to_thread(self._verify_sync)
+        return report_of(found, report)
+
+    async def checkpoint(
+        self, signer: SignerSource, *, path: str | Path | None = None, full: bool = False
+    ) -> Checkpoint:
+        """Sign the head of every conversation and the store-wide head with `signer` (a `Signer`
+        or a PEM private key file), record the checkpoint in the store, and return it; with
+        `path`, also write it to that file (keep it outside the store, docs/audit.md).
+
+        The checkpoint lists the hash of every entry appended since the last checkpoint recorded
+        in the store (all of them when `full`), so that a series of checkpoints lets `verify`
+        name the exact entry that differs.
+        """
+        key = checkpoints_module.as_signer(signer)
+        made = await self._write(lambda txn: checkpoints_module.make_checkpoint(txn, key, full=full), bulk=True)
+        if path is not None:
+            await asyncio.to_thread(made.write, path)
+        return made
+
+    async def checkpoints(self) -> list[Checkpoint]:
+        """The checkpoints recorded in the store, oldest first (their signatures unchecked)."""
+        return await self._read(checkpoints_module.recorded_checkpoints, bulk=True)
 
     def _verify_sync(self) -> VerifyReport:
         """`verify` in the calling thread; a backend with a file of its own checks it first."""

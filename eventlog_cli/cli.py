@@ -39,6 +39,7 @@ from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 from eventlog import ConversationRecord, Entry, EventLogError, LmdbEventLog, RunRecord, decode_messages
 from eventlog.errors import StoreBusyError
 from eventlog.lmdb_log import CompactResult
+from eventlog_cli import _audit
 from eventlog_cli import _render as render
 from eventlog_cli import _tables as tables
 from eventlog_cli._ids import ShortIds, resolve_conversation, resolve_run
@@ -1206,6 +1207,13 @@ def export(
         bool,
         typer.Option('--allow-damaged', help='Export even when the store fails `verify` (the file may not import).'),
     ] = False,
+    signed: Annotated[
+        bool,
+        typer.Option('--signed', help="Add the store's signed checkpoints (`verify-export` checks them)."),
+    ] = False,
+    key: Annotated[
+        Path | None, typer.Option('--key', '-k', help='With --signed: first sign a new checkpoint with this key.')
+    ] = None,
     store: StoreOption = DEFAULT_STORE,
 ) -> None:
     """Write entries as JSON Lines (a lossless copy that `import` and auditors read).
@@ -1213,12 +1221,25 @@ def export(
     The store is verified first: one that fails `eventlog verify` is refused (an export of it
     would not import), unless `--allow-damaged` asks for what can be read.
     """
-    _run(_export(store, conversations or None, output, allow_damaged=allow_damaged))
+    if key is not None and not signed:
+        _fail('--key signs a checkpoint for a signed export: add --signed', 2)
+    _run(_export(store, conversations or None, output, allow_damaged=allow_damaged, signed=signed, key=key))
 
 
 async def _export(
-    store: Path, conversation_ids: list[str] | None, output: Path | None, *, allow_damaged: bool = False
+    store: Path,
+    conversation_ids: list[str] | None,
+    output: Path | None,
+    *,
+    allow_damaged: bool = False,
+    signed: bool = False,
+    key: Path | None = None,
 ) -> None:
+    signing: dict[str, Any] = {}
+    if signed:
+        from eventlog.checkpoint import Signer
+
+        signing = {'signed': True, 'signer': None if key is None else Signer.from_file(key)}
     async with _open(store) as log:
         if conversation_ids is not None:
             conversation_ids = [await resolve_conversation(log, c) for c in conversation_ids]
@@ -1241,18 +1262,18 @@ async def _export(
             )
         if output is None:
             stream = sys.stdout.buffer
-            count = await log.export(stream, conversation_ids=conversation_ids)
+            count = await log.export(stream, conversation_ids=conversation_ids, **signing)
             stream.flush()
         else:
-            count = await _export_file(log, output, conversation_ids)
+            count = await _export_file(log, output, conversation_ids, **signing)
     where = f' to {output}' if output is not None else ''
     sys.stderr.write(f'exported {count} entries{where}\n')
 
 
-async def _export_file(log: LmdbEventLog, output: Path, conversation_ids: list[str] | None) -> int:
+async def _export_file(log: LmdbEventLog, output: Path, conversation_ids: list[str] | None, **signing: Any) -> int:
     """Export to `output` through the library's one destination rule (`eventlog._files`): a new
     0600 file renamed into place when complete, a device or FIFO written in place, a symlink followed."""
-    return await log.export(output, conversation_ids=conversation_ids)
+    return await log.export(output, conversation_ids=conversation_ids, **signing)
 
 
 class _CountingReader(io.BufferedReader):
@@ -1393,21 +1414,42 @@ def _file_size(file: Path) -> int:
 
 
 @app.command()
-def verify(store: StoreOption = DEFAULT_STORE, as_json: JsonOption = False) -> None:
-    """Walk every hash chain; exit status 0 only when all are intact (names the first bad entry)."""
-    ok = _run(_verify(store, as_json))
+def verify(
+    store: StoreOption = DEFAULT_STORE,
+    as_json: JsonOption = False,
+    checkpoint: Annotated[
+        list[Path] | None,
+        typer.Option('--checkpoint', '-c', help='Also compare with this signed checkpoint file (repeatable).'),
+    ] = None,
+    public_key: Annotated[
+        Path | None, typer.Option('--public-key', '-p', help='The public key (KEY.pub) that signed the checkpoints.')
+    ] = None,
+) -> None:
+    """Walk every hash chain; exit status 0 only when all are intact (names the first bad entry).
+
+    With `--checkpoint FILE --public-key KEY.pub`, also prove that nothing up to each checkpoint
+    was altered, removed or reordered, even with recomputed hashes (docs/audit.md).
+    """
+    if (checkpoint is None) != (public_key is None):
+        _fail('--checkpoint and --public-key go together', 2)
+    ok = _run(_verify(store, as_json, checkpoint, public_key))
     if not ok:
         raise typer.Exit(1)
 
 
-async def _verify(store: Path, as_json: bool) -> bool:
+async def _verify(
+    store: Path, as_json: bool, checkpoints: list[Path] | None = None, public_key: Path | None = None
+) -> bool:
     # Local imports keep this command's additions out of the module's shared import block.
     from eventlog import VerifyProblem
     from eventlog._verify import report_of
     from search.lmdb_index import LmdbIndex
 
     async with _open(store) as log:
-        report = await log.verify()
+        if checkpoints is not None and public_key is not None:
+            report = await log.verify(checkpoints=checkpoints, public_key=public_key)
+        else:
+            report = await log.verify()
         if not any(p.code == 'structure' for p in report.problems):
             index = LmdbIndex.open_existing(log)
             found = await asyncio.to_thread(index.verify)
@@ -1443,7 +1485,12 @@ async def _verify(store: Path, as_json: bool) -> bool:
         out.print(
             Text(
                 f'ok: {_plural(report.entries_checked, "entry", "entries")}{marks} in '
-                f'{_plural(live, "conversation", "conversations")}; every hash chain is intact',
+                f'{_plural(live, "conversation", "conversations")}; every hash chain is intact'
+                + (
+                    f'; matches {_plural(len(checkpoints), "signed checkpoint", "signed checkpoints")}'
+                    if checkpoints
+                    else ''
+                ),
                 style='green',
             )
         )
@@ -1785,6 +1832,9 @@ EXIT_STORE_CRASHED = 3
 
 _CRASH_SIGNALS = frozenset({signal.SIGBUS, signal.SIGSEGV, signal.SIGABRT, signal.SIGILL, signal.SIGFPE})
 """Signals a damaged store can raise inside LMDB (a map past the file's end, a bad page, an assertion)."""
+
+
+_audit.register(app, run=_run, open_store=_open)
 
 
 def _use_plain_metavars() -> None:

@@ -32,7 +32,7 @@ def _help(*args: str) -> str:
 
 def test_the_command_list_gives_each_command_a_whole_sentence() -> None:
     text = _help()
-    listed = re.findall(r'^  ([a-z]+)  +\S', text, flags=re.MULTILINE)
+    listed = re.findall(r'^  ([a-z][a-z-]*)  +\S', text, flags=re.MULTILINE)
     assert sorted(listed) == COMMANDS
     commands = text[text.index('Commands:') :]
     assert '...' not in commands and '…' not in commands
