@@ -146,9 +146,12 @@ class PostgresEventLog(EventLogBase):
                         f'{self.location} has schema version {version}; this version of pydantic-ai-eventlog '
                         f'reads up to {SCHEMA_VERSION} (upgrade pydantic-ai-eventlog)'
                     )
-                with conn.transaction():
-                    cur.execute(self._lock_sql)
-                    engine.init_format(_OneShotWrite(cur, self._relations))
+                # Most opens find the format current and need no writers' lock: opening never waits
+                # for a writer in the middle of its transaction.
+                if engine.check_format(PgReadTxn(cur, self._relations)) != engine.FORMAT_VERSION:
+                    with conn.transaction():
+                        cur.execute(self._lock_sql)
+                        engine.init_format(_OneShotWrite(cur, self._relations))
         except psycopg.errors.InsufficientPrivilege as exc:
             raise StoreLocationError(f'{self.location} cannot be created or used: {_first_line(exc)}') from None
         except psycopg.OperationalError as exc:
