@@ -25,6 +25,9 @@ Usage:
         Wait for a line on standard input, then append one message per key of the comma-separated
         KEYS (`k<number>`) to run `shared` of conversation `idem` (started by the parent), with the key
         as its idempotency key, one `append` each, printing `ack <seq> <key>`.
+    pg_worker.py index DSN SCHEMA
+        Wait for a line on standard input, then open the search index over the log (registering it)
+        and catch it up, printing `ack <entries it read> index`.
     pg_worker.py open DSN SCHEMA
         Wait for a line on standard input, then open the log (creating the schema), start a run
         of conversation `opened`, and print `ack <seq> open`.
@@ -226,6 +229,18 @@ async def open_fresh(dsn: str, schema: str) -> None:
     say('done')
 
 
+async def index(dsn: str, schema: str) -> None:
+    from search.lmdb_index import LmdbIndex
+
+    log = PostgresEventLog(dsn, schema=schema, pool_size=2)
+    say('ready')
+    hear()
+    read = LmdbIndex(log).catch_up()
+    say(f'ack {read} index')
+    log.close()
+    say('done')
+
+
 def main(argv: list[str]) -> None:
     mode, dsn, schema = argv[:3]
     if mode == 'append':
@@ -234,6 +249,8 @@ def main(argv: list[str]) -> None:
         asyncio.run(follow(dsn, schema, int(argv[3])))
     elif mode == 'idem':
         asyncio.run(idem(dsn, schema, argv[3].split(',')))
+    elif mode == 'index':
+        asyncio.run(index(dsn, schema))
     elif mode == 'open':
         asyncio.run(open_fresh(dsn, schema))
     else:
