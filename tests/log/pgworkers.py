@@ -3,6 +3,7 @@
 `Worker` runs `pg_worker` in a process forked from a server process that imported the worker's
 modules once (importing pydantic-ai takes seconds of CPU); each then opens its own log and
 connection pool, as another machine would, and talks to the test over pipes, line by line.
+A test module imports the fixtures `workers_fixture` and `schema_fixture` to use them.
 """
 
 from __future__ import annotations
@@ -11,11 +12,13 @@ import multiprocessing
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pg_worker
 import psycopg
+import pytest
 from pg_worker import message
+from pgserver import fresh_schema
 
 from eventlog.entries import Entry, encode_message
 
@@ -139,3 +142,26 @@ def check_entry(entry: Entry, worker: str, label: str, conversation: str) -> Non
         assert entry.kind == ('run_started' if kind == 's' else 'run_finished')
         assert entry.run_id == ident
     assert entry.conversation_id == conversation
+
+
+@pytest.fixture(name='workers')
+def workers_fixture() -> Iterator[Callable[..., Worker]]:
+    """Start `pg_worker.py` processes; any still running when the test ends are killed."""
+    started: list[Worker] = []
+
+    def start(*args: str) -> Worker:
+        worker = Worker(*args)
+        started.append(worker)
+        return worker
+
+    yield start
+    for worker in started:
+        worker.stop()
+
+
+@pytest.fixture(name='schema')
+def schema_fixture(pg_schemas: list[str]) -> str:
+    """A fresh schema name, dropped when the test ends."""
+    name = fresh_schema()
+    pg_schemas.append(name)
+    return name

@@ -15,12 +15,14 @@ import psycopg
 import psycopg.errors
 import pytest
 from pg_worker import message, message_text
-from pgworkers import Worker, check_entry, lock_waiters, wait_until
+from pgworkers import Worker, check_entry, lock_waiters, schema_fixture, wait_until, workers_fixture
 
 from eventlog import message_entry, run_started_entry
 from eventlog.postgres_log import PostgresEventLog
 from search import SearchEngine, SearchOptions
 from search.lmdb_index import LmdbIndex
+
+__all__ = ['schema_fixture', 'workers_fixture']  # fixtures used by the tests below
 
 
 async def test_a_writer_holding_its_seq_makes_the_next_writer_and_the_follower_wait(

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 import psycopg
 import pytest
 from pgserver import PASSWORD, start_server
-from pgworkers import Worker, check_entry, wait_until
+from pgworkers import Worker, check_entry, schema_fixture, wait_until, workers_fixture
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from eventlog import run_started_entry
@@ -32,6 +32,8 @@ from eventlog.errors import (
 )
 from eventlog.postgres_log import PostgresEventLog
 from search.lmdb_index import LmdbIndex
+
+__all__ = ['schema_fixture', 'workers_fixture']  # fixtures used by the tests below
 
 UNKNOWN_OUTCOME = 'may or may not have been applied'
 
