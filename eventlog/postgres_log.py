@@ -15,7 +15,8 @@ Order and concurrency (docs/postgres.md):
 - Readers run in a repeatable-read, read-only transaction: one consistent snapshot, as an
   LMDB read transaction gives.
 - A transaction that fails because the connection broke before its commit was sent is
-  retried on a new connection (nothing of it was committed). When the connection breaks
+  retried on a new connection (nothing of it was committed), as is one the server rolled
+  back for a conflict with another (two processes registering one projection at once). When the connection breaks
   while the commit is in flight, the outcome is unknown and `StorageError` says so; appends
   with idempotency keys can then be repeated safely.
 """
@@ -90,9 +91,12 @@ class PostgresEventLog(EventLogBase):
         if pool_size < 1:
             raise InvalidArgumentError(f'pool_size must be at least 1, got {pool_size}')
         try:
-            conninfo_to_dict(dsn)
+            params = conninfo_to_dict(dsn)
         except psycopg.ProgrammingError as exc:
             raise InvalidArgumentError(f'not a PostgreSQL connection string: {_first_line(exc)}') from None
+        for port in str(params.get('port') or '').split(','):
+            if port and not (port.isdigit() and 0 < int(port) < 65536):
+                raise InvalidArgumentError(f'not a PostgreSQL connection string: the port {port!r} is not a number')
         self.dsn = dsn
         self.schema = schema
         self.location = f'{redact_dsn(dsn)} (schema {schema})'
@@ -146,9 +150,12 @@ class PostgresEventLog(EventLogBase):
                         f'{self.location} has schema version {version}; this version of pydantic-ai-eventlog '
                         f'reads up to {SCHEMA_VERSION} (upgrade pydantic-ai-eventlog)'
                     )
-                with conn.transaction():
-                    cur.execute(self._lock_sql)
-                    engine.init_format(_OneShotWrite(cur, self._relations))
+                # Most opens find the format current and need no writers' lock: opening never waits
+                # for a writer in the middle of its transaction.
+                if engine.check_format(PgReadTxn(cur, self._relations)) != engine.FORMAT_VERSION:
+                    with conn.transaction():
+                        cur.execute(self._lock_sql)
+                        engine.init_format(_OneShotWrite(cur, self._relations))
         except psycopg.errors.InsufficientPrivilege as exc:
             raise StoreLocationError(f'{self.location} cannot be created or used: {_first_line(exc)}') from None
         except psycopg.OperationalError as exc:
@@ -212,6 +219,10 @@ class PostgresEventLog(EventLogBase):
             except psycopg.OperationalError as exc:
                 if attempt == _RETRIES - 1 or not _retryable(exc):
                     raise StorageError(f'PostgreSQL failed: {_first_line(exc)}') from None
+                if not isinstance(exc, psycopg.errors.TransactionRollback):
+                    # Whatever broke this connection (a restart, an administrator) most likely broke
+                    # the idle ones too: drop those, so that the next attempt runs on a new connection.
+                    self._pool.check()
         raise AssertionError('unreachable')
 
     def _attempt(self, fn: Callable[[psycopg.Cursor[Any]], T], *, begin: bytes, lock: bytes | None) -> T:
@@ -295,13 +306,18 @@ class PostgresEventLog(EventLogBase):
         if spec.name in self._known_projections:
             return
 
-        def run(cur: psycopg.Cursor[Any]) -> None:
-            cur.execute(
-                f'INSERT INTO {self._projection_tables[1]} (projection) VALUES (%s) ON CONFLICT DO NOTHING'.encode(),
-                (spec.name,),
-            )
+        positions = self._projection_tables[1]
 
-        self._run(run, begin=_BEGIN_WRITE, lock=None)
+        def run(cur: psycopg.Cursor[Any]) -> None:
+            # Read committed, and only when absent: a projection another process is catching up
+            # (updating its position row) neither makes this wait nor fails it for a conflict.
+            cur.execute(f'SELECT 1 FROM {positions} WHERE projection = %s'.encode(), (spec.name,))
+            if cur.fetchone() is None:
+                cur.execute(
+                    f'INSERT INTO {positions} (projection) VALUES (%s) ON CONFLICT DO NOTHING'.encode(), (spec.name,)
+                )
+
+        self._run(run, begin=_BEGIN_REGISTER, lock=None)
         self._known_projections.add(spec.name)
 
     def _projection_relation(self, spec: ProjectionSpec) -> dict[str, PgRelation]:
@@ -356,6 +372,7 @@ _BEGIN_READ: Final = b'BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY'
 _BEGIN_WRITE: Final = b'BEGIN ISOLATION LEVEL REPEATABLE READ'
 """Writers take their table lock first: a repeatable-read snapshot starts at the first query, after
 the lock, so it holds every commit made before the lock was granted."""
+_BEGIN_REGISTER: Final = b'BEGIN ISOLATION LEVEL READ COMMITTED'
 _LOCK_CLASS: Final = 0x6576  # 'ev': the advisory lock class of schema creation
 
 
@@ -365,14 +382,16 @@ def _schema_lock_id(schema: str) -> int:
 
 
 def _retryable(exc: psycopg.OperationalError) -> bool:
-    """Whether `exc` means the connection or server went away (nothing was committed)."""
+    """Whether `exc` means the connection or server went away, or the server rolled the transaction
+    back for a conflict with another (a serialization failure, a deadlock): nothing was committed."""
     return (
         isinstance(
             exc,
             psycopg.errors.AdminShutdown
             | psycopg.errors.CrashShutdown
             | psycopg.errors.CannotConnectNow
-            | psycopg.errors.ConnectionFailure,
+            | psycopg.errors.ConnectionFailure
+            | psycopg.errors.TransactionRollback,
         )
         or exc.sqlstate is None
     )
