@@ -9,7 +9,6 @@ verification, deletes) runs in a worker thread so the event loop never waits on 
 
 from __future__ import annotations
 
-import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from functools import partial
@@ -20,11 +19,10 @@ from typing import IO, TYPE_CHECKING, ClassVar, Protocol, Self, TypeVar, runtime
 from eventlog import _engine as engine
 from eventlog import _ids as ids
 from eventlog import _stream as stream
-from eventlog import _transfer as transfer
 from eventlog._files import open_destination
 from eventlog._ids import IdKind
 from eventlog._storage import ReadTxn, WriteTxn
-from eventlog._verify import verify as verify_store
+from eventlog._threads import to_thread
 from eventlog.entries import ConversationRecord, Entry, NewEntry, RunRecord, TitleInfo, VerifyReport, encode_info
 from eventlog.errors import ConversationNotFound, InvalidArgumentError, LogClosedError, RunNotFound
 
@@ -211,13 +209,13 @@ class EventLogBase(ABC):
     async def _read(self, fn: Callable[[ReadTxn], T], *, bulk: bool = False) -> T:
         self._check_open()
         if bulk:
-            return await asyncio.to_thread(self._read_sync, fn)
+            return await to_thread(self._read_sync, fn)
         return self._read_sync(fn)
 
     async def _write(self, fn: Callable[[WriteTxn], T], *, bulk: bool = False) -> T:
         self._check_open()
         if bulk:
-            return await asyncio.to_thread(self._write_sync, fn)
+            return await to_thread(self._write_sync, fn)
         return self._write_sync(fn)
 
     # -- appending ----------------------------------------------------------------------------
@@ -315,7 +313,7 @@ class EventLogBase(ABC):
 
         if size > _BULK_THRESHOLD:
             self._check_open()
-            return await asyncio.to_thread(work)
+            return await to_thread(work)
         return work()
 
     async def run_messages_json(self, run_id: str) -> bytes:
@@ -329,7 +327,7 @@ class EventLogBase(ABC):
 
     async def transcript(self, conversation_id: str) -> list[ModelMessage]:
         """Every original message of the conversation once, in order (inherited history first)."""
-        return await asyncio.to_thread(engine.decode_payloads, await self.transcript_payloads(conversation_id))
+        return await to_thread(engine.decode_payloads, await self.transcript_payloads(conversation_id))
 
     async def transcript_json(self, conversation_id: str) -> bytes:
         """`transcript` as the bytes `ModelMessagesTypeAdapter.dump_json` gives for it."""
@@ -561,6 +559,8 @@ class EventLogBase(ABC):
         """
         ids = None if conversation_ids is None else [engine.check_id(c, 'conversation_id') for c in conversation_ids]
 
+        from eventlog import _transfer as transfer
+
         def write_to(stream: IO[bytes]) -> int:
             def run(txn: ReadTxn) -> int:
                 count = -1
@@ -578,7 +578,7 @@ class EventLogBase(ABC):
             return write_to(destination)
 
         self._check_open()
-        return await asyncio.to_thread(work)
+        return await to_thread(work)
 
     async def import_(self, source: str | Path | IO[bytes], *, allow_version_1: bool = False) -> int:
         """Read an export into this log; return how many entries were written.
@@ -590,21 +590,25 @@ class EventLogBase(ABC):
         Exports of format 1 (no closing line) are refused unless `allow_version_1`.
         """
 
+        from eventlog import _transfer as transfer
+
         def work() -> int:
             return transfer.import_from(self._write_sync, source, allow_version_1=allow_version_1)
 
         self._check_open()
-        return await asyncio.to_thread(work)
+        return await to_thread(work)
 
     async def verify(self) -> VerifyReport:
         """Check every conversation's hash chain and everything derived from the entries (run
         and conversation records, indexes, and for a store on disk the file's structure); `ok`
         only when all match. Each problem is a named finding (docs/verify.md)."""
         self._check_open()
-        return await asyncio.to_thread(self._verify_sync)
+        return await to_thread(self._verify_sync)
 
     def _verify_sync(self) -> VerifyReport:
         """`verify` in the calling thread; a backend with a file of its own checks it first."""
+        from eventlog._verify import verify as verify_store
+
         return self._read_sync(verify_store)
 
     async def require_conversation(self, conversation_id: str) -> ConversationRecord:
