@@ -22,9 +22,10 @@ PIPE_WIDTH = 160
 """The width Rich lays out at when stdout is not a terminal and `COLUMNS` is not set
 (`eventlog_cli._render.console`)."""
 
-_NOT_SIMPLE = re.compile('[^\x20-\x7e\xa0-\u02ff\u0370-\u0482\u048a-\u052f]')
+_NOT_SIMPLE = re.compile('[^\x20-\x7e\xa0-\u02ff\u0370-\u0482\u048a-\u052f\u2010-\u2027\u2030-\u205e]')
 """Characters outside the ranges where each one takes exactly one cell in Rich's measure:
-printable ASCII, Latin, Greek and Cyrillic letters without combining marks."""
+printable ASCII, Latin, Greek and Cyrillic letters without combining marks, and punctuation
+(dashes, quotes, `…`)."""
 
 GAP = 2
 """Spaces between two columns, of a table (`eventlog_cli._tables.GAP`) and of a grid."""

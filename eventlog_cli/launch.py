@@ -9,7 +9,6 @@ import contextlib
 import os
 import signal
 import sys
-import tempfile
 import traceback
 from pathlib import Path
 from typing import IO, NoReturn
@@ -39,11 +38,20 @@ def main() -> None:
         sys.exit(_command(argv))
     sys.stdout.flush()
     sys.stderr.flush()
-    with tempfile.TemporaryFile() as engine_noise:  # the child's C-level stderr (LMDB's assertion message)
+    with _anonymous_file() as engine_noise:  # the child's C-level stderr (LMDB's assertion message)
         pid = os.fork()
         if pid == 0:
             _child(argv, engine_noise.fileno())
         _parent(pid, argv, engine_noise)
+
+
+def _anonymous_file() -> IO[bytes]:
+    """A file with no name, read and written in binary (in memory where the system allows)."""
+    if hasattr(os, 'memfd_create'):
+        return open(os.memfd_create('eventlog-stderr', os.MFD_CLOEXEC), 'w+b')
+    import tempfile  # pragma: no cover - systems without memfd_create
+
+    return tempfile.TemporaryFile()  # pragma: no cover
 
 
 def _child(argv: list[str], noise_fd: int) -> NoReturn:
@@ -77,12 +85,16 @@ def _child(argv: list[str], noise_fd: int) -> NoReturn:
 
 def _command(argv: list[str]) -> int:
     """Run `eventlog ARGV` in this process: by the fast commands when they answer it, else by
-    the full command line. Its exit status."""
-    from eventlog_cli._fast import run
+    the full command line. Its exit status.
 
-    code = run(argv)
-    if code is not None:
-        return code
+    A program that has loaded the full command line (`eventlog_cli.cli`) already paid for its
+    start: it gets the full command line throughout."""
+    if 'eventlog_cli.cli' not in sys.modules:
+        from eventlog_cli._fast import run
+
+        code = run(argv)
+        if code is not None:
+            return code
     from eventlog_cli.cli import run_app
 
     return run_app(argv)
