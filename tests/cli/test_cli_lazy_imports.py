@@ -18,6 +18,7 @@ import pytest
 from clitools import Store, build_store, shared
 
 import capability
+import eventlog
 import search
 
 __all__ = ['shared']
@@ -119,7 +120,7 @@ def test_importing_the_packages_does_not_import_pydantic_ai() -> None:
     assert [name for name in HEAVY if name in loaded] == []
 
 
-@pytest.mark.parametrize('package', [search, capability], ids=lambda p: p.__name__)
+@pytest.mark.parametrize('package', [eventlog, search, capability], ids=lambda p: p.__name__)
 def test_every_public_name_still_resolves(package: ModuleType) -> None:
     """The lazily resolved names are the submodules' own objects, and `dir` lists them all."""
     names: list[str] = package.__all__
