@@ -19,6 +19,7 @@ from rich.text import Text
 
 from eventlog.entries import Entry, ToolEffectInfo
 from eventlog_cli._text import (
+    HEADLINES,
     clean,
     clip,
     compaction_info,
@@ -70,6 +71,9 @@ __all__ = [
     'tokens',
     'tool_effect',
 ]
+
+_HEADLINES = HEADLINES
+"""What one-line views say of each kind of entry (`eventlog_cli._text.HEADLINES`), where tests read it."""
 
 _LABEL_STYLES = (
     ('User', 'bold green'),

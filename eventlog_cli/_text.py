@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from pydantic_ai.messages import ModelMessage
 
 __all__ = [
+    'HEADLINES',
     'clean',
     'clip',
     'compaction_info',
@@ -217,7 +218,7 @@ def entry_headline(entry: Entry, *, limit: int = 100) -> str:
 
 def _headline(entry: Entry, limit: int) -> str:
     try:
-        return _HEADLINES[entry.kind](entry, limit)
+        return HEADLINES[entry.kind](entry, limit)
     except (msgspec.DecodeError, ValueError):
         return f'(undecodable {entry.kind} payload, {len(entry.payload)} bytes)'
 
@@ -272,7 +273,7 @@ def _forked_from_headline(entry: Entry, limit: int) -> str:
     return f'forked from {fork.conversation_id} at #{fork.seq}'
 
 
-_HEADLINES: dict[Kind, Callable[[Entry, int], str]] = {
+HEADLINES: dict[Kind, Callable[[Entry, int], str]] = {
     'message': _message_headline,
     'run_started': _run_started_headline,
     'run_finished': _run_finished_headline,
