@@ -1,65 +1,57 @@
 """pydantic-ai-eventlog's substrate: an append-only, crash-safe entry log with exact replay."""
 
+from __future__ import annotations
+
 from typing import TYPE_CHECKING
 
-from eventlog.entries import (
-    MAX_SEQ,
-    CompactionInfo,
-    ConversationRecord,
-    Entry,
-    ForkInfo,
-    Kind,
-    NewEntry,
-    RunFinishedInfo,
-    RunRecord,
-    RunStartedInfo,
-    RunStatus,
-    TitleInfo,
-    ToolEffectInfo,
-    VerifyProblem,
-    VerifyReport,
-    compaction_entry,
-    decode_messages,
-    encode_message,
-    message_entry,
-    run_finished_entry,
-    run_started_entry,
-    tool_effect_entry,
-)
-from eventlog.errors import (
-    ConversationNotFound,
-    CorruptEntryError,
-    CorruptStoreError,
-    EventLogError,
-    InvalidArgumentError,
-    InvalidPayloadError,
-    LogClosedError,
-    LogFullError,
-    NotFoundError,
-    RunNotFound,
-    StorageError,
-    StoreConnectionError,
-    StoreLocationError,
-    StoreVersionError,
-)
-from eventlog.lmdb_log import LmdbEventLog
-from eventlog.log import Appended, EventLog, EventLogBase
-from eventlog.memory import InMemoryEventLog
-from eventlog.replay import ReplayHistorySource
+from eventlog._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from eventlog.entries import (
+        MAX_SEQ,
+        CompactionInfo,
+        ConversationRecord,
+        Entry,
+        ForkInfo,
+        Kind,
+        NewEntry,
+        RunFinishedInfo,
+        RunRecord,
+        RunStartedInfo,
+        RunStatus,
+        TitleInfo,
+        ToolEffectInfo,
+        VerifyProblem,
+        VerifyReport,
+        compaction_entry,
+        decode_messages,
+        encode_message,
+        message_entry,
+        run_finished_entry,
+        run_started_entry,
+        tool_effect_entry,
+    )
+    from eventlog.errors import (
+        ConversationNotFound,
+        CorruptEntryError,
+        CorruptStoreError,
+        EventLogError,
+        InvalidArgumentError,
+        InvalidPayloadError,
+        LogClosedError,
+        LogFullError,
+        NotFoundError,
+        RunNotFound,
+        StorageError,
+        StoreConnectionError,
+        StoreLocationError,
+        StoreVersionError,
+    )
+    from eventlog.lmdb_log import LmdbEventLog
+    from eventlog.log import Appended, EventLog, EventLogBase
+    from eventlog.memory import InMemoryEventLog
     from eventlog.postgres_log import PostgresEventLog
-
-
-def __getattr__(name: str) -> object:
-    # `PostgresEventLog` needs the `postgres` extra (psycopg); it is imported on first use only.
-    if name == 'PostgresEventLog':
-        from eventlog.postgres_log import PostgresEventLog
-
-        globals()[name] = PostgresEventLog
-        return PostgresEventLog
-    raise AttributeError(f"module 'eventlog' has no attribute {name!r}")
-
+    from eventlog.replay import ReplayHistorySource
 
 __all__ = [
     'MAX_SEQ',
@@ -106,3 +98,54 @@ __all__ = [
     'run_started_entry',
     'tool_effect_entry',
 ]
+
+# Each name is imported on first use, so that a light part (the entry model, the keyspace, as
+# the command line's fast commands read them) does not pull in the rest: asyncio, the verifier,
+# the transfer format; and `PostgresEventLog`, which needs the `postgres` extra (psycopg).
+_SUBMODULE: dict[str, str] = {
+    'Appended': 'eventlog.log',
+    'CompactionInfo': 'eventlog.entries',
+    'ConversationNotFound': 'eventlog.errors',
+    'ConversationRecord': 'eventlog.entries',
+    'CorruptEntryError': 'eventlog.errors',
+    'CorruptStoreError': 'eventlog.errors',
+    'Entry': 'eventlog.entries',
+    'EventLog': 'eventlog.log',
+    'EventLogBase': 'eventlog.log',
+    'EventLogError': 'eventlog.errors',
+    'ForkInfo': 'eventlog.entries',
+    'InMemoryEventLog': 'eventlog.memory',
+    'InvalidArgumentError': 'eventlog.errors',
+    'InvalidPayloadError': 'eventlog.errors',
+    'Kind': 'eventlog.entries',
+    'LmdbEventLog': 'eventlog.lmdb_log',
+    'LogClosedError': 'eventlog.errors',
+    'LogFullError': 'eventlog.errors',
+    'MAX_SEQ': 'eventlog.entries',
+    'NewEntry': 'eventlog.entries',
+    'NotFoundError': 'eventlog.errors',
+    'PostgresEventLog': 'eventlog.postgres_log',
+    'ReplayHistorySource': 'eventlog.replay',
+    'RunFinishedInfo': 'eventlog.entries',
+    'RunNotFound': 'eventlog.errors',
+    'RunRecord': 'eventlog.entries',
+    'RunStartedInfo': 'eventlog.entries',
+    'RunStatus': 'eventlog.entries',
+    'StorageError': 'eventlog.errors',
+    'StoreConnectionError': 'eventlog.errors',
+    'StoreLocationError': 'eventlog.errors',
+    'StoreVersionError': 'eventlog.errors',
+    'TitleInfo': 'eventlog.entries',
+    'ToolEffectInfo': 'eventlog.entries',
+    'VerifyProblem': 'eventlog.entries',
+    'VerifyReport': 'eventlog.entries',
+    'compaction_entry': 'eventlog.entries',
+    'decode_messages': 'eventlog.entries',
+    'encode_message': 'eventlog.entries',
+    'message_entry': 'eventlog.entries',
+    'run_finished_entry': 'eventlog.entries',
+    'run_started_entry': 'eventlog.entries',
+    'tool_effect_entry': 'eventlog.entries',
+}
+
+__getattr__, __dir__ = lazy_exports(globals(), _SUBMODULE)

@@ -8,7 +8,6 @@ Each append call is one write transaction; a batch is one transaction too.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import errno
 import fcntl
@@ -36,8 +35,7 @@ from eventlog._storage import (
     WriteTxn,
     prefix_end,
 )
-from eventlog._verify import report_of
-from eventlog._verify import verify as verify_store
+from eventlog._threads import to_thread
 from eventlog.entries import VerifyProblem, VerifyReport
 from eventlog.errors import CorruptEntryError, LogClosedError, StorageError, StoreBusyError, StoreLocationError
 from eventlog.log import EventLogBase
@@ -388,7 +386,7 @@ class LmdbEventLog(EventLogBase):
         A crash at any point leaves either the old store or the compacted one, both complete.
         """
         self._check_open()
-        return await asyncio.to_thread(self._compact_sync)
+        return await to_thread(self._compact_sync)
 
     def _compact_sync(self) -> CompactResult:
         self._check_open()
@@ -637,6 +635,9 @@ def _verify_snapshot(path: Path, layout: _Layout, txn: lmdb.Transaction) -> Veri
     On a damaged structure the logical checks are skipped: LMDB cursors over a damaged tree
     can crash the process.
     """
+    from eventlog._verify import report_of
+    from eventlog._verify import verify as verify_store
+
     try:
         fd = os.open(path / 'data.mdb', os.O_RDONLY)
     except OSError as exc:

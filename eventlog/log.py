@@ -9,7 +9,6 @@ verification, deletes) runs in a worker thread so the event loop never waits on 
 
 from __future__ import annotations
 
-import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from functools import partial
@@ -20,20 +19,17 @@ from typing import IO, TYPE_CHECKING, ClassVar, Protocol, Self, TypeVar, runtime
 from eventlog import _engine as engine
 from eventlog import _ids as ids
 from eventlog import _stream as stream
-from eventlog import _transfer as transfer
-from eventlog import checkpoint as checkpoints_module
 from eventlog._files import open_destination
 from eventlog._ids import IdKind
 from eventlog._storage import ReadTxn, WriteTxn
-from eventlog._verify import report_of
-from eventlog._verify import verify as verify_store
-from eventlog.checkpoint import Checkpoint, CheckpointSource, PublicKeySource, SignerSource
+from eventlog._threads import to_thread
 from eventlog.entries import ConversationRecord, Entry, NewEntry, RunRecord, TitleInfo, VerifyReport, encode_info
 from eventlog.errors import ConversationNotFound, InvalidArgumentError, LogClosedError, RunNotFound
 
 if TYPE_CHECKING:
     from pydantic_ai.messages import ModelMessage
 
+    from eventlog.checkpoint import Checkpoint, CheckpointSource, PublicKeySource, SignerSource
     from eventlog.projection import LogReader, ProjectionRecords, ProjectionSpec, ProjectionWriter
 
 __all__ = ['Appended', 'EventLog', 'EventLogBase']
@@ -214,13 +210,13 @@ class EventLogBase(ABC):
     async def _read(self, fn: Callable[[ReadTxn], T], *, bulk: bool = False) -> T:
         self._check_open()
         if bulk:
-            return await asyncio.to_thread(self._read_sync, fn)
+            return await to_thread(self._read_sync, fn)
         return self._read_sync(fn)
 
     async def _write(self, fn: Callable[[WriteTxn], T], *, bulk: bool = False) -> T:
         self._check_open()
         if bulk:
-            return await asyncio.to_thread(self._write_sync, fn)
+            return await to_thread(self._write_sync, fn)
         return self._write_sync(fn)
 
     # -- appending ----------------------------------------------------------------------------
@@ -318,7 +314,7 @@ class EventLogBase(ABC):
 
         if size > _BULK_THRESHOLD:
             self._check_open()
-            return await asyncio.to_thread(work)
+            return await to_thread(work)
         return work()
 
     async def run_messages_json(self, run_id: str) -> bytes:
@@ -332,7 +328,7 @@ class EventLogBase(ABC):
 
     async def transcript(self, conversation_id: str) -> list[ModelMessage]:
         """Every original message of the conversation once, in order (inherited history first)."""
-        return await asyncio.to_thread(engine.decode_payloads, await self.transcript_payloads(conversation_id))
+        return await to_thread(engine.decode_payloads, await self.transcript_payloads(conversation_id))
 
     async def transcript_json(self, conversation_id: str) -> bytes:
         """`transcript` as the bytes `ModelMessagesTypeAdapter.dump_json` gives for it."""
@@ -578,6 +574,9 @@ class EventLogBase(ABC):
                 raise InvalidArgumentError('a signer is only used by a signed export (signed=True)')
             await self.checkpoint(signer)
 
+        from eventlog import _transfer as transfer
+        from eventlog import checkpoint as checkpoints_module
+
         def write_to(stream: IO[bytes]) -> int:
             def run(txn: ReadTxn) -> int:
                 trailer = checkpoints_module.signed_trailer(txn, complete=ids is None) if signed else []
@@ -598,7 +597,7 @@ class EventLogBase(ABC):
             return write_to(destination)
 
         self._check_open()
-        return await asyncio.to_thread(work)
+        return await to_thread(work)
 
     async def import_(self, source: str | Path | IO[bytes], *, allow_version_1: bool = False) -> int:
         """Read an export into this log; return how many entries were written.
@@ -610,11 +609,13 @@ class EventLogBase(ABC):
         Exports of format 1 (no closing line) are refused unless `allow_version_1`.
         """
 
+        from eventlog import _transfer as transfer
+
         def work() -> int:
             return transfer.import_from(self._write_sync, source, allow_version_1=allow_version_1)
 
         self._check_open()
-        return await asyncio.to_thread(work)
+        return await to_thread(work)
 
     async def verify(
         self,
@@ -637,13 +638,16 @@ class EventLogBase(ABC):
         if checkpoints is None:
             if public_key is not None:
                 raise InvalidArgumentError('a public key is only used with checkpoints to verify against')
-            return await asyncio.to_thread(self._verify_sync)
+            return await to_thread(self._verify_sync)
         if public_key is None:
             raise InvalidArgumentError('verifying against checkpoints needs the public key that signed them')
-        loaded = await asyncio.to_thread(checkpoints_module.load_checkpoints, checkpoints)
+        from eventlog import checkpoint as checkpoints_module
+        from eventlog._verify import report_of
+
+        loaded = await to_thread(checkpoints_module.load_checkpoints, checkpoints)
         checkpoints_module.verify_signatures(loaded, public_key)
-        found = await asyncio.to_thread(self._read_sync, partial(checkpoints_module.compare_store, checkpoints=loaded))
-        report = await asyncio.to_thread(self._verify_sync)
+        found = await to_thread(self._read_sync, partial(checkpoints_module.compare_store, checkpoints=loaded))
+        report = await to_thread(self._verify_sync)
         return report_of(found, report)
 
     async def checkpoint(
@@ -657,18 +661,24 @@ class EventLogBase(ABC):
         in the store (all of them when `full`), so that a series of checkpoints lets `verify`
         name the exact entry that differs.
         """
+        from eventlog import checkpoint as checkpoints_module
+
         key = checkpoints_module.as_signer(signer)
         made = await self._write(lambda txn: checkpoints_module.make_checkpoint(txn, key, full=full), bulk=True)
         if path is not None:
-            await asyncio.to_thread(made.write, path)
+            await to_thread(made.write, path)
         return made
 
     async def checkpoints(self) -> list[Checkpoint]:
         """The checkpoints recorded in the store, oldest first (their signatures unchecked)."""
+        from eventlog import checkpoint as checkpoints_module
+
         return await self._read(checkpoints_module.recorded_checkpoints, bulk=True)
 
     def _verify_sync(self) -> VerifyReport:
         """`verify` in the calling thread; a backend with a file of its own checks it first."""
+        from eventlog._verify import verify as verify_store
+
         return self._read_sync(verify_store)
 
     async def require_conversation(self, conversation_id: str) -> ConversationRecord:

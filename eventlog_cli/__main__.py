@@ -1,5 +1,5 @@
 """`python -m eventlog_cli` runs the `eventlog` command."""
 
-from eventlog_cli.cli import main
+from eventlog_cli.launch import main
 
 main()

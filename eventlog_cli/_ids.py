@@ -18,13 +18,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Protocol
 
-from eventlog._ids import IdKind
-from eventlog.entries import Entry
 from eventlog.errors import AmbiguousIdError
-from eventlog.log import EventLogBase
 
-__all__ = ['ABBREV', 'MIN_PREFIX', 'ShortIds', 'abbreviate', 'is_generated', 'resolve']
+if TYPE_CHECKING:
+    from eventlog._ids import IdKind
+    from eventlog.entries import ConversationRecord, Entry, RunRecord
+
+__all__ = ['ABBREV', 'MIN_PREFIX', 'IdLookup', 'ShortIds', 'abbreviate', 'is_generated', 'resolve']
 
 MIN_PREFIX = 4
 """The shortest prefix taken for an id (as `git` takes 4 hex digits); a shorter one must be the whole id."""
@@ -36,6 +38,27 @@ _CANDIDATES = 4
 """Candidates an ambiguity error names."""
 
 _GENERATED = re.compile(r'[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}|[0-9a-f]{20,}', re.IGNORECASE)
+
+
+class IdLookup(Protocol):
+    """What taking and showing ids reads from a store: an `EventLogBase`, or the command line's
+    synchronous reader (`eventlog_cli._sync_store.SyncStore`)."""
+
+    async def get_run(self, run_id: str) -> RunRecord | None:
+        """A run's record, or None."""
+        ...
+
+    async def get_conversation(self, conversation_id: str) -> ConversationRecord | None:
+        """A live conversation's record, or None."""
+        ...
+
+    async def ids_with_prefix(self, kind: IdKind, prefix: str, *, limit: int) -> list[str]:
+        """Up to `limit` ids of `kind` that start with `prefix`, in order."""
+        ...
+
+    async def unique_prefix_lengths(self, kind: IdKind, identifiers: Iterable[str]) -> dict[str, int]:
+        """For each id, the length of its shortest prefix no other id of `kind` starts with."""
+        ...
 
 
 def is_generated(identifier: str) -> bool:
@@ -51,13 +74,13 @@ def abbreviate(identifier: str, unique: int) -> str:
     return identifier[:length]
 
 
-async def _exists(log: EventLogBase, kind: IdKind, identifier: str) -> bool:
+async def _exists(log: IdLookup, kind: IdKind, identifier: str) -> bool:
     if kind == 'run':
         return await log.get_run(identifier) is not None
     return await log.get_conversation(identifier) is not None
 
 
-async def resolve(log: EventLogBase, kind: IdKind, text: str) -> str:
+async def resolve(log: IdLookup, kind: IdKind, text: str) -> str:
     """The id `text` names: itself when it is an id of the store, else the one id it is a prefix
     of; `AmbiguousIdError` when it starts several; `text` unchanged when it starts none."""
     if await _exists(log, kind, text) or len(text) < MIN_PREFIX:
@@ -71,12 +94,12 @@ async def resolve(log: EventLogBase, kind: IdKind, text: str) -> str:
     raise AmbiguousIdError(f'{kind} id prefix {text!r} is ambiguous: it starts {names}; give more of the id')
 
 
-async def resolve_run(log: EventLogBase, text: str) -> str:
+async def resolve_run(log: IdLookup, text: str) -> str:
     """`resolve` for a run id."""
     return await resolve(log, 'run', text)
 
 
-async def resolve_conversation(log: EventLogBase, text: str) -> str:
+async def resolve_conversation(log: IdLookup, text: str) -> str:
     """`resolve` for a conversation id."""
     return await resolve(log, 'conversation', text)
 
@@ -89,7 +112,7 @@ class ShortIds:
     ids learnt in one call are cut to one length, the longest any of them needs.
     """
 
-    def __init__(self, log: EventLogBase, *, full: bool = False, uniform: bool = False) -> None:
+    def __init__(self, log: IdLookup, *, full: bool = False, uniform: bool = False) -> None:
         """Abbreviations for ids of `log`'s store."""
         self._log = log
         self._full = full

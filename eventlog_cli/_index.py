@@ -5,11 +5,11 @@ Which index a search reads is `capability.search.backend_for`, the capability's 
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from eventlog import LmdbEventLog
+from eventlog._threads import to_thread
 
 if TYPE_CHECKING:
     from search.analyzers import Analyzer
@@ -51,5 +51,5 @@ def index_state(log: LmdbEventLog) -> dict[str, object]:
 async def rebuild_index(log: LmdbEventLog, analyzer: Analyzer, progress: Progress) -> dict[str, object]:
     """Drop the persistent index and build it again from the log with `analyzer`; return its new state."""
     index = _existing_index(log)
-    entries = await asyncio.to_thread(index.rebuild, analyzer, progress)
+    entries = await to_thread(index.rebuild, analyzer, progress)
     return {'entries_read': entries, **index_state(log)}

@@ -13,21 +13,16 @@ command with one line and status 3 (`EXIT_STORE_CRASHED`, see `main`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import io
 import os
 import shutil
-import signal
 import sys
-import tempfile
 import time
-import traceback
 from collections import Counter
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
@@ -42,8 +37,18 @@ from eventlog.lmdb_log import CompactResult
 from eventlog_cli import _audit
 from eventlog_cli import _render as render
 from eventlog_cli import _tables as tables
+from eventlog_cli import _views as views
 from eventlog_cli._ids import ShortIds, resolve_conversation, resolve_run
-from eventlog_cli._index import index_analyzer, index_state, rebuild_index
+from eventlog_cli._index import index_analyzer, rebuild_index
+from eventlog_cli._views import KIND_STYLES as _KIND_STYLES
+from eventlog_cli._views import TAIL_BATCH as _TAIL_BATCH
+from eventlog_cli._views import CliError
+from eventlog_cli._views import compact_json as _compact_json
+from eventlog_cli._views import conversation_record as _conversation
+from eventlog_cli._views import open_store as _open
+from eventlog_cli._views import plural as _plural
+from eventlog_cli._views import run_record as _run_record
+from eventlog_cli.launch import DEFAULT_STORE, DEMO_STORE, EXIT_STORE_CRASHED, main
 from search.analyzers import ANALYZER_NAMES, Analyzer, get_analyzer
 
 if TYPE_CHECKING:
@@ -55,19 +60,9 @@ if TYPE_CHECKING:
 # pydantic-ai, numpy and the search engine are imported by the commands that use them, so that
 # `--help`, `conversations`, `info`, `stats`, `verify` and `tail` start fast.
 
-__all__ = ['CliError', 'app', 'main']
+__all__ = ['EXIT_STORE_CRASHED', 'CliError', 'app', 'main', 'run_app']
 
 T = TypeVar('T')
-
-DEFAULT_STORE = Path('eventlog.lmdb')
-"""The store used when neither `--store` nor `$EVENTLOG_STORE` names one."""
-
-DEMO_STORE = Path('eventlog-demo.lmdb')
-"""Where `eventlog demo` writes unless told otherwise."""
-
-
-class CliError(Exception):
-    """A mistake the user can fix; reported in one line, exit status 1."""
 
 
 class _Group(TyperGroup):
@@ -233,40 +228,6 @@ def _run(work: Coroutine[Any, Any, T]) -> T:
         _fail(f'{exc.strerror or exc}{where}')
 
 
-@asynccontextmanager
-async def _open(store: Path, *, create: bool = False) -> AsyncGenerator[LmdbEventLog]:
-    """The store at `store`; unless `create`, refuse a path that holds no store yet."""
-    if not create:
-        _check_store(store)
-    log = LmdbEventLog(store)
-    try:
-        yield log
-    finally:
-        log.close()
-
-
-def _check_store(store: Path) -> None:
-    """Refuse a path that holds no store, so that reading never creates one by accident."""
-    if not store.exists():
-        raise CliError(f'no store at {store} (pass --store PATH or set EVENTLOG_STORE)')
-    if store.is_dir() and not (store / 'data.mdb').exists():
-        raise CliError(f'{store} is not an eventlog store (it holds no data.mdb)')
-
-
-async def _conversation(log: LmdbEventLog, conversation_id: str) -> ConversationRecord:
-    record = await log.get_conversation(conversation_id)
-    if record is None:
-        raise CliError(f'no conversation {conversation_id!r} in this store')
-    return record
-
-
-async def _run_record(log: LmdbEventLog, run_id: str) -> RunRecord:
-    record = await log.get_run(run_id)
-    if record is None:
-        raise CliError(f'no run {run_id!r} in this store')
-    return record
-
-
 def _analyzer(name: str) -> Analyzer:
     try:
         return get_analyzer(name)
@@ -277,17 +238,6 @@ def _analyzer(name: str) -> Analyzer:
 
 
 _STATUS_STYLES = {'completed': 'green', 'failed': 'red', 'cancelled': 'yellow', 'running': 'cyan'}
-
-
-def _plural(count: int, one: str, many: str) -> str:
-    return f'{count} {one if count == 1 else many}'
-
-
-def _run_counts(total: int, statuses: Counter[str]) -> str:
-    """`201 (200 completed, 1 failed)`; `0 (none yet)` when there are no runs."""
-    if not total:
-        return '0 (none yet)'
-    return f'{total} (' + ', '.join(f'{n} {s}' for s, n in statuses.most_common()) + ')'
 
 
 def _status(status: str) -> Text:
@@ -310,10 +260,7 @@ def conversations(
 
 async def _conversations(store: Path, include_archived: bool, as_json: bool, full_ids: bool = False) -> None:
     async with _open(store) as log:
-        records = await log.list_conversations(include_archived=include_archived)
-        short = ShortIds(log, full=full_ids or as_json, uniform=True)
-        await short.learn('conversation', (c.conversation_id for c in records))
-    records.sort(key=lambda c: (c.updated_at, c.last_seq), reverse=True)
+        records, short = await views.read_conversations(log, include_archived, full_ids or as_json)
     if as_json:
         render.print_json([render.conversation_json(c) for c in records])
         return
@@ -344,14 +291,13 @@ def _conversation_columns(
     activity = tables.Column('last activity')
     archived = tables.Column('archived')
     for c in records:
-        conversation.add(render.clean_text(short.conversation(c.conversation_id)))
-        title.add(render.clean_text(c.title or '', 'italic'))
-        for column, value in zip(
-            counts, (str(c.run_count), str(c.message_count), render.size(c.payload_bytes)), strict=True
-        ):
+        name, shown_title, runs, messages, stored, last, archived_mark = views.conversation_row(c, short)
+        conversation.add(Text(name))
+        title.add(Text(shown_title, style='italic'))
+        for column, value in zip(counts, (runs, messages, stored), strict=True):
             column.add(value)
-        activity.add(render.timestamp(c.updated_at), tables.compact_time(c.updated_at))
-        archived.add('yes' if c.archived else '')
+        activity.add(last, tables.compact_time(c.updated_at))
+        archived.add(archived_mark)
     return [conversation, title, *counts, activity, *([archived] if include_archived else [])]
 
 
@@ -438,57 +384,21 @@ def info(
 
 async def _info(store: Path, conversation_id: str, as_json: bool) -> None:
     async with _open(store) as log:
-        conversation_id = await resolve_conversation(log, conversation_id)
-        if await log.get_conversation(conversation_id) is None:
-            await _deleted_or_missing(log, conversation_id)
-        record = await _conversation(log, conversation_id)
-        records = await log.list_runs(conversation_id=conversation_id)
-    usage: Counter[str] = Counter()
-    for r in records:
-        usage.update(r.usage)
-    statuses = Counter(r.status for r in records)
-    agents = sorted({r.agent_name for r in records if r.agent_name})
+        record, records = await views.read_info(log, conversation_id)
     if as_json:
-        data = render.conversation_json(record)
-        data.update(usage=dict(usage), runs_by_status=dict(statuses), agents=agents)
-        render.print_json(data)
+        render.print_json(views.info_json(record, records))
         return
+    render.console().print(_rows_grid(views.info_rows(record, records)))
+
+
+def _rows_grid(rows: list[views.Row]) -> Table:
+    """A two-column view (`info`, `stats`): dim labels, then the text of each row."""
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style='dim')
     grid.add_column()
-    grid.add_row('conversation', render.clean_text(record.conversation_id))
-    grid.add_row('title', render.clean_text(record.title or '(none)', 'italic'))
-    grid.add_row('created', render.timestamp(record.created_at))
-    grid.add_row('last activity', render.timestamp(record.updated_at))
-    grid.add_row('archived', 'yes' if record.archived else 'no')
-    if record.forked_from is not None:
-        grid.add_row(
-            'forked from', render.clean_text(f'{record.forked_from.conversation_id} at entry #{record.forked_from.seq}')
-        )
-    grid.add_row('entries', f'{record.entry_count} (#{record.first_seq} to #{record.last_seq})')
-    grid.add_row('messages', f'{record.message_count} ({render.size(record.payload_bytes)} stored)')
-    grid.add_row('runs', render.clean_text(_run_counts(record.run_count, statuses)))
-    grid.add_row('compactions', str(record.compaction_count))
-    grid.add_row('agents', render.clean_text(', '.join(agents) or '(unnamed)'))
-    grid.add_row(
-        'tokens',
-        f'{usage.get("input_tokens", 0)} in, {usage.get("output_tokens", 0)} out, '
-        f'{_plural(usage.get("requests", 0), "request", "requests")}, '
-        f'{_plural(usage.get("tool_calls", 0), "tool call", "tool calls")}',
-    )
-    render.console().print(grid)
-
-
-async def _deleted_or_missing(log: LmdbEventLog, conversation_id: str) -> NoReturn:
-    """Fail naming the deletion when only the conversation's tombstone is left, else 'no conversation'."""
-    tombstones = await log.entries(conversation_id=conversation_id, kinds=['deleted'])
-    if not tombstones:
-        raise CliError(f'no conversation {conversation_id!r} in this store')
-    last = tombstones[-1]
-    raise CliError(
-        f'conversation {conversation_id!r} was deleted at {render.timestamp(last.timestamp)} UTC '
-        f'(entry #{last.seq}, its tombstone, is all that is left of it)'
-    )
+    for label, text, style in rows:
+        grid.add_row(label, Text(text, style=style))
+    return grid
 
 
 # --- reading ----------------------------------------------------------------------------------
@@ -827,15 +737,6 @@ def _run_header(record: RunRecord) -> Table:
     if record.error:
         head.add_row('error', render.clean_text(record.error, 'red', multiline=True))
     return head
-
-
-_KIND_STYLES = {
-    'message': 'bold',
-    'run_started': 'cyan',
-    'run_finished': 'cyan',
-    'tool_effect': 'magenta',
-    'compaction': 'yellow',
-}
 
 
 @app.command()
@@ -1440,39 +1341,8 @@ def verify(
 async def _verify(
     store: Path, as_json: bool, checkpoints: list[Path] | None = None, public_key: Path | None = None
 ) -> bool:
-    # Local imports keep this command's additions out of the module's shared import block.
-    from eventlog import VerifyProblem
-    from eventlog._verify import report_of
-    from search.lmdb_index import LmdbIndex
-
     async with _open(store) as log:
-        if checkpoints is not None and public_key is not None:
-            report = await log.verify(checkpoints=checkpoints, public_key=public_key)
-        else:
-            report = await log.verify()
-        if not any(p.code == 'structure' for p in report.problems):
-            index = LmdbIndex.open_existing(log)
-            found = await asyncio.to_thread(index.verify)
-            report = report_of(
-                (
-                    VerifyProblem(
-                        f.conversation_id,
-                        0,
-                        f'{f.reason}; the search index is derived from the log: `eventlog reindex` rebuilds it',
-                        code='search-index',
-                    )
-                    for f in found
-                ),
-                report,
-            )
-        # `conversations_checked` counts every id with entries, a deleted one (its tombstone) too;
-        # the line below says how many of them are conversations `stats` and `conversations` list.
-        live = len(await log.list_conversations(include_archived=True)) if report.ok else 0
-        tombstones = (
-            sum([len(batch) async for batch in log.iter_entries(kinds=['deleted'], batch=_READ_BATCH)])
-            if report.ok
-            else 0
-        )
+        report, live, tombstones = await views.read_verify(log, checkpoints, public_key)
     if as_json:
         data = render.to_builtins(report)
         if report.ok:
@@ -1481,19 +1351,7 @@ async def _verify(
         return report.ok
     out = render.console()
     if report.ok:
-        marks = f' ({_plural(tombstones, "deletion tombstone", "deletion tombstones")})' if tombstones else ''
-        out.print(
-            Text(
-                f'ok: {_plural(report.entries_checked, "entry", "entries")}{marks} in '
-                f'{_plural(live, "conversation", "conversations")}; every hash chain is intact'
-                + (
-                    f'; matches {_plural(len(checkpoints), "signed checkpoint", "signed checkpoints")}'
-                    if checkpoints
-                    else ''
-                ),
-                style='green',
-            )
-        )
+        out.print(Text(views.verify_ok_line(report, live, tombstones, len(checkpoints or ())), style='green'))
         return True
     broken = {p.conversation_id for p in report.problems if p.conversation_id}
     store_wide = sum(1 for p in report.problems if not p.conversation_id)
@@ -1530,46 +1388,11 @@ def stats(store: StoreOption = DEFAULT_STORE, as_json: JsonOption = False) -> No
 
 async def _stats(store: Path, as_json: bool) -> None:
     async with _open(store) as log:
-        records = await log.list_conversations(include_archived=True)
-        all_runs = await log.list_runs()
-        last_seq = await log.last_seq()
-        disk = log.disk_size()
-        index = index_state(log)
-    statuses = Counter(r.status for r in all_runs)
-    data: dict[str, Any] = {
-        'store': str(store),
-        'conversations': len(records),
-        'archived': sum(1 for c in records if c.archived),
-        'runs': len(all_runs),
-        'runs_by_status': dict(statuses),
-        'entries': sum(c.entry_count for c in records),
-        'messages': sum(c.message_count for c in records),
-        'compactions': sum(c.compaction_count for c in records),
-        'message_bytes': sum(c.payload_bytes for c in records),
-        'last_seq': last_seq,
-        'disk_bytes': disk,
-        'index': index,
-    }
+        data = await views.read_stats(log, store)
     if as_json:
         render.print_json(data)
         return
-    grid = Table.grid(padding=(0, 2))
-    grid.add_column(style='dim')
-    grid.add_column()
-    grid.add_row('store', render.clean_text(store))
-    grid.add_row('conversations', f'{data["conversations"]} ({data["archived"]} archived)')
-    grid.add_row('runs', _run_counts(len(all_runs), statuses))
-    grid.add_row('entries', f'{data["entries"]} (last seq #{last_seq})')
-    grid.add_row('messages', f'{data["messages"]} ({render.size(data["message_bytes"])})')
-    grid.add_row('compactions', str(data['compactions']))
-    grid.add_row('on disk', render.size(disk))
-    current = 'current' if index['current'] else f'behind (at #{index["position"]}; catches up at the next search)'
-    built = f'{index["documents"]} documents, {index["analyzer"]} analyzer, {current}'
-    grid.add_row(
-        'search index',
-        render.clean_text(built if index['analyzer'] is not None else 'not built yet (built at the first search)'),
-    )
-    render.console().print(grid)
+    render.console().print(_rows_grid(views.stats_rows(data)))
 
 
 @app.command()
@@ -1681,25 +1504,12 @@ async def _tail(
         return False
 
     async with _open(store) as log:
-        if conversation_id is not None:
-            conversation_id = await resolve_conversation(log, conversation_id)
-            await _conversation(log, conversation_id)
-        if run_id is not None:
-            run_id = await resolve_run(log, run_id)
-            await _run_record(log, run_id)
-        short = ShortIds(log, full=full_ids or as_json)
-        cursor = await log.last_seq()
-        start = await _latest_start(log, lines, cursor, conversation_id, run_id, kinds)
+        begun = await views.tail_start(log, lines, conversation_id, run_id, kinds, full_ids or as_json)
+        conversation_id, run_id, short, cursor, start = begun
         if start is not None:
-            async for batch in log.iter_entries(
-                conversation_id=conversation_id, run_id=run_id, kinds=kinds, after_seq=start, batch=_TAIL_BATCH
-            ):
-                shown = [entry for entry in batch if entry.seq <= cursor]
-                await short.learn_entries(shown)
+            async for shown in views.tail_backlog(log, begun, kinds, start):
                 if emit(shown):
                     return
-                if len(shown) < len(batch):
-                    break
         if not follow:
             return
         idle_since = time.monotonic()
@@ -1724,55 +1534,9 @@ async def _tail(
             await asyncio.sleep(interval)
 
 
-_TAIL_BATCH = 1000
-
-
-async def _latest_start(
-    log: LmdbEventLog,
-    count: int,
-    last: int,
-    conversation_id: str | None,
-    run_id: str | None,
-    kinds: list[str] | None,
-) -> int | None:
-    """The `seq` after which the last `count` matching entries up to `last` begin (`None` when
-    there are none), reading back in growing windows and keeping only `seq`s."""
-    if count == 0:
-        return None
-    window = max(4 * count, 64)
-    while True:
-        after = max(0, last - window)
-        seqs: list[int] = []
-        async for batch in log.iter_entries(
-            conversation_id=conversation_id, run_id=run_id, kinds=kinds, after_seq=after, batch=_TAIL_BATCH
-        ):
-            seqs.extend(entry.seq for entry in batch if entry.seq <= last)
-            if batch[-1].seq >= last:
-                break
-        if len(seqs) >= count or after == 0:
-            picked = seqs[-count:]
-            return picked[0] - 1 if picked else None
-        window *= 4
-
-
-def _compact_json(data: object) -> str:
-    import json
-
-    return json.dumps(data, ensure_ascii=False, separators=(',', ':'))
-
-
 def _tail_line(entry: Entry, short: ShortIds | None = None) -> Text:
     """One entry as `tail` prints it; ids abbreviated by `short` (whole without it)."""
-    conversation_id = entry.conversation_id if short is None else short.conversation(entry.conversation_id)
-    run_id = entry.run_id if short is None or entry.run_id is None else short.run(entry.run_id)
-    line = Text(f'#{entry.seq:<7}', style='dim')
-    line.append(entry.timestamp.strftime('%H:%M:%S.%f')[:-3] + '  ', style='dim')
-    line.append(render.clean(conversation_id) + '  ', style='cyan')
-    if run_id is not None:
-        line.append(render.clean(run_id) + '  ', style='dim')
-    line.append(f'{render.clean(entry.kind):<13}', style=_KIND_STYLES.get(entry.kind, 'bold'))
-    line.append(render.entry_headline(entry))
-    return line
+    return Text.assemble(*views.tail_parts(entry, short))
 
 
 # --- demo -------------------------------------------------------------------------------------
@@ -1827,13 +1591,6 @@ def _demo_target(store: Path | None, overwrite: bool) -> Path:
     _fail(f'{target} and its numbered alternatives exist; remove some or pass --overwrite')
 
 
-EXIT_STORE_CRASHED = 3
-"""Exit status when reading the store crashed the storage engine (a damaged file): see `main`."""
-
-_CRASH_SIGNALS = frozenset({signal.SIGBUS, signal.SIGSEGV, signal.SIGABRT, signal.SIGILL, signal.SIGFPE})
-"""Signals a damaged store can raise inside LMDB (a map past the file's end, a bad page, an assertion)."""
-
-
 _audit.register(app, run=_run, open_store=_open)
 
 
@@ -1847,116 +1604,15 @@ def _use_plain_metavars() -> None:
 _use_plain_metavars()
 
 
-def main() -> None:
-    """The `eventlog` console script: the command runs in a forked child, so that a damaged store
-    crashing the storage engine (SIGBUS, SIGSEGV, SIGABRT, ...) ends in one line on stderr and exit
-    status `EXIT_STORE_CRASHED` instead of a dead process. Ctrl-C exits quietly with 130; a closed
-    pipe or a kill signal ends the command as it would end any other (the same signal)."""
-    if not hasattr(os, 'fork'):  # pragma: no cover - POSIX only
-        app()
-        return
-    argv = sys.argv[1:]
-    sys.stdout.flush()
-    sys.stderr.flush()
-    with tempfile.TemporaryFile() as engine_noise:  # the child's C-level stderr (LMDB's assertion message)
-        pid = os.fork()
-        if pid == 0:
-            _child(argv, engine_noise.fileno())
-        _parent(pid, argv, engine_noise)
-
-
-def _child(argv: list[str], noise_fd: int) -> NoReturn:
-    """Run the command in the forked child and exit with its status."""
-    code = 1
+def run_app(argv: list[str]) -> int:
+    """Run the typer app on `argv` (the arguments after `eventlog`) in this process; its exit
+    status (a `SystemExit` from typer passes through). What `main` falls back to when the fast
+    commands (`eventlog_cli._fast`) leave a command line to the full one."""
     try:
-        # Python writes to the real stderr through a copy of it; fd 2 itself, where C code writes
-        # before aborting, goes to a file the parent shows only when the child exits normally.
-        sys.stderr.flush()
-        real = os.dup(2)
-        os.dup2(noise_fd, 2)
-        sys.stderr = open(real, 'w', encoding=sys.stderr.encoding, errors='backslashreplace', buffering=1)  # noqa: SIM115
-        if 'demo' not in argv:  # the demo may talk to a model over a socket: keep EPIPE an error there
-            signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `eventlog show | head` ends quietly
-        try:
-            app(argv, prog_name='eventlog')
-            code = 0
-        except SystemExit as exc:
-            code = _exit_code(exc.code)
-        except (KeyboardInterrupt, typer.Abort):
-            code = 130
-        except Exception:
-            # Not an error a user can cause (those are one line): a bug, reported with its traceback.
-            traceback.print_exc(file=sys.stderr)
-            code = 1
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                stream.flush()
-    finally:
-        os._exit(code)
-
-
-def _exit_code(code: object) -> int:
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code & 0xFF
-    sys.stderr.write(f'{code}\n')
-    return 1
-
-
-def _parent(pid: int, argv: list[str], engine_noise: IO[bytes]) -> NoReturn:
-    """Wait for the child, then exit as it did; explain a crash of the storage engine in one line."""
-    # The terminal sends Ctrl-C and Ctrl-\\ to the child too: it decides. Kills aimed at this
-    # process are passed on.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGQUIT, signal.SIG_IGN)
-    for forwarded in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(forwarded, lambda signum, _frame: os.kill(pid, signum))
-    _, status = os.waitpid(pid, 0)
-    if os.WIFEXITED(status):
-        _relay(engine_noise)
-        sys.exit(os.WEXITSTATUS(status))
-    number = os.WTERMSIG(status)
-    if number in _CRASH_SIGNALS:
-        name = signal.Signals(number).name
-        advice = 'restore it from an export or a backup' if argv[:1] == ['verify'] else "run 'eventlog verify'"
-        sys.stderr.write(
-            f'eventlog: the store at {_store_of(argv)} is damaged: reading it crashed the storage engine '
-            f'({name}); {advice}\n'
-        )
-        sys.exit(EXIT_STORE_CRASHED)
-    if number == signal.SIGINT:
-        sys.exit(130)
-    # SIGPIPE, SIGTERM, SIGKILL, ...: end the same way, as the shell expects.
-    sys.stdout.flush()
-    signal.signal(number, signal.SIG_DFL)
-    os.kill(os.getpid(), number)
-    sys.exit(128 + number)  # pragma: no cover - the signal ended the process
-
-
-def _relay(engine_noise: IO[bytes]) -> None:
-    """Pass on whatever C code wrote to stderr in a child that exited normally."""
-    with contextlib.suppress(OSError):
-        engine_noise.seek(0)
-        data = engine_noise.read()
-        if data:
-            sys.stderr.flush()
-            sys.stderr.buffer.write(data)
-            sys.stderr.flush()
-
-
-def _store_of(argv: list[str]) -> str:
-    """The store a command line names (as `--store`/`-s`, `$EVENTLOG_STORE` or the default)."""
-    for position, arg in enumerate(argv):
-        if arg in ('--store', '-s') and position + 1 < len(argv):
-            return argv[position + 1]
-        if arg.startswith('--store='):
-            return arg.removeprefix('--store=')
-        if arg.startswith('-s') and len(arg) > 2 and not arg.startswith('--'):
-            return arg[2:]
-    if argv[:1] == ['demo']:
-        return str(DEMO_STORE)
-    return os.environ.get('EVENTLOG_STORE') or str(DEFAULT_STORE)
+        app(argv, prog_name='eventlog')
+    except typer.Abort:
+        return 130
+    return 0
 
 
 if __name__ == '__main__':

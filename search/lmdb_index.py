@@ -32,7 +32,6 @@ A document id is `start seq of its run << 32 | position`, so ids sort in corpus 
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import struct
 import threading
@@ -45,6 +44,7 @@ import msgspec
 
 from eventlog import Entry, EventLogBase, LmdbEventLog, ReplayHistorySource, RunRecord, decode_messages
 from eventlog._keys import ck, key_seq, seq_key
+from eventlog._threads import to_thread
 from eventlog.errors import CorruptStoreError, EventLogError, InvalidArgumentError
 from eventlog.lmdb_log import register_compaction_hook
 from eventlog.projection import LogReader, ProjectionRecords, ProjectionSpec, ProjectionStore, ProjectionWriter
@@ -590,7 +590,7 @@ class LmdbIndex:
         stats, behind = self._read_scope(key)
         if behind > 0:
             if behind > _THREAD_BACKLOG:
-                await asyncio.to_thread(self.catch_up)
+                await to_thread(self.catch_up)
             else:
                 self.catch_up()
             stats, _ = self._read_scope(key)

@@ -15,9 +15,10 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from clitools import Store, shared
+from clitools import Store, build_store, shared
 
 import capability
+import eventlog
 import search
 
 __all__ = ['shared']
@@ -119,7 +120,7 @@ def test_importing_the_packages_does_not_import_pydantic_ai() -> None:
     assert [name for name in HEAVY if name in loaded] == []
 
 
-@pytest.mark.parametrize('package', [search, capability], ids=lambda p: p.__name__)
+@pytest.mark.parametrize('package', [eventlog, search, capability], ids=lambda p: p.__name__)
 def test_every_public_name_still_resolves(package: ModuleType) -> None:
     """The lazily resolved names are the submodules' own objects, and `dir` lists them all."""
     names: list[str] = package.__all__
@@ -144,3 +145,56 @@ def test_the_library_packages_do_not_import_the_command_line() -> None:
     done = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True, timeout=120)
     loaded = eval(done.stdout)  # a printed list of module names
     assert [name for name in ('eventlog_cli', 'typer') if name in loaded] == []
+
+
+@pytest.fixture(scope='module')
+def unindexed(tmp_path_factory: pytest.TempPathFactory) -> Store:
+    """A store no search has built an index in."""
+    return build_store(tmp_path_factory.mktemp('unindexed') / 'store.lmdb')
+
+
+FAST_COMMAND = textwrap.dedent(
+    """
+    import json, sys
+    from eventlog_cli._fast import run
+    status = run(sys.argv[2:])
+    loaded = sorted({name.split('.')[0] for name in sys.modules})
+    with open(sys.argv[1], 'w') as out:
+        json.dump({'status': status, 'modules': loaded}, out)
+    """
+)
+
+
+@pytest.mark.parametrize(
+    'command',
+    [
+        ['--help'],
+        ['conversations'],
+        ['conversations', '--json'],
+        ['info', 'alpha'],
+        ['stats'],
+        ['verify'],
+        ['tail', '--lines', '40'],
+        ['tail', '--json'],
+    ],
+    ids=' '.join,
+)
+def test_the_console_scripts_fast_commands_load_no_typer_rich_or_asyncio(
+    unindexed: Store, tmp_path: Path, command: list[str]
+) -> None:
+    """What the console script runs first (`eventlog_cli._fast`) answers these alone, with none
+    of the command line's heavy start-up: typer, click, Rich, asyncio, pydantic(-ai), numpy.
+
+    (On a store whose search index is built, `verify` checks the index by deriving it again
+    from the messages, which decodes them with pydantic-ai: that is the check, not start-up.)"""
+    args = command if command == ['--help'] else [*command, '--store', str(unindexed.path)]
+    report = tmp_path / 'report.json'
+    env = {k: v for k, v in os.environ.items() if k not in ('EVENTLOG_STORE', 'COLUMNS', 'FORCE_COLOR')}
+    done = subprocess.run(
+        [sys.executable, '-c', FAST_COMMAND, str(report), *args], capture_output=True, text=True, env=env, timeout=120
+    )
+    data = json.loads(report.read_text())
+    assert data['status'] == 0, done.stderr
+    assert done.stdout.strip()
+    slow = ('typer', 'click', 'rich', 'asyncio', 'pydantic', 'pydantic_ai', 'numpy')
+    assert [name for name in slow if name in data['modules']] == []

@@ -1,0 +1,302 @@
+"""Stored data as plain text and JSON, the same for every view: safe-to-print strings, sizes and
+times, an entry's one-line headline, records and entries as JSON-ready data.
+
+Nothing here imports Rich (or pydantic-ai, but inside the functions that decode a message), so
+the fast commands (`eventlog_cli._fast`) print exactly what the full command line prints.
+`eventlog_cli._render` re-exports every name.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from eventlog.entries import (
+    CompactionInfo,
+    ConversationRecord,
+    Entry,
+    ForkInfo,
+    Kind,
+    RunFinishedInfo,
+    RunRecord,
+    RunStartedInfo,
+    TitleInfo,
+    ToolEffectInfo,
+    decode_messages,
+)
+from eventlog.errors import CorruptEntryError
+
+if TYPE_CHECKING:
+    from pydantic_ai.messages import ModelMessage
+
+__all__ = [
+    'HEADLINES',
+    'clean',
+    'clip',
+    'compaction_info',
+    'compaction_summary_text',
+    'conversation_json',
+    'entry_headline',
+    'entry_json',
+    'json_text',
+    'message_lines',
+    'message_role',
+    'print_json',
+    'run_json',
+    'seq_list',
+    'size',
+    'timestamp',
+    'to_builtins',
+    'tokens',
+]
+
+
+_UNSAFE = re.compile('[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]')
+"""What a terminal could act on or that reorders text: C0 controls but tab, DEL, C1 controls, bidi
+marks and controls, and lone surrogates (which no terminal encoding can write)."""
+
+
+_UNSAFE_LINE = re.compile('[\t\n]|' + _UNSAFE.pattern)
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f'\\x{code:02x}' if code < 0x100 else f'\\u{code:04x}'
+
+
+def clean(value: object, *, multiline: bool = False) -> str:
+    """Stored text made safe to print on a terminal: each control character (C0, DEL, C1), bidi
+    control and lone surrogate replaced by its visible escape (`\\x1b`, `\\u202e`).
+
+    Only a `multiline` body keeps its newlines and tabs; in a one-line field (an id, a title, a
+    tool name) they are escaped too. Every human-readable view passes stored strings through here.
+    """
+    text = value if isinstance(value, str) else str(value)
+    return (_UNSAFE if multiline else _UNSAFE_LINE).sub(_escape, text)
+
+
+def json_text(data: object) -> str:
+    """`data` as indented JSON, with its final newline: what `print_json` prints."""
+    return json.dumps(data, ensure_ascii=False, indent=2) + '\n'
+
+
+def print_json(data: object) -> None:
+    """Print `data` as indented JSON on stdout."""
+    sys.stdout.write(json_text(data))
+
+
+def timestamp(value: datetime | None) -> str:
+    """A timestamp to the second, in UTC, or an empty string."""
+    return '' if value is None else value.strftime('%Y-%m-%d %H:%M:%S')
+
+
+def size(count: int) -> str:
+    """A byte count, readable."""
+    value = float(count)
+    for unit in ('B', 'KB', 'MB', 'GB', 'TB'):
+        if value < 1024 or unit == 'TB':
+            return f'{count} B' if unit == 'B' else f'{value:.1f} {unit}'
+        value /= 1024
+    return f'{count} B'  # pragma: no cover
+
+
+def tokens(usage: dict[str, int]) -> str:
+    """Input/output token counts of a usage mapping, or an empty string."""
+    if not usage:
+        return ''
+    return f'{usage.get("input_tokens", 0)}/{usage.get("output_tokens", 0)}'
+
+
+def run_json(run: RunRecord) -> dict[str, Any]:
+    """A run record as JSON-ready data."""
+    return msgspec.to_builtins(run)
+
+
+def conversation_json(conversation: ConversationRecord) -> dict[str, Any]:
+    """A conversation record as JSON-ready data (its internal chain head left out)."""
+    data: dict[str, Any] = msgspec.to_builtins(conversation)
+    data.pop('head_hash', None)
+    return data
+
+
+def _payload_json(entry: Entry) -> Any:
+    """An entry's payload as JSON data (`None` when empty); `CorruptEntryError` when damaged."""
+    if not entry.payload:
+        return None
+    try:
+        return json.loads(entry.payload)
+    except ValueError:
+        raise CorruptEntryError(f'entry {entry.seq} holds a payload that is not JSON; run verify') from None
+
+
+def entry_json(entry: Entry) -> dict[str, Any]:
+    """An entry as JSON-ready data: its payload decoded (every payload is JSON or empty), its hash in hex."""
+    return {
+        'seq': entry.seq,
+        'conversation_id': entry.conversation_id,
+        'run_id': entry.run_id,
+        'kind': entry.kind,
+        'timestamp': entry.timestamp.isoformat(),
+        'parent': entry.parent,
+        'idempotency_key': entry.idempotency_key,
+        'inherited': entry.inherited,
+        'payload': _payload_json(entry),
+        'hash': entry.hash.hex(),
+    }
+
+
+def message_role(message: ModelMessage) -> str:
+    """`request` or `response`."""
+    from pydantic_ai.messages import ModelResponse
+
+    return 'response' if isinstance(message, ModelResponse) else 'request'
+
+
+def message_lines(entry: Entry) -> tuple[str, list[str]]:
+    """A message entry's role (`request` or `response`) and its lines (`'User: hi'`).
+
+    Read from the stored JSON where `search.wire_text` can (no pydantic-ai import), else decoded.
+    """
+    from search.wire_text import wire_lines
+
+    fast = wire_lines(entry.payload)
+    if fast is not None:
+        role, lines = fast
+        return role, [label + text for label, text in lines]
+    from search.render import message_segments
+
+    message = entry.message()
+    return message_role(message), [segment.full() for segment in message_segments(message)]
+
+
+def clip(text: str, limit: int) -> str:
+    """`text` on one line (runs of whitespace made one space), cut to `limit` characters with `…`."""
+    flat = ' '.join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + '…'
+
+
+def compaction_info(entry: Entry) -> CompactionInfo:
+    """The payload of a `compaction` entry."""
+    return msgspec.json.decode(entry.payload, type=CompactionInfo)
+
+
+def compaction_summary_text(info: CompactionInfo) -> str:
+    """A compaction's summary messages as plain text (not yet `clean`)."""
+    from search.wire_text import wire_lines
+
+    texts: list[str] = []
+    for raw in info.summary:
+        fast = wire_lines(bytes(raw))
+        if fast is not None:
+            texts.extend(text for _, text in fast[1])
+            continue
+        from search.render import message_segments
+
+        try:
+            message = _decode_message(bytes(raw))
+        except Exception:
+            texts.append('(unreadable summary)')
+            continue
+        texts.extend(segment.text for segment in message_segments(message))
+    return '\n'.join(texts)
+
+
+def _decode_message(payload: bytes) -> ModelMessage:
+    return decode_messages([payload])[0]
+
+
+def entry_headline(entry: Entry, *, limit: int = 100) -> str:
+    """What one entry says, on one line, safe to print (`clean`)."""
+    return clean(_headline(entry, limit))
+
+
+def _headline(entry: Entry, limit: int) -> str:
+    try:
+        return HEADLINES[entry.kind](entry, limit)
+    except (msgspec.DecodeError, ValueError):
+        return f'(undecodable {entry.kind} payload, {len(entry.payload)} bytes)'
+
+
+def _message_headline(entry: Entry, limit: int) -> str:
+    role, lines = message_lines(entry)
+    text = clip(' | '.join(lines), limit) if lines else '(no text)'
+    inherited = ' (inherited)' if entry.inherited else ''
+    return f'{role}{inherited}: {text}'
+
+
+def _run_started_headline(entry: Entry, limit: int) -> str:
+    started = msgspec.json.decode(entry.payload, type=RunStartedInfo)
+    parts = [f'agent {started.agent_name}' if started.agent_name else 'run started']
+    if entry.parent is not None:
+        parts.append(f'continues from #{entry.parent}')
+    if started.parent_run_id:
+        parts.append(f'inside run {started.parent_run_id}')
+    parts.extend(f'{key}={value}' for key, value in started.metadata.items())
+    return ', '.join(parts)
+
+
+def _run_finished_headline(entry: Entry, limit: int) -> str:
+    finished = msgspec.json.decode(entry.payload, type=RunFinishedInfo)
+    parts = [finished.status]
+    if finished.usage:
+        requests = finished.usage.get('requests', 0)
+        plural = 'request' if requests == 1 else 'requests'
+        parts.append(f'tokens in/out {tokens(finished.usage)}, {requests} {plural}')
+    if finished.error:
+        parts.append(clip(finished.error, limit))
+    return ', '.join(parts)
+
+
+def _tool_effect_headline(entry: Entry, limit: int) -> str:
+    effect = msgspec.json.decode(entry.payload, type=ToolEffectInfo)
+    error = f': {clip(effect.error, limit)}' if effect.error else ''
+    return f'{effect.tool_name} {effect.status} (call {effect.tool_call_id}){error}'
+
+
+def _compaction_headline(entry: Entry, limit: int) -> str:
+    info = compaction_info(entry)
+    return f'summary replaces {seq_list(info.replaced)}: {clip(compaction_summary_text(info), limit)}'
+
+
+def _title_headline(entry: Entry, limit: int) -> str:
+    return repr(msgspec.json.decode(entry.payload, type=TitleInfo).title)
+
+
+def _forked_from_headline(entry: Entry, limit: int) -> str:
+    fork = msgspec.json.decode(entry.payload, type=ForkInfo)
+    return f'forked from {fork.conversation_id} at #{fork.seq}'
+
+
+HEADLINES: dict[Kind, Callable[[Entry, int], str]] = {
+    'message': _message_headline,
+    'run_started': _run_started_headline,
+    'run_finished': _run_finished_headline,
+    'tool_effect': _tool_effect_headline,
+    'compaction': _compaction_headline,
+    'title': _title_headline,
+    'forked_from': _forked_from_headline,
+    'archived': lambda _entry, _limit: 'hidden from listings',
+    'unarchived': lambda _entry, _limit: 'listed again',
+    'deleted': lambda _entry, _limit: 'entries removed; this tombstone remains',
+}
+"""One line per kind of entry, for `tail` and `replay`."""
+
+
+def seq_list(seqs: Sequence[int]) -> str:
+    """Entry numbers, shortened to a range when there are many."""
+    if not seqs:
+        return 'nothing'
+    if len(seqs) <= 4:
+        return ', '.join(f'#{s}' for s in seqs)
+    return f'{len(seqs)} entries (#{seqs[0]}…#{seqs[-1]})'
+
+
+def to_builtins(value: object) -> Any:
+    """A msgspec struct (a report, a record) as JSON-ready data."""
+    return msgspec.to_builtins(value)

@@ -1,0 +1,168 @@
+"""The `eventlog` console script: a crash guard around the command, which the fast commands
+(`eventlog_cli._fast`) answer when they can and the full command line (`eventlog_cli.cli`)
+otherwise. It imports neither before the fork, so a fast command never loads typer or Rich.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import traceback
+from pathlib import Path
+from typing import IO, NoReturn
+
+__all__ = ['DEFAULT_STORE', 'DEMO_STORE', 'EXIT_STORE_CRASHED', 'main']
+
+DEFAULT_STORE = Path('eventlog.lmdb')
+"""The store used when neither `--store` nor `$EVENTLOG_STORE` names one."""
+
+DEMO_STORE = Path('eventlog-demo.lmdb')
+"""Where `eventlog demo` writes unless told otherwise."""
+
+EXIT_STORE_CRASHED = 3
+"""Exit status when reading the store crashed the storage engine (a damaged file): see `main`."""
+
+_CRASH_SIGNALS = frozenset({signal.SIGBUS, signal.SIGSEGV, signal.SIGABRT, signal.SIGILL, signal.SIGFPE})
+"""Signals a damaged store can raise inside LMDB (a map past the file's end, a bad page, an assertion)."""
+
+
+def main() -> None:
+    """The `eventlog` console script: the command runs in a forked child, so that a damaged store
+    crashing the storage engine (SIGBUS, SIGSEGV, SIGABRT, ...) ends in one line on stderr and exit
+    status `EXIT_STORE_CRASHED` instead of a dead process. Ctrl-C exits quietly with 130; a closed
+    pipe or a kill signal ends the command as it would end any other (the same signal)."""
+    argv = sys.argv[1:]
+    if not hasattr(os, 'fork'):  # pragma: no cover - POSIX only
+        sys.exit(_command(argv))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    with _anonymous_file() as engine_noise:  # the child's C-level stderr (LMDB's assertion message)
+        pid = os.fork()
+        if pid == 0:
+            _child(argv, engine_noise.fileno())
+        _parent(pid, argv, engine_noise)
+
+
+def _anonymous_file() -> IO[bytes]:
+    """A file with no name, read and written in binary (in memory where the system allows)."""
+    if hasattr(os, 'memfd_create'):
+        return open(os.memfd_create('eventlog-stderr', os.MFD_CLOEXEC), 'w+b')
+    import tempfile  # pragma: no cover - systems without memfd_create
+
+    return tempfile.TemporaryFile()  # pragma: no cover
+
+
+def _child(argv: list[str], noise_fd: int) -> NoReturn:
+    """Run the command in the forked child and exit with its status."""
+    code = 1
+    try:
+        # Python writes to the real stderr through a copy of it; fd 2 itself, where C code writes
+        # before aborting, goes to a file the parent shows only when the child exits normally.
+        sys.stderr.flush()
+        real = os.dup(2)
+        os.dup2(noise_fd, 2)
+        sys.stderr = open(real, 'w', encoding=sys.stderr.encoding, errors='backslashreplace', buffering=1)  # noqa: SIM115
+        if 'demo' not in argv:  # the demo may talk to a model over a socket: keep EPIPE an error there
+            signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `eventlog show | head` ends quietly
+        try:
+            code = _command(argv)
+        except SystemExit as exc:
+            code = _exit_code(exc.code)
+        except KeyboardInterrupt:
+            code = 130
+        except Exception:
+            # Not an error a user can cause (those are one line): a bug, reported with its traceback.
+            traceback.print_exc(file=sys.stderr)
+            code = 1
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+    finally:
+        os._exit(code)
+
+
+def _command(argv: list[str]) -> int:
+    """Run `eventlog ARGV` in this process: by the fast commands when they answer it, else by
+    the full command line. Its exit status.
+
+    A program that has loaded the full command line (`eventlog_cli.cli`) already paid for its
+    start: it gets the full command line throughout."""
+    if 'eventlog_cli.cli' not in sys.modules:
+        from eventlog_cli._fast import run
+
+        code = run(argv)
+        if code is not None:
+            return code
+    from eventlog_cli.cli import run_app
+
+    return run_app(argv)
+
+
+def _exit_code(code: object) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    sys.stderr.write(f'{code}\n')
+    return 1
+
+
+def _parent(pid: int, argv: list[str], engine_noise: IO[bytes]) -> NoReturn:
+    """Wait for the child, then exit as it did; explain a crash of the storage engine in one line."""
+    # The terminal sends Ctrl-C and Ctrl-\\ to the child too: it decides. Kills aimed at this
+    # process are passed on.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGQUIT, signal.SIG_IGN)
+    for forwarded in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(forwarded, lambda signum, _frame: os.kill(pid, signum))
+    _, status = os.waitpid(pid, 0)
+    if os.WIFEXITED(status):
+        _relay(engine_noise)
+        sys.exit(os.WEXITSTATUS(status))
+    number = os.WTERMSIG(status)
+    if number in _CRASH_SIGNALS:
+        name = signal.Signals(number).name
+        advice = 'restore it from an export or a backup' if argv[:1] == ['verify'] else "run 'eventlog verify'"
+        sys.stderr.write(
+            f'eventlog: the store at {_store_of(argv)} is damaged: reading it crashed the storage engine '
+            f'({name}); {advice}\n'
+        )
+        sys.exit(EXIT_STORE_CRASHED)
+    if number == signal.SIGINT:
+        sys.exit(130)
+    # SIGPIPE, SIGTERM, SIGKILL, ...: end the same way, as the shell expects.
+    sys.stdout.flush()
+    signal.signal(number, signal.SIG_DFL)
+    os.kill(os.getpid(), number)
+    sys.exit(128 + number)  # pragma: no cover - the signal ended the process
+
+
+def _relay(engine_noise: IO[bytes]) -> None:
+    """Pass on whatever C code wrote to stderr in a child that exited normally."""
+    with contextlib.suppress(OSError):
+        engine_noise.seek(0)
+        data = engine_noise.read()
+        if data:
+            sys.stderr.flush()
+            sys.stderr.buffer.write(data)
+            sys.stderr.flush()
+
+
+def _store_of(argv: list[str]) -> str:
+    """The store a command line names (as `--store`/`-s`, `$EVENTLOG_STORE` or the default)."""
+    for position, arg in enumerate(argv):
+        if arg in ('--store', '-s') and position + 1 < len(argv):
+            return argv[position + 1]
+        if arg.startswith('--store='):
+            return arg.removeprefix('--store=')
+        if arg.startswith('-s') and len(arg) > 2 and not arg.startswith('--'):
+            return arg[2:]
+    if argv[:1] == ['demo']:
+        return str(DEMO_STORE)
+    return os.environ.get('EVENTLOG_STORE') or str(DEFAULT_STORE)
+
+
+if __name__ == '__main__':
+    main()
