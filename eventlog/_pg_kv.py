@@ -4,9 +4,11 @@ Every logical table of the log is a PostgreSQL table `(k bytea primary key, v by
 projection's records share one table keyed by `(projection, tbl, k)`. `bytea` compares
 bytewise, as LMDB compares keys, so ranges and order are the same on both backends.
 
-A write transaction buffers its puts and deletes and sends them in one pipelined batch when
-it reads a range or commits; a point read of a key it wrote answers from the buffer. Range
-scans fetch pages by key (keyset paging), so an early `break` reads little.
+A write transaction buffers its puts and deletes and sends them all in one statement (one
+round trip) when it reads a range or commits; a point read of a key it wrote answers from the
+buffer, and a key read ahead with `fetch_sql` (in the round trip that begins the transaction)
+answers from what was fetched. Range scans fetch pages by key (keyset paging), so an early
+`break` reads little.
 """
 
 from __future__ import annotations
