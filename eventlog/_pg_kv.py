@@ -237,7 +237,8 @@ def fetch_sql(reads: Sequence[tuple[PgRelation, bytes]]) -> bytes:
     for number, (rel, key) in enumerate(reads):
         if rel.fixed:
             raise ValueError('fetch_sql reads log tables only')
-        parts.append(f"SELECT {number}, v FROM {rel.table} WHERE k = '\\x{key.hex()}'::bytea")
+        # decode(..., 'hex') reads the same whatever the server's standard_conforming_strings is.
+        parts.append(f"SELECT {number}, v FROM {rel.table} WHERE k = decode('{key.hex()}', 'hex')")
     return ' UNION ALL '.join(parts).encode()
 
 
