@@ -24,13 +24,14 @@ Order and concurrency (docs/postgres.md):
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import threading
 import zlib
 from collections.abc import Callable, Generator, Sequence
 from contextlib import contextmanager, suppress
 from contextvars import ContextVar
-from typing import Any, ClassVar, Final, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeVar
 
 import psycopg
 import psycopg.errors
@@ -52,6 +53,9 @@ from eventlog.errors import (
 )
 from eventlog.log import EventLogBase
 from eventlog.projection import LogReader, ProjectionRecords, ProjectionSpec, ProjectionWriter
+
+if TYPE_CHECKING:
+    from eventlog.local_projections import LocalProjections
 
 __all__ = ['SCHEMA_VERSION', 'PostgresEventLog', 'redact_dsn']
 
@@ -80,11 +84,23 @@ class PostgresEventLog(EventLogBase):
         create: Create the schema and tables when absent (the default); with `False`, a
             missing schema raises `StoreLocationError`.
         pool_size: Most connections this handle keeps open at once.
+        projections_dir: Keep projections (the search index) in this local LMDB directory,
+            following the log by position, instead of in the database's tables: searches then
+            read the index from local memory and ask the database only for the log's last
+            `seq` and the messages they show (`LocalProjections`, docs/postgres.md).
     """
 
     persistent: ClassVar[bool] = True
 
-    def __init__(self, dsn: str, *, schema: str = 'eventlog', create: bool = True, pool_size: int = 4) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        schema: str = 'eventlog',
+        create: bool = True,
+        pool_size: int = 4,
+        projections_dir: str | os.PathLike[str] | None = None,
+    ) -> None:
         if not isinstance(dsn, str) or not dsn.strip():  # pyright: ignore[reportUnnecessaryIsInstance]
             raise InvalidArgumentError('PostgresEventLog needs a connection string, e.g. postgresql://user@host/db')
         if not isinstance(schema, str) or not _SCHEMA_NAME.fullmatch(schema):  # pyright: ignore[reportUnnecessaryIsInstance]
@@ -126,6 +142,15 @@ class PostgresEventLog(EventLogBase):
         self._pool.open(wait=False)
         self._pool_lock = threading.Lock()
         self._closed = False
+        self._local: LocalProjections | None = None
+        if projections_dir is not None:
+            from eventlog.local_projections import LocalProjections
+
+            try:
+                self._local = LocalProjections(self, projections_dir)
+            except BaseException:
+                self._pool.close()
+                raise
 
     # -- opening --------------------------------------------------------------------------------
 
@@ -251,6 +276,24 @@ class PostgresEventLog(EventLogBase):
     def _read_sync(self, fn: Callable[[ReadTxn], T]) -> T:
         return self._run(lambda cur: fn(PgReadTxn(cur, self._relations)), begin=_BEGIN_READ, lock=None)
 
+    @contextmanager
+    def snapshot(self, *, consistent: bool = True) -> Generator[ReadTxn]:
+        """A read transaction held open for the `with` block: one consistent snapshot of the log
+        (for a projection kept elsewhere that reads the log as it goes; see `LocalProjections`).
+
+        With `consistent=False` each read is a statement of its own (no BEGIN, one round trip
+        less per use): for readers of entries, which never change once written, and of the last `seq`.
+        """
+        with self._connection() as conn, conn.cursor(binary=True) as cur:
+            if consistent:
+                cur.execute(_BEGIN_READ)
+            try:
+                yield PgReadTxn(cur, self._relations)
+            finally:
+                if consistent and not conn.broken:
+                    with suppress(psycopg.Error):
+                        cur.execute(b'ROLLBACK')
+
     def _write_sync(self, fn: Callable[[WriteTxn], T]) -> T:
         # The records an append reads first (the last seq, its runs and conversations) are read
         # in the round trip that begins the transaction and takes the lock.
@@ -293,6 +336,8 @@ class PostgresEventLog(EventLogBase):
 
     def read_projection(self, spec: ProjectionSpec, fn: Callable[[ProjectionRecords, LogReader], T]) -> T:
         """Run `fn` with the projection's records and the log in one snapshot (see `eventlog.projection`)."""
+        if self._local is not None:
+            return self._local.read_projection(spec, fn)
         self._register(spec)
         relations = self._projection_relation(spec)
 
@@ -305,6 +350,8 @@ class PostgresEventLog(EventLogBase):
     def write_projection(self, spec: ProjectionSpec, fn: Callable[[ProjectionWriter, LogReader], T]) -> T:
         """Run `fn` in one transaction holding the projections' writer lock: its writes and
         position commit together, and two processes catching a projection up take turns."""
+        if self._local is not None:
+            return self._local.write_projection(spec, fn)
         self._register(spec)
         relations = self._projection_relation(spec)
 
@@ -319,6 +366,8 @@ class PostgresEventLog(EventLogBase):
 
     def has_projection(self, name: str) -> bool:
         """Whether the projection called `name` was ever opened in this store; asking creates nothing."""
+        if self._local is not None:
+            return self._local.has_projection(name)
 
         def run(cur: psycopg.Cursor[Any]) -> bool:
             cur.execute(f'SELECT 1 FROM {self._projection_tables[1]} WHERE projection = %s'.encode(), (name,))
@@ -375,6 +424,8 @@ class PostgresEventLog(EventLogBase):
         if self._closed:
             return
         self._closed = True
+        if self._local is not None:
+            self._local.close()
         self._pool.close()
 
     def __repr__(self) -> str:

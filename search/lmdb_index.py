@@ -720,6 +720,16 @@ class _LmdbCorpus:
         from search.bm25 import average_length, score_unranked
 
         names: dict[int, str] = {}
+        cache = self._ix.decoded
+
+        def run_at(reader: LogReader, start: int) -> str:
+            name = cache.run_name(start)
+            if name is None:
+                name = reader.run_at(start)
+                if name is None:
+                    return '?'
+                cache.put_run_name(start, name)
+            return name
 
         def read(records: ProjectionRecords, reader: LogReader) -> RankedHits:
             postings = self._postings(records, terms)
@@ -732,7 +742,7 @@ class _LmdbCorpus:
             for doc_id in hits.leading_ids(_PREFETCH_HITS).tolist():
                 start = doc_id >> 32
                 if start not in names:
-                    name = names[start] = reader.run_at(start) or '?'
+                    name = names[start] = run_at(reader, start)
                     self._read_span(records, name)
             return hits
 
@@ -740,7 +750,7 @@ class _LmdbCorpus:
             start = doc_id >> 32
             name = names.get(start)
             if name is None:
-                name = self._ix.log.read_projection(INDEX_PROJECTION, lambda _, reader: reader.run_at(start)) or '?'
+                name = self._ix.log.read_projection(INDEX_PROJECTION, lambda _, reader: run_at(reader, start))
                 names[start] = name
             return name, doc_id & 0xFFFFFFFF
 
@@ -864,6 +874,18 @@ class _DecodedCache:
         self._size = size
         self._items: OrderedDict[int, ModelMessage] = OrderedDict()
         self._lock = threading.Lock()
+        self._run_names: dict[int, str] = {}
+
+    def run_name(self, start: int) -> str | None:
+        """The id of the run whose first entry is `start`, if remembered (a run's start never changes)."""
+        return self._run_names.get(start)
+
+    def put_run_name(self, start: int, name: str) -> None:
+        """Remember the run starting at `start` (saves a read of the log per hit on a remote store)."""
+        with self._lock:
+            if len(self._run_names) >= self._size:
+                self._run_names.clear()
+            self._run_names[start] = name
 
     def __contains__(self, seq: int) -> bool:
         return seq in self._items
@@ -884,3 +906,4 @@ class _DecodedCache:
     def clear(self) -> None:
         with self._lock:
             self._items.clear()
+            self._run_names.clear()

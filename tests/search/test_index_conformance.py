@@ -1,4 +1,5 @@
-"""One conformance suite for the search index, run on the in-memory and the LMDB backend.
+"""One conformance suite for the search index, run on the in-memory, LMDB and PostgreSQL backends,
+and on PostgreSQL with the index kept in a local LMDB directory (`LocalProjections`).
 
 The index (`search.lmdb_index.LmdbIndex`) stands on the storage protocol's projection API,
 so the same code runs on both backends. On each: catching up step by step gives exactly
@@ -20,6 +21,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from conftest import make_log, postgres_dsn, schema_for
+from pgserver import drop_schema
 from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
 
 from eventlog import (
@@ -32,6 +35,7 @@ from eventlog import (
     run_started_entry,
 )
 from eventlog.log import EventLogBase
+from eventlog.postgres_log import PostgresEventLog
 from search import SearchEngine, SearchOptions
 from search.lmdb_index import INDEX_PROJECTION, LmdbIndex
 from search.memory_index import HistorySourceBackend
@@ -50,16 +54,27 @@ def dump(log: EventLogBase) -> IndexDump:
 
 
 def make(backend: str, path: Path) -> EventLogBase:
-    return InMemoryEventLog() if backend == 'memory' else LmdbEventLog(path, sync=False)
+    if backend == 'memory':
+        return InMemoryEventLog()
+    if backend == 'lmdb':
+        return LmdbEventLog(path, sync=False)
+    if backend == 'postgres':
+        return make_log('postgres', path)
+    # The index in a local LMDB directory that follows the PostgreSQL log (one machine's copy).
+    return PostgresEventLog(
+        postgres_dsn(), schema=schema_for(path / 'store.lmdb'), projections_dir=path / 'local-index'
+    )
 
 
-@pytest.fixture(params=['memory', 'lmdb'])
+@pytest.fixture(params=['memory', 'lmdb', 'postgres', 'postgres-local'])
 async def log(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[EventLogBase]:
     instance = make(request.param, tmp_path / 'store')
     try:
         yield instance
     finally:
         instance.close()
+        if request.param.startswith('postgres'):
+            drop_schema(postgres_dsn(), schema_for(tmp_path / 'store' / 'store.lmdb'))
 
 
 class History:

@@ -1,0 +1,128 @@
+"""`LocalProjections`: projections of a shared log kept in a local LMDB directory.
+
+A projection's records can live in the log's own store (the default: on PostgreSQL, tables
+every machine shares) or, with this class, in an LMDB directory on the machine that reads
+them, following the shared log by position. Each machine then keeps its own copy of, say, the
+search index: its reads are local memory-mapped reads instead of network round trips, and it
+still sees every append any machine committed, because it catches up to the log's last `seq`
+before answering (docs/postgres.md).
+
+The position is stored with the records in the local store, in the same LMDB transaction, so a
+crash never leaves records the position does not account for; the directory can be deleted at
+any time and is rebuilt from the log.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, ExitStack
+from typing import TYPE_CHECKING, Protocol, TypeVar
+
+from eventlog._storage import ReadTxn, TableId
+from eventlog.entries import RunRecord
+from eventlog.lmdb_log import LmdbEventLog
+from eventlog.projection import LogReader, ProjectionRecords, ProjectionSpec, ProjectionWriter
+
+if TYPE_CHECKING:
+    from pydantic_ai.messages import ModelMessage
+
+__all__ = ['LocalProjections', 'SnapshotLog']
+
+T = TypeVar('T')
+
+
+class SnapshotLog(Protocol):
+    """A log that can hold a read snapshot open (`PostgresEventLog`), with a run's record and messages."""
+
+    def snapshot(self, *, consistent: bool = True) -> AbstractContextManager[ReadTxn]: ...
+
+    async def get_run(self, run_id: str) -> RunRecord | None: ...
+
+    async def run_messages(self, run_id: str) -> list[ModelMessage]: ...
+
+
+class _LazySnapshot:
+    """A `ReadTxn` over the log that takes a connection on its first read (many projection reads
+    need only their own records, and then cost no round trip to the log), each read a statement
+    of its own."""
+
+    def __init__(self, log: SnapshotLog, stack: ExitStack) -> None:
+        self._log = log
+        self._stack = stack
+        self._txn: ReadTxn | None = None
+
+    def _open(self) -> ReadTxn:
+        if self._txn is None:
+            # Searches read entries (which never change) and the last seq: no snapshot needed.
+            self._txn = self._stack.enter_context(self._log.snapshot(consistent=False))
+        return self._txn
+
+    def get(self, table: TableId, key: bytes) -> bytes | None:
+        return self._open().get(table, key)
+
+    def scan(
+        self, table: TableId, *, prefix: bytes = b'', start: bytes | None = None, reverse: bool = False
+    ) -> Iterator[tuple[bytes, bytes]]:
+        return self._open().scan(table, prefix=prefix, start=start, reverse=reverse)
+
+    def last(self, table: TableId, prefix: bytes = b'') -> tuple[bytes, bytes] | None:
+        return self._open().last(table, prefix)
+
+
+class LocalProjections:
+    """The projection API (`eventlog.projection.ProjectionStore`) of `log`, with the records in
+    the LMDB directory `path` (created if absent) and the log read from `log`.
+
+    Pass it wherever a log's projections are used, e.g. `LmdbIndex(LocalProjections(log, path))`
+    for a search index local to this machine. Close it when done (`close`, or `with`).
+    """
+
+    persistent = True
+
+    def __init__(self, log: SnapshotLog, path: str | os.PathLike[str]) -> None:
+        self.log = log
+        self._records = LmdbEventLog(path)
+
+    def read_projection(self, spec: ProjectionSpec, fn: Callable[[ProjectionRecords, LogReader], T]) -> T:
+        """Run `fn` with the local records (one LMDB read transaction) and a reader of the log that
+        connects only if `fn` reads the log; its reads are single statements, not one snapshot
+        (entries never change; a projection's reads that need a snapshot happen in `write_projection`)."""
+
+        def run(records: ProjectionRecords, _: LogReader) -> T:
+            with ExitStack() as stack:
+                return fn(records, LogReader(_LazySnapshot(self.log, stack)))
+
+        return self._records.read_projection(spec, run)
+
+    def write_projection(self, spec: ProjectionSpec, fn: Callable[[ProjectionWriter, LogReader], T]) -> T:
+        """Run `fn` in one local write transaction (records and position commit together) over one
+        snapshot of the log; writers in this directory take turns."""
+
+        def run(records: ProjectionWriter, _: LogReader) -> T:
+            with self.log.snapshot() as txn:
+                return fn(records, LogReader(txn))
+
+        return self._records.write_projection(spec, run)
+
+    def has_projection(self, name: str) -> bool:
+        """Whether the projection called `name` was ever opened in the local directory."""
+        return self._records.has_projection(name)
+
+    async def get_run(self, run_id: str) -> RunRecord | None:
+        """The run's record, from the log."""
+        return await self.log.get_run(run_id)
+
+    async def run_messages(self, run_id: str) -> list[ModelMessage]:
+        """The run's messages, from the log."""
+        return await self.log.run_messages(run_id)
+
+    def close(self) -> None:
+        """Close the local directory (the log stays open)."""
+        self._records.close()
+
+    def __enter__(self) -> LocalProjections:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
