@@ -21,6 +21,9 @@ import psycopg
 import pytest
 from clitools import DETAIL, Store, build_store
 from pgserver import fresh_schema
+from typer.testing import CliRunner
+
+from eventlog_cli.cli import app
 
 COMMAND = [sys.executable, '-m', 'eventlog_cli']
 
@@ -70,8 +73,11 @@ class Setup:
         return eventlog(*args, '--store', self.url, env=env, secret=self.password)
 
     def lm(self, *args: str | Path) -> Done:
-        """`eventlog ARGS --store LMDB-PATH`."""
-        return eventlog(*args, '--store', self.lmdb.path)
+        """`eventlog ARGS --store LMDB-PATH`, in this process (the reference the PostgreSQL runs are compared with)."""
+        result = CliRunner().invoke(
+            app, [*map(str, args), '--store', str(self.lmdb.path)], env={'COLUMNS': '200', 'EVENTLOG_STORE': None}
+        )
+        return Done(result.exit_code, result.stdout, result.stderr)
 
     def shown(self) -> str:
         """The store as the command line names it: the URL without its password, with its schema."""
