@@ -188,6 +188,9 @@ def test_the_views_of_a_postgres_store_match_the_lmdb_store_it_was_imported_from
     for key in ('conversations', 'runs', 'runs_by_status', 'entries', 'messages', 'compactions', 'last_seq'):
         assert data[key] == lmdb[key], key
     assert data['index']['analyzer'] is None
+    verify = setup.pg('verify')
+    assert verify.code == 0 and verify.out.startswith('ok: ')
+    assert verify.err.startswith('eventlog: note: the walk of the LMDB file') and verify.err.count('\n') == 1
     table = setup.pg('stats')
     assert table.out.splitlines()[0].split() == ['store', setup.shown()]
     # The same store from the environment, and named before the command.
