@@ -23,8 +23,8 @@ T = TypeVar('T')
 
 Runner = Callable[[Coroutine[Any, Any, Any]], Any]
 """`cli._run`: runs a command's coroutine, turning every error a user can cause into one line."""
-Opener = Callable[[Path], AbstractAsyncContextManager[EventLogBase]]
-"""`cli._open`: the store at a path, refusing one that does not exist."""
+Opener = Callable[[str], AbstractAsyncContextManager[EventLogBase]]
+"""`cli._open`: the store a path or PostgreSQL URL names, refusing one that does not exist."""
 
 
 def register(app: typer.Typer, *, run: Runner, open_store: Opener) -> None:
@@ -54,8 +54,11 @@ def register(app: typer.Typer, *, run: Runner, open_store: Opener) -> None:
             bool, typer.Option('--full', help='List every entry, not only those since the last checkpoint.')
         ] = False,
         store: Annotated[
-            Path, typer.Option('--store', '-s', envvar='EVENTLOG_STORE', help='The store directory.')
-        ] = Path('eventlog.lmdb'),
+            str,
+            typer.Option(
+                '--store', '-s', envvar='EVENTLOG_STORE', help='The store: a directory, or postgresql://...#schema.'
+            ),
+        ] = 'eventlog.lmdb',
     ) -> None:
         """Sign the head of every conversation; record the checkpoint in the store and write it to a file.
 
@@ -92,7 +95,7 @@ async def _keygen(output: Path, force: bool) -> None:
     )
 
 
-async def _checkpoint(open_store: Opener, store: Path, key: Path, output: Path, *, full: bool) -> None:
+async def _checkpoint(open_store: Opener, store: str, key: Path, output: Path, *, full: bool) -> None:
     from eventlog.checkpoint import Signer
 
     signer = Signer.from_file(key)  # a bad key is refused before the store is opened

@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from eventlog_cli._store import is_postgres
 from eventlog_cli.launch import DEFAULT_STORE
 
 __all__ = ['FastCommand', 'parse']
@@ -146,5 +147,8 @@ def parse(argv: list[str]) -> FastCommand | None:
     store = command.values.pop('store', store)
     if store == '':  # click reads an empty path as `.`: rare enough to leave to it
         return None
-    command.store = Path(store or os.environ.get('EVENTLOG_STORE') or DEFAULT_STORE)
+    store = store or os.environ.get('EVENTLOG_STORE') or str(DEFAULT_STORE)
+    if is_postgres(store):  # a PostgreSQL store: the full command line takes it
+        return None
+    command.store = Path(store)
     return command

@@ -8,12 +8,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from eventlog import LmdbEventLog
 from eventlog._threads import to_thread
 
 if TYPE_CHECKING:
     from search.analyzers import Analyzer
-    from search.lmdb_index import LmdbIndex
+    from search.lmdb_index import IndexedLog, LmdbIndex
 
 # The index modules (numpy, pydantic-ai) are imported on first use, keeping the CLI's start fast.
 
@@ -23,19 +22,19 @@ Progress = Callable[[int, int], None]
 """Called with (done, total) as a long operation advances."""
 
 
-def _existing_index(log: LmdbEventLog) -> LmdbIndex:
+def _existing_index(log: IndexedLog) -> LmdbIndex:
     """The index of `log` opened with the analyzer it was built with (`default` when none is built)."""
     from search.lmdb_index import LmdbIndex
 
     return LmdbIndex.open_existing(log)
 
 
-def index_analyzer(log: LmdbEventLog) -> str | None:
+def index_analyzer(log: IndexedLog) -> str | None:
     """The name of the analyzer the store's index was built with; `None` when none is built yet."""
     return _existing_index(log).state().analyzer
 
 
-def index_state(log: LmdbEventLog) -> dict[str, object]:
+def index_state(log: IndexedLog) -> dict[str, object]:
     """Where the persistent index of `log` stands, for `eventlog stats`."""
     state = _existing_index(log).state()
     return {
@@ -48,7 +47,7 @@ def index_state(log: LmdbEventLog) -> dict[str, object]:
     }
 
 
-async def rebuild_index(log: LmdbEventLog, analyzer: Analyzer, progress: Progress) -> dict[str, object]:
+async def rebuild_index(log: IndexedLog, analyzer: Analyzer, progress: Progress) -> dict[str, object]:
     """Drop the persistent index and build it again from the log with `analyzer`; return its new state."""
     index = _existing_index(log)
     entries = await to_thread(index.rebuild, analyzer, progress)

@@ -13,17 +13,17 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from eventlog_cli._ids import ShortIds, resolve_conversation, resolve_run
+from eventlog_cli._store import StoreLog, describe
 from eventlog_cli._text import clean, conversation_json, entry_headline, size, timestamp
 
 if TYPE_CHECKING:
     from eventlog.entries import ConversationRecord, Entry, RunRecord, VerifyReport
-    from eventlog.lmdb_log import LmdbEventLog
     from eventlog.log import EventLogBase
 
 __all__ = [
@@ -33,7 +33,6 @@ __all__ = [
     'CliError',
     'Row',
     'TailStart',
-    'check_store',
     'compact_json',
     'conversation_record',
     'conversation_row',
@@ -64,26 +63,12 @@ class CliError(Exception):
     """A mistake the user can fix; reported in one line, exit status 1."""
 
 
-def check_store(store: Path) -> None:
-    """Refuse a path that holds no store, so that reading never creates one by accident."""
-    if not store.exists():
-        raise CliError(f'no store at {store} (pass --store PATH or set EVENTLOG_STORE)')
-    if store.is_dir() and not (store / 'data.mdb').exists():
-        raise CliError(f'{store} is not an eventlog store (it holds no data.mdb)')
+def open_store(store: str | Path, *, create: bool = False) -> AbstractAsyncContextManager[StoreLog]:
+    """The store `store` names (a directory, or a PostgreSQL URL: `eventlog_cli._store`); unless
+    `create`, refuse one that does not exist yet (`no store at ...`)."""
+    from eventlog_cli._store import open_store as open_location
 
-
-@asynccontextmanager
-async def open_store(store: Path, *, create: bool = False) -> AsyncGenerator[LmdbEventLog]:
-    """The store at `store`; unless `create`, refuse a path that holds no store yet."""
-    from eventlog.lmdb_log import LmdbEventLog
-
-    if not create:
-        check_store(store)
-    log = LmdbEventLog(store)
-    try:
-        yield log
-    finally:
-        log.close()
+    return open_location(store, create=create)
 
 
 async def conversation_record(log: EventLogBase, conversation_id: str) -> ConversationRecord:
@@ -222,7 +207,7 @@ def info_rows(record: ConversationRecord, runs: list[RunRecord]) -> list[Row]:
 # --- stats ------------------------------------------------------------------------------------
 
 
-async def read_stats(log: LmdbEventLog, store: Path) -> dict[str, Any]:
+async def read_stats(log: StoreLog, store: str | Path) -> dict[str, Any]:
     """`stats --json`: the store's totals and the state of its search index."""
     from eventlog_cli._index import index_state
 
@@ -230,7 +215,7 @@ async def read_stats(log: LmdbEventLog, store: Path) -> dict[str, Any]:
     all_runs = await log.list_runs()
     last_seq = await log.last_seq()
     return {
-        'store': str(store),
+        'store': describe(store),
         'conversations': len(records),
         'archived': sum(1 for c in records if c.archived),
         'runs': len(all_runs),
@@ -270,7 +255,7 @@ def stats_rows(data: dict[str, Any]) -> list[Row]:
 
 
 async def read_verify(
-    log: LmdbEventLog, checkpoints: Sequence[Path] | None = None, public_key: Path | None = None
+    log: StoreLog, checkpoints: Sequence[Path] | None = None, public_key: Path | None = None
 ) -> tuple[VerifyReport, int, int]:
     """Verify the log (against signed `checkpoints` when given) and its search index: the report,
     and when it is ok the live conversations and the deletion tombstones (0 and 0 otherwise)."""

@@ -31,15 +31,16 @@ from rich.table import Table
 from rich.text import Text
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
-from eventlog import ConversationRecord, Entry, EventLogError, LmdbEventLog, RunRecord, decode_messages
+from eventlog import ConversationRecord, Entry, EventLogBase, EventLogError, RunRecord, decode_messages
 from eventlog.errors import StoreBusyError
-from eventlog.lmdb_log import CompactResult
+from eventlog.lmdb_log import CompactResult, LmdbEventLog
 from eventlog_cli import _audit
 from eventlog_cli import _render as render
 from eventlog_cli import _tables as tables
 from eventlog_cli import _views as views
 from eventlog_cli._ids import ShortIds, resolve_conversation, resolve_run
 from eventlog_cli._index import index_analyzer, rebuild_index
+from eventlog_cli._store import PostgresStore, describe, drop_schema, is_postgres, parse_store, store_exists
 from eventlog_cli._views import KIND_STYLES as _KIND_STYLES
 from eventlog_cli._views import TAIL_BATCH as _TAIL_BATCH
 from eventlog_cli._views import CliError
@@ -63,6 +64,8 @@ if TYPE_CHECKING:
 __all__ = ['EXIT_STORE_CRASHED', 'CliError', 'app', 'main', 'run_app']
 
 T = TypeVar('T')
+
+_DEFAULT_STORE = str(DEFAULT_STORE)
 
 
 class _Group(TyperGroup):
@@ -127,6 +130,7 @@ _OPTION_METAVARS = {
     'analyzer': '<name>',
     'kind': '<kind>',
     'model': '<model>',
+    'store': '<path|url>',
 }
 """Metavars that say what an option's text is (`--run <id>`), where its type alone says `<str>`."""
 
@@ -183,11 +187,12 @@ app = typer.Typer(
 @app.callback()
 def _main(
     store: Annotated[
-        Path | None,
+        str | None,
         typer.Option(
             '--store',
             '-s',
-            help='The store directory, for any command (as if given after it, where it can also go).',
+            help='The store (a directory, or postgresql://user@host/db#schema), for any command '
+            '(as if given after it, where it can also go).',
             show_default=False,
         ),
     ] = None,
@@ -196,12 +201,19 @@ def _main(
     if store is not None:
         # The commands read their store from `--store` or else $EVENTLOG_STORE; a store named
         # before the command stands in for the variable, so one given after it still wins.
-        os.environ['EVENTLOG_STORE'] = str(store)
+        os.environ['EVENTLOG_STORE'] = store
 
 
 StoreOption = Annotated[
-    Path,
-    typer.Option('--store', '-s', envvar='EVENTLOG_STORE', help='The store directory.', show_default=True),
+    str,
+    typer.Option(
+        '--store',
+        '-s',
+        envvar='EVENTLOG_STORE',
+        help='The store: a directory, or a PostgreSQL URL with the schema after # '
+        '(postgresql://user@host/db#schema; schema eventlog when none is given).',
+        show_default=True,
+    ),
 ]
 JsonOption = Annotated[bool, typer.Option('--json', help='Print JSON instead of a table.')]
 FullIdsOption = Annotated[
@@ -249,7 +261,7 @@ def _status(status: str) -> Text:
 
 @app.command()
 def conversations(
-    store: StoreOption = DEFAULT_STORE,
+    store: StoreOption = _DEFAULT_STORE,
     include_archived: Annotated[bool, typer.Option('--include-archived', help='List archived ones too.')] = False,
     full_ids: FullIdsOption = False,
     as_json: JsonOption = False,
@@ -258,7 +270,7 @@ def conversations(
     _run(_conversations(store, include_archived, as_json, full_ids))
 
 
-async def _conversations(store: Path, include_archived: bool, as_json: bool, full_ids: bool = False) -> None:
+async def _conversations(store: str, include_archived: bool, as_json: bool, full_ids: bool = False) -> None:
     async with _open(store) as log:
         records, short = await views.read_conversations(log, include_archived, full_ids or as_json)
     if as_json:
@@ -304,7 +316,7 @@ def _conversation_columns(
 @app.command()
 def runs(
     conversation: Annotated[str | None, typer.Argument(help='Only the runs of this conversation.')] = None,
-    store: StoreOption = DEFAULT_STORE,
+    store: StoreOption = _DEFAULT_STORE,
     full_ids: FullIdsOption = False,
     as_json: JsonOption = False,
 ) -> None:
@@ -312,7 +324,7 @@ def runs(
     _run(_runs(store, conversation, as_json, full_ids))
 
 
-async def _runs(store: Path, conversation: str | None, as_json: bool, full_ids: bool = False) -> None:
+async def _runs(store: str, conversation: str | None, as_json: bool, full_ids: bool = False) -> None:
     async with _open(store) as log:
         if conversation is not None:
             conversation = await resolve_conversation(log, conversation)
@@ -375,14 +387,14 @@ def _run_columns(records: Sequence[RunRecord], short: ShortIds, *, with_conversa
 @app.command()
 def info(
     conversation: Annotated[str, typer.Argument(help='The conversation id.')],
-    store: StoreOption = DEFAULT_STORE,
+    store: StoreOption = _DEFAULT_STORE,
     as_json: JsonOption = False,
 ) -> None:
     """One conversation: title, counts, compactions, cumulative token usage, fork origin."""
     _run(_info(store, conversation, as_json))
 
 
-async def _info(store: Path, conversation_id: str, as_json: bool) -> None:
+async def _info(store: str, conversation_id: str, as_json: bool) -> None:
     async with _open(store) as log:
         record, records = await views.read_info(log, conversation_id)
     if as_json:
@@ -432,7 +444,7 @@ _Replaced = tuple[int, int | None]
 entries), and the message it kept after its summary (merged into the summary's request), if any."""
 
 
-async def _replaced_notes(log: LmdbEventLog, entries: Sequence[Entry]) -> dict[int, _Replaced]:
+async def _replaced_notes(log: EventLogBase, entries: Sequence[Entry]) -> dict[int, _Replaced]:
     """For each compaction among `entries`, by `seq`: what it replaced (`_Replaced`), read from the
     replaced entries themselves; a compaction whose entries cannot all be read gets no note."""
     from pydantic_ai.messages import ModelRequest
@@ -512,14 +524,14 @@ _READ_BATCH = 500
 
 
 async def _entry_batches(
-    log: LmdbEventLog, *, conversation_id: str | None = None, run_id: str | None = None, kinds: list[str] | None = None
+    log: EventLogBase, *, conversation_id: str | None = None, run_id: str | None = None, kinds: list[str] | None = None
 ) -> AsyncIterator[list[Entry]]:
     """Matching entries in `seq` order, a bounded batch at a time, each batch in its own transaction."""
     async for batch in log.iter_entries(conversation_id=conversation_id, run_id=run_id, kinds=kinds, batch=_READ_BATCH):
         yield batch
 
 
-async def _count_messages(log: LmdbEventLog, tip: int | None) -> int:
+async def _count_messages(log: EventLogBase, tip: int | None) -> int:
     """How many messages the branch ending at `tip` holds (read in batches, nothing kept)."""
     count = 0
     async for batch in log.iter_branch(tip, kinds=['message'], batch=_READ_BATCH):
@@ -547,7 +559,7 @@ def show(
     conversation: Annotated[str | None, typer.Argument(help='The conversation to show.')] = None,
     run: Annotated[str | None, typer.Option('--run', '-r', help='Show one run instead.')] = None,
     full: Annotated[bool, typer.Option('--full', help='With --run: also the history the run inherited.')] = False,
-    store: StoreOption = DEFAULT_STORE,
+    store: StoreOption = _DEFAULT_STORE,
     as_json: JsonOption = False,
 ) -> None:
     """The transcript: every original message once, in order, with compaction markers.
@@ -559,7 +571,7 @@ def show(
     _run(_show(store, conversation, run, full, as_json))
 
 
-async def _show(store: Path, conversation_id: str | None, run_id: str | None, full: bool, as_json: bool) -> None:
+async def _show(store: str, conversation_id: str | None, run_id: str | None, full: bool, as_json: bool) -> None:
     async with _open(store) as log:
         if run_id is not None:
             await _show_run(log, await resolve_run(log, run_id), full, as_json)
@@ -594,7 +606,7 @@ def _decode(payloads: Sequence[bytes]) -> list[ModelMessage]:
 
 
 async def _transcript_payloads(
-    log: LmdbEventLog, conversation_id: str, origin: int | None
+    log: EventLogBase, conversation_id: str, origin: int | None
 ) -> AsyncIterator[list[bytes]]:
     """`transcript_payloads` batch by batch: the inherited history, then the conversation's own messages."""
     async for batch in log.iter_branch(origin, kinds=['message'], batch=_READ_BATCH):
@@ -603,7 +615,7 @@ async def _transcript_payloads(
         yield [entry.payload for entry in batch]
 
 
-async def _show_run(log: LmdbEventLog, run_id: str, full: bool, as_json: bool) -> None:
+async def _show_run(log: EventLogBase, run_id: str, full: bool, as_json: bool) -> None:
     record = await _run_record(log, run_id)
     if as_json:
         await _write_json_list(log.iter_run_message_payloads(run_id, batch=_READ_BATCH))
@@ -631,7 +643,7 @@ def replay(
     conversation: Annotated[
         str | None, typer.Option('--conversation', '-c', help='With --last: the latest run of this conversation.')
     ] = None,
-    store: StoreOption = DEFAULT_STORE,
+    store: StoreOption = _DEFAULT_STORE,
     as_json: JsonOption = False,
 ) -> None:
     """Every entry of a run in order, as recorded: messages, tool effects, compactions, timings.
@@ -646,7 +658,7 @@ def replay(
     _run(_replay(store, run, as_json, conversation_id=conversation))
 
 
-async def _latest_run(log: LmdbEventLog, conversation_id: str | None) -> str:
+async def _latest_run(log: EventLogBase, conversation_id: str | None) -> str:
     """The id of the run started last, in the store or in one conversation."""
     if conversation_id is not None:
         await _conversation(log, conversation_id)
@@ -657,7 +669,7 @@ async def _latest_run(log: LmdbEventLog, conversation_id: str | None) -> str:
     return records[-1].run_id
 
 
-async def _replay(store: Path, run_id: str | None, as_json: bool, *, conversation_id: str | None = None) -> None:
+async def _replay(store: str, run_id: str | None, as_json: bool, *, conversation_id: str | None = None) -> None:
     async with _open(store) as log:
         if run_id is None:
             if conversation_id is not None:
@@ -742,7 +754,7 @@ def _run_header(record: RunRecord) -> Table:
 @app.command()
 def context(
     conversation: Annotated[str, typer.Argument(help='The conversation id.')],
-    store: StoreOption = DEFAULT_STORE,
+    store: StoreOption = _DEFAULT_STORE,
     as_json: JsonOption = False,
 ) -> None:
     """What an agent continuing the conversation starts from (compaction summaries folded in).
@@ -752,7 +764,7 @@ def context(
     _run(_context(store, conversation, as_json))
 
 
-async def _context(store: Path, conversation_id: str, as_json: bool) -> None:
+async def _context(store: str, conversation_id: str, as_json: bool) -> None:
     async with _open(store) as log:
         conversation_id = await resolve_conversation(log, conversation_id)
         await _conversation(log, conversation_id)
@@ -791,7 +803,7 @@ def search(
     context_lines: Annotated[
         int, typer.Option('--context', min=0, help='Also show this many neighbouring messages.')
     ] = 0,
-    store: StoreOption = DEFAULT_STORE,
+    store: StoreOption = _DEFAULT_STORE,
     as_json: JsonOption = False,
 ) -> None:
     """Ranked BM25 search over stored messages, with the matched terms highlighted.
@@ -815,7 +827,7 @@ def _analyzer_or_fail(name: str) -> Analyzer:
 
 
 async def _search(
-    store: Path,
+    store: str,
     query: str,
     conversation_id: str | None,
     run_id: str | None,
@@ -957,14 +969,14 @@ def fork(
         int | None, typer.Option('--at', min=1, help='Fork at this entry (default: its latest context).')
     ] = None,
     new_id: Annotated[str | None, typer.Option('--id', help='The new conversation id (default: a fresh uuid).')] = None,
-    store: StoreOption = DEFAULT_STORE,
+    store: StoreOption = _DEFAULT_STORE,
     as_json: JsonOption = False,
 ) -> None:
     """Start a new conversation whose history is this one's up to an entry (by reference)."""
     _run(_fork(store, conversation, at, new_id, as_json))
 
 
-async def _fork(store: Path, conversation_id: str, at: int | None, new_id: str | None, as_json: bool) -> None:
+async def _fork(store: str, conversation_id: str, at: int | None, new_id: str | None, as_json: bool) -> None:
     async with _open(store) as log:
         conversation_id = await resolve_conversation(log, conversation_id)
         await _conversation(log, conversation_id)
@@ -981,13 +993,13 @@ async def _fork(store: Path, conversation_id: str, at: int | None, new_id: str |
 def title(
     conversation: Annotated[str, typer.Argument(help='The conversation id.')],
     text: Annotated[str, typer.Argument(help='The new title.')],
-    store: StoreOption = DEFAULT_STORE,
+    store: StoreOption = _DEFAULT_STORE,
 ) -> None:
     """Give a conversation a title."""
     _run(_title(store, conversation, text))
 
 
-async def _title(store: Path, conversation_id: str, text: str) -> None:
+async def _title(store: str, conversation_id: str, text: str) -> None:
     async with _open(store) as log:
         conversation_id = await resolve_conversation(log, conversation_id)
         await _conversation(log, conversation_id)
@@ -998,7 +1010,7 @@ async def _title(store: Path, conversation_id: str, text: str) -> None:
 @app.command()
 def archive(
     conversation: Annotated[str, typer.Argument(help='The conversation id.')],
-    store: StoreOption = DEFAULT_STORE,
+    store: StoreOption = _DEFAULT_STORE,
 ) -> None:
     """Hide a conversation from listings; its entries stay and stay searchable by id."""
     _run(_archive(store, conversation, archived=True))
@@ -1007,13 +1019,13 @@ def archive(
 @app.command()
 def unarchive(
     conversation: Annotated[str, typer.Argument(help='The conversation id.')],
-    store: StoreOption = DEFAULT_STORE,
+    store: StoreOption = _DEFAULT_STORE,
 ) -> None:
     """List an archived conversation again."""
     _run(_archive(store, conversation, archived=False))
 
 
-async def _archive(store: Path, conversation_id: str, *, archived: bool) -> None:
+async def _archive(store: str, conversation_id: str, *, archived: bool) -> None:
     async with _open(store) as log:
         conversation_id = await resolve_conversation(log, conversation_id)
         record = await _conversation(log, conversation_id)
@@ -1028,7 +1040,7 @@ async def _archive(store: Path, conversation_id: str, *, archived: bool) -> None
 def delete(
     conversation: Annotated[str, typer.Argument(help='The conversation id.')],
     yes: Annotated[bool, typer.Option('--yes', help='Really delete (without it, only explain).')] = False,
-    store: StoreOption = DEFAULT_STORE,
+    store: StoreOption = _DEFAULT_STORE,
 ) -> None:
     """Remove a conversation's entries for good, leaving a tombstone, then compact. Needs --yes.
 
@@ -1037,7 +1049,7 @@ def delete(
     _run(_delete(store, conversation, yes))
 
 
-async def _delete(store: Path, conversation_id: str, yes: bool) -> None:
+async def _delete(store: str, conversation_id: str, yes: bool) -> None:
     async with _open(store) as log:
         conversation_id = await resolve_conversation(log, conversation_id)
         record = await _conversation(log, conversation_id)
@@ -1060,6 +1072,12 @@ async def _delete(store: Path, conversation_id: str, yes: bool) -> None:
             raise typer.Exit(1)
         removed = await log.delete_conversation(conversation_id)
         render.console().print(f'deleted {conversation_id}: {removed} entries removed')
+        if not isinstance(log, LmdbEventLog):
+            sys.stderr.write(
+                'the deleted rows are gone from the tables; PostgreSQL reclaims their space on disk at its next '
+                'VACUUM (autovacuum runs it in time; `eventlog compact` is for LMDB stores)\n'
+            )
+            return
         try:
             result = await log.compact()
         except StoreBusyError as exc:
@@ -1070,25 +1088,34 @@ async def _delete(store: Path, conversation_id: str, yes: bool) -> None:
             return
         except EventLogError as exc:  # the delete stands; only the compaction failed
             _fail(f"deleted {conversation_id}, but compacting failed ({exc}); run 'eventlog compact' later")
-    sys.stderr.write(f'compacted {store}: {_compaction(result)}; the deleted text is gone from the disk\n')
+    sys.stderr.write(f'compacted {describe(store)}: {_compaction(result)}; the deleted text is gone from the disk\n')
 
 
 @app.command()
-def compact(store: StoreOption = DEFAULT_STORE, as_json: JsonOption = False) -> None:
+def compact(store: StoreOption = _DEFAULT_STORE, as_json: JsonOption = False) -> None:
     """Rewrite the store without its free pages, so deleted text is gone from the disk.
 
-    Refused while another process has the store open.
+    Refused while another process has the store open. For LMDB stores only: PostgreSQL
+    reclaims the space of deleted rows itself (VACUUM).
     """
     _run(_compact(store, as_json))
 
 
-async def _compact(store: Path, as_json: bool) -> None:
+async def _compact(store: str, as_json: bool) -> None:
+    if is_postgres(store):
+        raise CliError(
+            f'compact is for LMDB stores; {describe(store)} is in PostgreSQL, '
+            'which reclaims the space of deleted rows itself (VACUUM)'
+        )
     async with _open(store) as log:
+        assert isinstance(log, LmdbEventLog)
         result = await log.compact()
     if as_json:
-        render.print_json({'store': str(store), 'bytes_before': result.bytes_before, 'bytes_after': result.bytes_after})
+        render.print_json(
+            {'store': describe(store), 'bytes_before': result.bytes_before, 'bytes_after': result.bytes_after}
+        )
         return
-    render.console().print(f'compacted {store}: {_compaction(result)}')
+    render.console().print(f'compacted {describe(store)}: {_compaction(result)}')
 
 
 def _compaction(result: CompactResult) -> str:
@@ -1115,7 +1142,7 @@ def export(
     key: Annotated[
         Path | None, typer.Option('--key', '-k', help='With --signed: first sign a new checkpoint with this key.')
     ] = None,
-    store: StoreOption = DEFAULT_STORE,
+    store: StoreOption = _DEFAULT_STORE,
 ) -> None:
     """Write entries as JSON Lines (a lossless copy that `import` and auditors read).
 
@@ -1128,7 +1155,7 @@ def export(
 
 
 async def _export(
-    store: Path,
+    store: str,
     conversation_ids: list[str] | None,
     output: Path | None,
     *,
@@ -1171,7 +1198,7 @@ async def _export(
     sys.stderr.write(f'exported {count} entries{where}\n')
 
 
-async def _export_file(log: LmdbEventLog, output: Path, conversation_ids: list[str] | None, **signing: Any) -> int:
+async def _export_file(log: EventLogBase, output: Path, conversation_ids: list[str] | None, **signing: Any) -> int:
     """Export to `output` through the library's one destination rule (`eventlog._files`): a new
     0600 file renamed into place when complete, a device or FIFO written in place, a symlink followed."""
     return await log.export(output, conversation_ids=conversation_ids, **signing)
@@ -1219,17 +1246,18 @@ def import_(
             'cut short at a line boundary cannot be told from a whole one.',
         ),
     ] = False,
-    store: StoreOption = DEFAULT_STORE,
+    store: StoreOption = _DEFAULT_STORE,
 ) -> None:
     """Read an export into the store (created if absent); all or nothing."""
     _run(_import(store, file, allow_version_1=allow_version_1))
 
 
-async def _import(store: Path, file: Path, *, allow_version_1: bool = False) -> None:
-    """Import `file` (or stdin) into `store`; a store this call had to create is removed again
-    unless the import wrote something into it."""
-    created = _first_missing(store)
+async def _import(store: str, file: Path, *, allow_version_1: bool = False) -> None:
+    """Import `file` (or stdin) into `store`; a store this call had to create (a directory, a
+    PostgreSQL schema) is removed again unless the import wrote something into it."""
+    where = parse_store(store)
     total = None if str(file) == '-' else _file_size(file)
+    created = _first_missing(where)
     outcome: dict[str, bool] = {'empty': True}
     try:
         count = await _import_into(store, file, total, outcome, allow_version_1)
@@ -1239,14 +1267,14 @@ async def _import(store: Path, file: Path, *, allow_version_1: bool = False) -> 
         raise
     if count == 0 and created is not None and outcome['empty']:
         _discard_created(created)
-        sys.stderr.write(f'imported 0 entries (the export holds none); no store was created at {store}\n')
+        sys.stderr.write(f'imported 0 entries (the export holds none); no store was created at {describe(where)}\n')
         return
     source = '' if total is None else f' from {file}'
-    sys.stderr.write(f'imported {count} entries{source} into {store}\n')
+    sys.stderr.write(f'imported {count} entries{source} into {describe(where)}\n')
 
 
 async def _import_into(
-    store: Path, file: Path, total: int | None, outcome: dict[str, bool], allow_version_1: bool
+    store: str, file: Path, total: int | None, outcome: dict[str, bool], allow_version_1: bool
 ) -> int:
     """Run the import; `outcome['empty']` ends False when the store holds entries afterwards
     (written by this import or, racing it, by another process)."""
@@ -1278,7 +1306,7 @@ def _progress_bar(*, in_bytes: bool) -> Progress:
     )
 
 
-async def _import_file(log: LmdbEventLog, file: Path, total: int, allow_version_1: bool) -> int:
+async def _import_file(log: EventLogBase, file: Path, total: int, allow_version_1: bool) -> int:
     progress = _progress_bar(in_bytes=True)
     with progress:
         task = progress.add_task('reading and checking', total=total)
@@ -1293,8 +1321,11 @@ async def _import_file(log: LmdbEventLog, file: Path, total: int, allow_version_
             reader.close()
 
 
-def _first_missing(store: Path) -> Path | None:
-    """The outermost directory opening `store` would create (`None` when the store exists)."""
+def _first_missing(store: Path | PostgresStore) -> Path | PostgresStore | None:
+    """The outermost directory opening `store` would create, or its PostgreSQL schema when that
+    holds no log yet (`None` when the store exists)."""
+    if isinstance(store, PostgresStore):
+        return None if store_exists(store) else store
     if os.path.lexists(store):
         return None
     missing = store
@@ -1303,8 +1334,11 @@ def _first_missing(store: Path) -> Path | None:
     return missing
 
 
-def _discard_created(created: Path) -> None:
-    """Remove a directory this command created for a store that stayed empty."""
+def _discard_created(created: Path | PostgresStore) -> None:
+    """Remove a directory (or PostgreSQL schema) this command created for a store that stayed empty."""
+    if isinstance(created, PostgresStore):
+        drop_schema(created)
+        return
     shutil.rmtree(created, ignore_errors=True)
 
 
@@ -1316,7 +1350,7 @@ def _file_size(file: Path) -> int:
 
 @app.command()
 def verify(
-    store: StoreOption = DEFAULT_STORE,
+    store: StoreOption = _DEFAULT_STORE,
     as_json: JsonOption = False,
     checkpoint: Annotated[
         list[Path] | None,
@@ -1339,7 +1373,7 @@ def verify(
 
 
 async def _verify(
-    store: Path, as_json: bool, checkpoints: list[Path] | None = None, public_key: Path | None = None
+    store: str, as_json: bool, checkpoints: list[Path] | None = None, public_key: Path | None = None
 ) -> bool:
     async with _open(store) as log:
         report, live, tombstones = await views.read_verify(log, checkpoints, public_key)
@@ -1349,6 +1383,11 @@ async def _verify(
             data.update(conversations=live, deletion_tombstones=tombstones)
         render.print_json(data)
         return report.ok
+    if is_postgres(store):
+        sys.stderr.write(
+            "eventlog: note: the walk of the LMDB file's B-trees does not apply to a PostgreSQL store "
+            '(PostgreSQL checks its own pages); every hash chain and derived record was checked\n'
+        )
     out = render.console()
     if report.ok:
         out.print(Text(views.verify_ok_line(report, live, tombstones, len(checkpoints or ())), style='green'))
@@ -1381,12 +1420,12 @@ whole, as `git fsck` names objects (docs/cli-views.md)."""
 
 
 @app.command()
-def stats(store: StoreOption = DEFAULT_STORE, as_json: JsonOption = False) -> None:
+def stats(store: StoreOption = _DEFAULT_STORE, as_json: JsonOption = False) -> None:
     """Entries, runs, conversations, bytes, and the state of the search index."""
     _run(_stats(store, as_json))
 
 
-async def _stats(store: Path, as_json: bool) -> None:
+async def _stats(store: str, as_json: bool) -> None:
     async with _open(store) as log:
         data = await views.read_stats(log, store)
     if as_json:
@@ -1400,14 +1439,14 @@ def reindex(
     analyzer: Annotated[
         str, typer.Option('--analyzer', help=f'How text becomes terms: {", ".join(ANALYZER_NAMES)}.')
     ] = 'default',
-    store: StoreOption = DEFAULT_STORE,
+    store: StoreOption = _DEFAULT_STORE,
     as_json: JsonOption = False,
 ) -> None:
     """Drop the persistent search index and build it again from the log (optionally with another analyzer)."""
     _run(_reindex(store, _analyzer_or_fail(analyzer), as_json))
 
 
-async def _reindex(store: Path, analyzer: Analyzer, as_json: bool) -> None:
+async def _reindex(store: str, analyzer: Analyzer, as_json: bool) -> None:
     progress = _progress_bar(in_bytes=False)
     async with _open(store) as log:
         with progress:
@@ -1445,7 +1484,7 @@ def tail(
     timeout: Annotated[
         float | None, typer.Option('--timeout', min=0, help='With --follow: stop after this many idle seconds.')
     ] = None,
-    store: StoreOption = DEFAULT_STORE,
+    store: StoreOption = _DEFAULT_STORE,
     full_ids: FullIdsOption = False,
     as_json: Annotated[bool, typer.Option('--json', help='Print entries as JSON Lines.')] = False,
 ) -> None:
@@ -1471,7 +1510,7 @@ def tail(
 
 
 async def _tail(
-    store: Path,
+    store: str,
     lines: int,
     follow: bool,
     conversation_id: str | None,
@@ -1545,7 +1584,10 @@ def _tail_line(entry: Entry, short: ShortIds | None = None) -> Text:
 @app.command()
 def demo(
     store: Annotated[
-        Path | None, typer.Option('--store', '-s', help=f'Where to write the demo store (default ./{DEMO_STORE}).')
+        Path | None,
+        typer.Option(
+            '--store', '-s', metavar='<path>', help=f'Where to write the demo store (default ./{DEMO_STORE}).'
+        ),
     ] = None,
     overwrite: Annotated[bool, typer.Option('--overwrite', help='Replace the store if it exists.')] = False,
     model: Annotated[
@@ -1562,6 +1604,8 @@ def demo(
     """
     from eventlog_cli.demo import DemoError, run_demo
 
+    if store is not None and str(store).lower().startswith(('postgresql:', 'postgres:')):
+        _fail('the demo writes a new LMDB store directory: give --store a path (then `eventlog import` copies it)')
     target = _demo_target(store, overwrite)
     try:
         asyncio.run(run_demo(target, console=render.console(), exchanges=exchanges, sessions=sessions, model=model))

@@ -151,17 +151,20 @@ def _relay(engine_noise: IO[bytes]) -> None:
 
 
 def _store_of(argv: list[str]) -> str:
-    """The store a command line names (as `--store`/`-s`, `$EVENTLOG_STORE` or the default)."""
+    """The store a command line names (as `--store`/`-s`, `$EVENTLOG_STORE` or the default), a
+    URL's password left out."""
+    from eventlog_cli._store import redacted
+
     for position, arg in enumerate(argv):
         if arg in ('--store', '-s') and position + 1 < len(argv):
-            return argv[position + 1]
+            return redacted(argv[position + 1])
         if arg.startswith('--store='):
-            return arg.removeprefix('--store=')
+            return redacted(arg.removeprefix('--store='))
         if arg.startswith('-s') and len(arg) > 2 and not arg.startswith('--'):
-            return arg[2:]
+            return redacted(arg[2:])
     if argv[:1] == ['demo']:
         return str(DEMO_STORE)
-    return os.environ.get('EVENTLOG_STORE') or str(DEFAULT_STORE)
+    return redacted(os.environ.get('EVENTLOG_STORE') or str(DEFAULT_STORE))
 
 
 if __name__ == '__main__':

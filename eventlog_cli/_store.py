@@ -1,0 +1,208 @@
+"""Where a command's store is: an LMDB directory, or a PostgreSQL schema named by a URL.
+
+`--store` (and `$EVENTLOG_STORE`) takes either a path or a `postgresql://` (or `postgres://`)
+URL. The schema holding the log goes in the URL's fragment, after `#`
+(`postgresql://user@host/db#myschema`); without one it is `eventlog`, the library's default. The
+fragment is the command line's own notation and is never sent to the server (libpq has no
+`schema` parameter); a `#` inside a password is written `%23`, as in any URL.
+
+Reading commands never create a store: a path that holds none, or a schema without an event
+log in it, is refused with one line (`no store at ...`); `import` creates one. Whatever is shown
+of a URL (messages, `stats`) leaves its password out (`redact_dsn`). psycopg is imported only
+when a URL is opened.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncGenerator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeAlias
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from eventlog.errors import EventLogError, InvalidArgumentError, StoreLocationError
+
+if TYPE_CHECKING:
+    from eventlog.lmdb_log import LmdbEventLog
+    from eventlog.postgres_log import PostgresEventLog
+
+__all__ = [
+    'DEFAULT_SCHEMA',
+    'PostgresStore',
+    'StoreLocation',
+    'StoreLog',
+    'describe',
+    'drop_schema',
+    'is_postgres',
+    'open_store',
+    'parse_store',
+    'redacted',
+    'store_exists',
+]
+
+DEFAULT_SCHEMA = 'eventlog'
+"""The schema used when a PostgreSQL URL names none after `#` (`PostgresEventLog`'s default)."""
+
+_SCHEMES = ('postgresql://', 'postgres://')
+_FRAGMENT = re.compile(r'#([^#/@?]*)$')
+
+
+@dataclass(frozen=True)
+class PostgresStore:
+    """A PostgreSQL store: the connection string (without the `#schema` fragment) and the schema."""
+
+    dsn: str
+    schema: str
+
+    def __str__(self) -> str:
+        return describe(self)
+
+
+StoreLocation: TypeAlias = 'Path | PostgresStore'
+"""A store as `--store` names it: a directory, or a schema in a PostgreSQL database."""
+
+StoreLog: TypeAlias = 'LmdbEventLog | PostgresEventLog'
+"""An open store, as the commands use it."""
+
+
+def is_postgres(text: str | Path) -> bool:
+    """Whether `text` names a PostgreSQL store (a `postgresql://` or `postgres://` URL)."""
+    return isinstance(text, str) and text.lower().startswith(_SCHEMES)
+
+
+def parse_store(text: str | Path) -> StoreLocation:
+    """The store `text` names: a `PostgresStore` for a URL (schema from its `#` fragment, else
+    `DEFAULT_SCHEMA`), else a path. `InvalidArgumentError` for a fragment that is not a schema
+    name, or a `schema=` query parameter (libpq would reject it)."""
+    if not isinstance(text, str) or not is_postgres(text):
+        return Path(text)
+    dsn, schema = text, DEFAULT_SCHEMA
+    found = _FRAGMENT.search(text)
+    if found is not None:
+        dsn, schema = text[: found.start()], found.group(1)
+        if not schema:
+            raise InvalidArgumentError('the store URL ends in an empty #schema; name the schema after # or drop the #')
+    if any(key == 'schema' for key, _ in parse_qsl(urlsplit(dsn).query)):
+        raise InvalidArgumentError(
+            'name the schema after # at the end of the store URL (postgresql://host/db#schema); '
+            '?schema= is not a PostgreSQL connection parameter'
+        )
+    return PostgresStore(dsn, schema)
+
+
+def describe(store: StoreLocation | str) -> str:
+    """How messages name `store`: a path as given, a URL without its password and with its `#schema`."""
+    if isinstance(store, str):
+        try:
+            store = parse_store(store)
+        except InvalidArgumentError:
+            return redacted(store)
+    if isinstance(store, Path):
+        return str(store)
+    from eventlog.postgres_log import redact_dsn
+
+    return f'{redact_dsn(store.dsn)}#{store.schema}'
+
+
+def redacted(text: str) -> str:
+    """`text` (a store as the user typed it) with any password of a URL left out; never raises."""
+    if not is_postgres(text):
+        return text
+    try:
+        return describe(parse_store(text))
+    except Exception:  # an unparsable URL, or psycopg missing: show only its scheme and host part
+        parts = urlsplit(text)
+        host = parts.hostname or ''
+        return f'{parts.scheme}://{host}/...'
+
+
+def _secrets(dsn: str) -> list[str]:
+    """The password of `dsn` (from its userinfo or a `password=` parameter), as written and decoded."""
+    parts = urlsplit(dsn)
+    found: list[str] = []
+    if parts.password:
+        found += [parts.password, unquote(parts.password)]
+    found += [value for key, value in parse_qsl(parts.query) if key == 'password' and value]
+    return [s for s in dict.fromkeys(found) if s]
+
+
+def _scrub(message: str, store: PostgresStore) -> str:
+    """`message` with any password of `store` replaced by `***` (libpq may quote a bad token)."""
+    for secret in _secrets(store.dsn):
+        message = message.replace(secret, '***')
+    return message
+
+
+def _postgres(store: PostgresStore, *, create: bool) -> PostgresEventLog:
+    """Open the PostgreSQL store; a missing schema is `StoreLocationError` (`no store at ...`)
+    unless `create`; every message leaves the password out."""
+    try:
+        from eventlog.postgres_log import PostgresEventLog
+    except ImportError as exc:
+        raise StoreLocationError(
+            f"a PostgreSQL store needs the optional dependencies of 'pydantic-ai-eventlog[postgres]' ({exc})"
+        ) from None
+    try:
+        return PostgresEventLog(store.dsn, schema=store.schema, create=create, pool_size=2)
+    except StoreLocationError as exc:
+        if create or 'holds no event log' not in str(exc):
+            raise StoreLocationError(_scrub(str(exc), store)) from None
+        raise StoreLocationError(
+            f'no store at {describe(store)} (no schema {store.schema!r} with an event log in that database)'
+        ) from None
+    except EventLogError as exc:
+        raise type(exc)(_scrub(str(exc), store)) from None
+
+
+def _check_directory(store: Path) -> None:
+    """Refuse a path that holds no store, so that reading never creates one by accident."""
+    if not store.exists():
+        raise StoreLocationError(f'no store at {store} (pass --store PATH or set EVENTLOG_STORE)')
+    if store.is_dir() and not (store / 'data.mdb').exists():
+        raise StoreLocationError(f'{store} is not an eventlog store (it holds no data.mdb)')
+
+
+@asynccontextmanager
+async def open_store(store: StoreLocation | str, *, create: bool = False) -> AsyncGenerator[StoreLog]:
+    """The store `store` names, closed afterwards; unless `create`, refuse one that does not exist yet."""
+    where = parse_store(store) if isinstance(store, str) else store
+    log: StoreLog
+    if isinstance(where, PostgresStore):
+        log = _postgres(where, create=create)
+    else:
+        from eventlog.lmdb_log import LmdbEventLog
+
+        if not create:
+            _check_directory(where)
+        log = LmdbEventLog(where)
+    try:
+        yield log
+    finally:
+        log.close()
+
+
+def store_exists(store: StoreLocation) -> bool:
+    """Whether `store` holds an event log already (a schema with one; a path that exists)."""
+    if isinstance(store, Path):
+        return store.exists()
+    try:
+        log = _postgres(store, create=False)
+    except StoreLocationError:
+        return False
+    log.close()
+    return True
+
+
+def drop_schema(store: PostgresStore) -> None:
+    """Drop the schema of `store` and everything in it (used only for one this command created
+    and left empty); errors are left unreported, as removing an empty LMDB directory's are."""
+    import psycopg
+    from psycopg import sql
+
+    try:
+        with psycopg.connect(store.dsn, autocommit=True, connect_timeout=10) as conn:
+            conn.execute(sql.SQL('DROP SCHEMA IF EXISTS {} CASCADE').format(sql.Identifier(store.schema)))
+    except psycopg.Error:
+        pass
