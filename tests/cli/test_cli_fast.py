@@ -311,7 +311,7 @@ def test_a_broken_store(shared: Store, tmp_path: Path) -> None:
 @pytest.mark.parametrize('columns', ['80', '200'])
 def test_the_help_is_the_full_command_lines(tmp_path: Path, columns: str) -> None:
     """`help.txt` is what typer prints: when a command's help changes, regenerate it with
-    `COLUMNS=200 python -c "from eventlog_cli.cli import app; app(['--help'])" > eventlog_cli/help.txt`."""
+    `COLUMNS=200 python -c "from eventlog_cli.cli import app; app(['--help'], prog_name='eventlog')" > eventlog_cli/help.txt`."""
     assert _same(tmp_path, ['--help'], {'COLUMNS': columns}) == 0
     assert _full(['--help'], {'COLUMNS': columns}).stdout == HELP_FILE.read_text(encoding='utf-8')
     assert _fast(tmp_path, ['--help'], {'COLUMNS': '79'})[0] is None  # click lays it out narrower
