@@ -140,7 +140,7 @@ def _accepts(where: Predicate | None, entry: Entry) -> bool:
         raise InvalidArgumentError(
             f'the where predicate failed on entry {entry.seq}: {type(exc).__name__}: {exc}'.splitlines()[0]
         ) from None
-    if not isinstance(verdict, bool):
+    if not isinstance(verdict, bool):  # pyright: ignore[reportUnnecessaryIsInstance]
         raise InvalidArgumentError(
             f'the where predicate must return a bool, it returned {type(verdict).__name__} for entry {entry.seq}'
         )
@@ -181,7 +181,6 @@ def placeholder_message(original: ModelMessage | None, erasure_seq: int) -> Mode
         ModelRequestPart,
         ModelResponse,
         ModelResponsePart,
-        RetryPromptPart,
         SystemPromptPart,
         TextPart,
         ToolCallPart,
@@ -193,22 +192,19 @@ def placeholder_message(original: ModelMessage | None, erasure_seq: int) -> Mode
     metadata: dict[str, Any] = {ERASED_METADATA_KEY: erasure_seq}
     if isinstance(original, ModelRequest):
         parts: list[ModelRequestPart] = []
+        fallback = original.timestamp or _epoch()
         for part in original.parts:
-            stamp: datetime = part.timestamp
-            if isinstance(part, ToolReturnPart):
-                parts.append(
-                    ToolReturnPart(tool_name=part.tool_name, content=text, tool_call_id=part.tool_call_id, timestamp=stamp)
-                )
-            elif isinstance(part, RetryPromptPart):
-                parts.append(
-                    RetryPromptPart(content=text, tool_name=part.tool_name, tool_call_id=part.tool_call_id, timestamp=stamp)
-                )
+            stamp = _timestamp_of(part, fallback)
+            tool_name: object = getattr(part, 'tool_name', None)
+            call_id: object = getattr(part, 'tool_call_id', None)
+            if isinstance(tool_name, str) and isinstance(call_id, str):  # a tool's return (or retry)
+                parts.append(ToolReturnPart(tool_name=tool_name, content=text, tool_call_id=call_id, timestamp=stamp))
             elif isinstance(part, SystemPromptPart):
                 parts.append(SystemPromptPart(content=text, timestamp=stamp))
             else:
                 parts.append(UserPromptPart(content=text, timestamp=stamp))
         if not parts:
-            parts.append(UserPromptPart(content=text, timestamp=original.timestamp or _epoch()))
+            parts.append(UserPromptPart(content=text, timestamp=fallback))
         return ModelRequest(
             parts=parts,
             timestamp=original.timestamp,
@@ -236,6 +232,11 @@ def placeholder_message(original: ModelMessage | None, erasure_seq: int) -> Mode
             metadata=metadata,
         )
     return ModelResponse(parts=[TextPart(content=text)], timestamp=_epoch(), metadata=metadata)
+
+
+def _timestamp_of(part: object, fallback: datetime) -> datetime:
+    stamp: object = getattr(part, 'timestamp', None)
+    return stamp if isinstance(stamp, datetime) else fallback
 
 
 def _epoch() -> datetime:

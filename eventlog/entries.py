@@ -22,11 +22,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     'CONVERSATION_KINDS',
+    'ERASABLE_KINDS',
     'KINDS',
     'MAX_SEQ',
     'PAYLOAD_TYPES',
     'RUN_KINDS',
-    'ERASABLE_KINDS',
     'CompactionInfo',
     'ConversationRecord',
     'Entry',

@@ -10,9 +10,9 @@ verification, deletes) runs in a worker thread so the event loop never waits on 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 from datetime import datetime
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from functools import partial
 from pathlib import Path
 from types import TracebackType
@@ -27,7 +27,7 @@ from eventlog._ids import IdKind
 from eventlog._storage import ReadTxn, WriteTxn
 from eventlog._threads import to_thread
 from eventlog.entries import ConversationRecord, Entry, NewEntry, RunRecord, TitleInfo, VerifyReport, encode_info
-from eventlog.errors import ConversationNotFound, EventLogError, InvalidArgumentError, LogClosedError, RunNotFound
+from eventlog.errors import ConversationNotFound, InvalidArgumentError, LogClosedError, RunNotFound
 from eventlog.retention import RetentionPolicy, RetentionReport
 
 if TYPE_CHECKING:
