@@ -28,7 +28,7 @@ from eventlog._storage import ReadTxn, WriteTxn
 from eventlog._threads import to_thread
 from eventlog.entries import ConversationRecord, Entry, NewEntry, RunRecord, TitleInfo, VerifyReport, encode_info
 from eventlog.errors import ConversationNotFound, InvalidArgumentError, LogClosedError, RunNotFound
-from eventlog.retention import RetentionPolicy, RetentionReport
+from eventlog.retention import RetentionPolicy, RetentionReport, format_age
 
 if TYPE_CHECKING:
     from pydantic_ai.messages import ModelMessage
@@ -649,7 +649,7 @@ class EventLogBase(ABC):
                 count = sum(1 for e in found if not e.erased and older(e))
             else:
                 done = await self.erase(
-                    conv.conversation_id, where=older, reason=f'retention: older than {age}', scrub=False
+                    conv.conversation_id, where=older, reason=f'retention: older than {format_age(age)}', scrub=False
                 )
                 count = len(done.seqs)
             if count:

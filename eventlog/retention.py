@@ -17,7 +17,7 @@ from typing import Final, Literal
 
 from eventlog.errors import InvalidArgumentError
 
-__all__ = ['RetentionAction', 'RetentionPolicy', 'RetentionReport', 'parse_age']
+__all__ = ['RetentionAction', 'RetentionPolicy', 'RetentionReport', 'format_age', 'parse_age']
 
 RetentionAction = Literal['erase', 'delete']
 """What happens to content older than its limit: erased in place, or its conversation deleted."""
@@ -48,6 +48,18 @@ def parse_age(text: str) -> timedelta:
     if seconds <= 0:
         raise InvalidArgumentError(f'the age {text!r} is zero; give a positive age')
     return timedelta(seconds=seconds)
+
+
+def format_age(age: timedelta) -> str:
+    """An age as `parse_age` reads it (`30d`, `1d12h`, `90s`), to whole seconds."""
+    seconds = int(age.total_seconds())
+    out = ''
+    for unit in ('d', 'h', 'm', 's'):
+        size = _UNITS[unit]
+        if seconds >= size:
+            out += f'{seconds // size}{unit}'
+            seconds %= size
+    return out or '0s'
 
 
 def _check_age(value: object, what: str) -> timedelta:
