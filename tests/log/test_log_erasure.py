@@ -110,7 +110,7 @@ async def test_erase_run_keeps_chain_and_replays_placeholders(log: EventLogBase)
     assert result.output == 'fine' and seen[0][:6] == placeholders
 
     # Appends after the erasure chain from its entry, and everything still verifies.
-    await add_run(log, 'c1', 'r4', exchange(5), parent=(await log.get_run('r2') or pytest.fail()).last_seq)
+    await add_run(log, 'c1', 'r4', exchange(5), parent=(await log.get_run('r2') or pytest.fail('missing')).last_seq)
     assert (await log.verify()).ok
     # The other conversation is untouched.
     assert await log.transcript('c2') == exchange(4, 'other conversation')
@@ -334,7 +334,7 @@ async def test_retention_erases_what_is_older(log: EventLogBase) -> None:
         )
     )
     fresh = await log.append(message_entry(exchange(10)[0], conversation_id='c3', run_id='r5'))
-    real_now = (await log.get_entry(fresh) or pytest.fail()).timestamp
+    real_now = (await log.get_entry(fresh) or pytest.fail('missing')).timestamp
 
     policy = RetentionPolicy(max_age='30d', conversations={'c2': timedelta(days=3650)})
     dry = await log.retain(policy, dry_run=True, now=real_now)
@@ -402,7 +402,10 @@ async def test_placeholder_for_messages_the_log_never_decoded(log: EventLogBase)
     done = await log.erase('c9')
     replay = await log.run_messages('r9')
     request, response = replay
-    assert isinstance(request, ModelRequest) and [p.part_kind for p in request.parts] == ['system-prompt', 'user-prompt']
+    assert isinstance(request, ModelRequest) and [p.part_kind for p in request.parts] == [
+        'system-prompt',
+        'user-prompt',
+    ]
     assert isinstance(response, ModelResponse) and [p.part_kind for p in response.parts] == ['text']
     assert response.model_name == 'm1' and response.timestamp == at(2)
     assert SECRET not in repr(replay) and str(done.erasure_seq) in repr(replay)
