@@ -39,9 +39,7 @@ def _scrub(text: str) -> str:
 def redact_secrets(message: ModelMessage) -> ModelMessage:
     """Replace card numbers and bearer tokens in every text, tool argument and tool return."""
     for part in message.parts:
-        if isinstance(part, (UserPromptPart, TextPart)) and isinstance(part.content, str):
-            part.content = _scrub(part.content)
-        elif isinstance(part, ToolReturnPart) and isinstance(part.content, str):
+        if isinstance(part, (UserPromptPart, TextPart, ToolReturnPart)) and isinstance(part.content, str):
             part.content = _scrub(part.content)
         elif isinstance(part, ToolCallPart):
             part.args = json.loads(_scrub(part.args_as_json_str()))
@@ -107,7 +105,7 @@ async def test_redactor_mistakes(log: EventLogBase) -> None:
         return 'redacted'  # type: ignore[return-value]
 
     agent = Agent(FunctionModel(chat), capabilities=[EventLogPersistence(log, redact=wrong)])
-    with pytest.raises(RedactionError, match='the redactor .*wrong returned str, not a ModelRequest or ModelResponse'):
+    with pytest.raises(RedactionError, match=r'the redactor .*wrong returned str, not a ModelRequest or ModelResponse'):
         await agent.run(f'pay with {CARD}')
     # Nothing unredacted reached the log.
     assert all(CARD.encode() not in e.payload for e in await log.entries())
