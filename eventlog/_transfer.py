@@ -390,10 +390,11 @@ def import_lines(txn: WriteTxn, lines: Iterable[tuple[int, ExportedEntry]]) -> i
 
     for number, line in lines:
         conv_id = line.conversation_id
-        if line.erased:
+        if line.erased or line.kind == 'erasure':
+            what = 'was erased' if line.erased else 'records an erasure'
             raise InvalidArgumentError(
-                f'line {number} (seq {line.seq}) was erased in the source store: an export holding erased '
-                'entries can be checked but not imported (their hashes cannot be recomputed here); nothing was imported'
+                f'line {number} (seq {line.seq}) {what} in the source store: an export holding erasures '
+                'can be checked but not imported (erased hashes cannot be recomputed here); nothing was imported'
             )
         if conv_id not in seen:
             check_id(conv_id, f'line {number}: conversation_id')

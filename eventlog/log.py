@@ -582,6 +582,8 @@ class EventLogBase(ABC):
         (the default), `scrub()` then purges the removed bytes from projections and the store's
         files; the result says whether that succeeded.
 
+        `where` runs inside the erasing write transaction: it must not call the log.
+
         Raises `ConversationNotFound`, `RunNotFound` (a run not in this conversation) or
         `InvalidArgumentError` (a bad predicate, reason or id); nothing is erased then.
         """
