@@ -409,3 +409,41 @@ async def test_placeholder_for_messages_the_log_never_decoded(log: EventLogBase)
     assert isinstance(response, ModelResponse) and [p.part_kind for p in response.parts] == ['text']
     assert response.model_name == 'm1' and response.timestamp == at(2)
     assert SECRET not in repr(replay) and str(done.erasure_seq) in repr(replay)
+
+
+# --- with signed checkpoints (docs/audit.md) ---------------------------------------------------
+
+
+async def test_checkpoints_made_before_an_erasure_still_verify(log: EventLogBase, tmp_path: Path) -> None:
+    from eventlog.checkpoint import Signer, verify_export
+
+    signer = Signer.generate()
+    await _seeded(log)
+    before = tmp_path / 'checkpoint-before.json'
+    await log.checkpoint(signer, path=before)
+    await log.erase('c1', run_id='r1')
+    report = await log.verify(checkpoints=[before], public_key=signer.public_key)
+    assert report.ok, report.problems
+    # An erasure does not let a rewritten history pass: an erased entry's stored hash still counts.
+    erased = (await log.entries(run_id='r1', kinds=['message']))[0]
+
+    def rehash(txn: object) -> None:
+        value = txn.get(Table.ENTRIES, seq_key(erased.seq))  # type: ignore[attr-defined]
+        txn.put(Table.ENTRIES, seq_key(erased.seq), value[:-32] + bytes(32))  # type: ignore[attr-defined]
+
+    log._write_sync(rehash)  # pyright: ignore[reportPrivateUsage]
+    report = await log.verify(checkpoints=[before], public_key=signer.public_key)
+    assert ('checkpoint-mismatch', erased.seq) in {(p.code, p.seq) for p in report.problems}
+    log._write_sync(
+        lambda txn: txn.put(
+            Table.ENTRIES,
+            seq_key(erased.seq),
+            encode_erased_body(get_body(txn, erased.seq) or pytest.fail('gone')) + erased.hash,
+        )
+    )  # type: ignore[attr-defined]  # pyright: ignore[reportPrivateUsage]
+    assert (await log.verify(checkpoints=[before], public_key=signer.public_key)).ok
+    # A signed export of the erased store checks on a machine without the store.
+    evidence = tmp_path / 'evidence.jsonl'
+    await log.export(evidence, signed=True, signer=signer)
+    assert SECRET.encode() not in evidence.read_bytes()
+    assert verify_export(evidence, signer.public_key).ok
