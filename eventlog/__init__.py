@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from eventlog._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from eventlog._erase import Erased
     from eventlog.entries import (
         MAX_SEQ,
         CompactionInfo,
@@ -48,7 +49,6 @@ if TYPE_CHECKING:
         StoreLocationError,
         StoreVersionError,
     )
-    from eventlog._erase import Erased
     from eventlog.lmdb_log import LmdbEventLog
     from eventlog.log import Appended, EventLog, EventLogBase
     from eventlog.memory import InMemoryEventLog

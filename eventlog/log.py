@@ -604,7 +604,7 @@ class EventLogBase(ABC):
         the log's tables). Returns `None` when done, else a one-line reason it could not be
         (the store busy elsewhere, say): the removal itself stays committed either way."""
         self._check_open()
-        return await asyncio.to_thread(self._scrub_sync)
+        return await to_thread(self._scrub_sync)
 
     def _scrub_sync(self) -> str | None:
         for hook in _scrub_hooks:
