@@ -5,12 +5,12 @@ plumbing (`--store`, one-line errors, `--json`). docs/erasure.md describes what 
 """
 
 import sys
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from eventlog import Entry, Erased, LmdbEventLog, RetentionPolicy, RetentionReport
+from eventlog.log import EventLogBase
 from eventlog.retention import RetentionAction
 
 __all__ = ['register']
@@ -37,7 +37,7 @@ def register(app: typer.Typer) -> None:
         reason: Annotated[str | None, typer.Option('--reason', help='Why (recorded in the erasure entry).')] = None,
         by: Annotated[str | None, typer.Option('--by', help='Who asked (recorded in the erasure entry).')] = None,
         yes: Annotated[bool, typer.Option('--yes', help='Really erase (without it, only explain).')] = False,
-        store: cli.StoreOption = cli.DEFAULT_STORE,
+        store: cli.StoreOption = cli._DEFAULT_STORE,  # pyright: ignore[reportPrivateUsage]
         as_json: cli.JsonOption = False,
     ) -> None:
         """Remove the content of a conversation's messages for good, keeping their place in the chain. Needs --yes.
@@ -65,7 +65,7 @@ def register(app: typer.Typer) -> None:
             bool, typer.Option('--erase', help='Erase the content of older entries (the default).')
         ] = False,
         dry_run: Annotated[bool, typer.Option('--dry-run', help='Only report what would be done.')] = False,
-        store: cli.StoreOption = cli.DEFAULT_STORE,
+        store: cli.StoreOption = cli._DEFAULT_STORE,  # pyright: ignore[reportPrivateUsage]
         as_json: cli.JsonOption = False,
     ) -> None:
         """Apply a retention limit: erase (or delete) what is older, and report per conversation.
@@ -78,7 +78,7 @@ def register(app: typer.Typer) -> None:
 
 
 async def _erase(
-    store: Path,
+    store: str,
     conversation: str,
     run: str | None,
     seqs: list[int] | None,
@@ -121,10 +121,11 @@ async def _erase(
             )
             raise typer.Exit(1)
         done = await log.erase(conversation_id, run_id=run_id, where=where, reason=reason, by=by)
-    _report_erased(store, done, as_json)
+        lmdb = isinstance(log, LmdbEventLog)
+    _report_erased(store, lmdb, done, as_json)
 
 
-async def _check_seqs(log: LmdbEventLog, conversation_id: str, wanted: set[int]) -> None:
+async def _check_seqs(log: EventLogBase, conversation_id: str, wanted: set[int]) -> None:
     from eventlog_cli import cli
 
     held = {e.seq for e in await log.entries(conversation_id=conversation_id, kinds=['message', 'compaction'])}
@@ -135,7 +136,7 @@ async def _check_seqs(log: LmdbEventLog, conversation_id: str, wanted: set[int])
         )
 
 
-def _report_erased(store: Path, done: Erased, as_json: bool) -> None:
+def _report_erased(store: str, lmdb: bool, done: Erased, as_json: bool) -> None:
     from eventlog_cli import _render as render
 
     if as_json:
@@ -156,14 +157,17 @@ def _report_erased(store: Path, done: Erased, as_json: bool) -> None:
             f'erased {len(done.seqs)} entries of {done.conversation_id} ({render.seq_list(done.seqs)}), '
             f'recorded as entry #{done.erasure_seq}'
         )
-    _report_scrub(store, bool(done.seqs), done.scrubbed, done.scrub_error)
+    _report_scrub(store, lmdb, bool(done.seqs), done.scrubbed, done.scrub_error)
 
 
-def _report_scrub(store: Path, changed: bool, scrubbed: bool, problem: str | None) -> None:
+def _report_scrub(store: str, lmdb: bool, changed: bool, scrubbed: bool, problem: str | None) -> None:
     if not changed:
         return
     if scrubbed:
-        sys.stderr.write(f'compacted {store}: the removed text is gone from its files\n')
+        done = 'compacted' if lmdb else 'vacuumed (VACUUM FULL)'
+        sys.stderr.write(f'{done} {store}: the removed text is gone from its files\n')
+    elif not lmdb:
+        sys.stderr.write(f'eventlog: the removed text is not yet purged from the table files: {problem}\n')
     else:
         sys.stderr.write(
             f'eventlog: the removed text stays in the free pages of the store file until it is compacted, '
@@ -173,7 +177,7 @@ def _report_scrub(store: Path, changed: bool, scrubbed: bool, problem: str | Non
 
 
 async def _retain(
-    store: Path,
+    store: str,
     max_age: str | None,
     conversation_ages: list[str],
     delete: bool,
@@ -198,10 +202,11 @@ async def _retain(
     _register_index_hook()
     async with cli._open(store) as log:  # pyright: ignore[reportPrivateUsage]
         report = await log.retain(policy, dry_run=dry_run)
-    _report_retention(store, report, as_json)
+        lmdb = isinstance(log, LmdbEventLog)
+    _report_retention(store, lmdb, report, as_json)
 
 
-def _report_retention(store: Path, report: RetentionReport, as_json: bool) -> None:
+def _report_retention(store: str, lmdb: bool, report: RetentionReport, as_json: bool) -> None:
     from eventlog_cli import _render as render
 
     counts = report.erased if report.action == 'erase' else report.deleted
@@ -230,7 +235,7 @@ def _report_retention(store: Path, report: RetentionReport, as_json: bool) -> No
         else:
             out.print(f'nothing is older than the limit: nothing {done}')
     if not report.dry_run:
-        _report_scrub(store, bool(counts), report.scrubbed, report.scrub_error)
+        _report_scrub(store, lmdb, bool(counts), report.scrubbed, report.scrub_error)
 
 
 def _register_index_hook() -> None:
