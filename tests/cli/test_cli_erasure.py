@@ -142,3 +142,45 @@ def test_erase_while_the_store_is_open_elsewhere_says_to_compact_later(fresh: St
         holder.wait(timeout=60)
     assert run('compact', store=fresh.path).returncode == 0
     assert b'wombat' not in store_bytes(fresh.path)
+
+
+def test_erase_and_retain_on_a_postgres_store(fresh: Store, pg_dsn: str, pg_schemas: list[str]) -> None:  # noqa: F811
+    from pgserver import fresh_schema
+
+    schema = fresh_schema()
+    pg_schemas.append(schema)
+    url = f'{pg_dsn}#{schema}'
+    export = fresh.path.parent / 'store.jsonl'
+    assert run('export', '-o', export, store=fresh.path).returncode == 0
+    imported = subprocess.run(
+        [sys.executable, '-m', 'eventlog_cli', 'import', str(export), '--store', url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert imported.returncode == 0, imported.stderr
+
+    def pg(*args: str) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, 'COLUMNS': '240', 'NO_COLOR': '1'}
+        env.pop('EVENTLOG_STORE', None)
+        done = subprocess.run(
+            [sys.executable, '-m', 'eventlog_cli', *args, '--store', url],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
+        assert 'Traceback' not in done.stderr
+        return done
+
+    done = pg('erase', 'beta', '--yes', '--json')
+    assert done.returncode == 0, done.stderr
+    assert len(json.loads(done.stdout)['erased']) == 2
+    assert 'vacuumed (VACUUM FULL)' in done.stderr and 'gone from its files' in done.stderr
+    assert pg('verify').returncode == 0
+    shown = pg('show', 'beta')
+    assert 'wombat' not in shown.stdout and '[erased:' in shown.stdout
+    bad = pg('retain', '--max-age', 'soon')
+    assert bad.returncode == 1 and bad.stderr.count('\n') == 1 and 'is not an age' in bad.stderr
+    kept = pg('retain', '--max-age', '3650d', '--json')
+    assert kept.returncode == 0 and json.loads(kept.stdout)['total'] == 0
