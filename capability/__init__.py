@@ -12,6 +12,8 @@ if TYPE_CHECKING:
         EventLogPersistenceError,
         EventLogPersistenceWarning,
         OnError,
+        RedactionError,
+        Redactor,
     )
     from capability.search import TOOL_NAME, ConversationSearch, ScopeDefaultWarning, SearchScope
 
@@ -22,6 +24,8 @@ __all__ = [
     'EventLogPersistenceError',
     'EventLogPersistenceWarning',
     'OnError',
+    'RedactionError',
+    'Redactor',
     'ScopeDefaultWarning',
     'SearchScope',
 ]
@@ -33,6 +37,8 @@ _SUBMODULE: dict[str, str] = {
     'EventLogPersistenceError': 'capability.persistence',
     'EventLogPersistenceWarning': 'capability.persistence',
     'OnError': 'capability.persistence',
+    'RedactionError': 'capability.persistence',
+    'Redactor': 'capability.persistence',
     'TOOL_NAME': 'capability.search',
     'ConversationSearch': 'capability.search',
     'ScopeDefaultWarning': 'capability.search',

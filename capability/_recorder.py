@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import warnings
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Literal, Protocol
 
@@ -25,6 +25,7 @@ from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 from pydantic_ai.usage import RunUsage
 
 from capability._persistence_sync import Layout, SyncPlan, advance, match_branch, plan_sync
+from capability._redaction import Redaction
 from eventlog import (
     EventLog,
     EventLogError,
@@ -127,7 +128,9 @@ class RecentRuns:
         while len(self._items) > _CACHE_SIZE:
             self._items.popitem(last=False)
 
-    def recall(self, history: Sequence[ModelMessage]) -> Layout | None:
+    def recall(
+        self, history: Sequence[ModelMessage], encode: Callable[[ModelMessage], bytes] = encode_message
+    ) -> Layout | None:
         """A copy of the remembered layout `history` is exactly (the same message objects, the
         last one unchanged since it was recorded), else `None`."""
         run_id = getattr(history[-1], 'run_id', None)
@@ -139,7 +142,7 @@ class RecentRuns:
             layout.messages[-1] is not history[-1]
             or len(layout.messages) != len(history)
             or layout.messages != (history if isinstance(history, list) else list(history))
-            or encode_message(history[-1]) != found.last_payload
+            or encode(history[-1]) != found.last_payload
         ):
             return None
         return Layout(list(layout.messages), list(layout.anchors), set(layout.groups), layout.tip)
@@ -165,6 +168,8 @@ class RunRecorder:
     metadata: Mapping[str, str] | None = None
     parent_run_id: str | None = None
     """The run whose tool started this one, if any."""
+    redaction: Redaction = field(default_factory=Redaction)
+    """Applied to every message before it is encoded for the log (`EventLogPersistence(redact=...)`)."""
 
     layout: Layout = field(default_factory=Layout)
     pending: list[Outgoing] = field(default_factory=list[Outgoing])
@@ -200,7 +205,7 @@ class RunRecorder:
         self.pending.append(Outgoing(WireEntry('run_started', started.payload, 'start', parent=layout.tip)))
         if unseen:
             items = [
-                Outgoing(WireEntry('message', encode_message(m), f'inherited:{i}', inherited=True), m)
+                Outgoing(WireEntry('message', self.redaction.encode(m), f'inherited:{i}', inherited=True), m)
                 for i, m in enumerate(unseen)
             ]
             seqs = await self._write(items)
@@ -247,7 +252,7 @@ class RunRecorder:
         pydantic-ai that stamps requests later, or a hook that edits them after this one)."""
         sent = self.sent
         self.sent = None
-        if sent is not None and encode_message(sent[0]) != sent[1]:
+        if sent is not None and self.redaction.encode(sent[0]) != sent[1]:
             warnings.warn(
                 'a model request changed after EventLogPersistence recorded it in before_model_request; '
                 'the log holds the request as it was then. List EventLogPersistence after capabilities '
@@ -322,12 +327,15 @@ class RunRecorder:
         items: list[Outgoing] = []
         if plan.summary is not None:
             entry = compaction_entry(
-                conversation_id=self.conversation_id, run_id=self.run_id, replaced=plan.replaced, summary=plan.summary
+                conversation_id=self.conversation_id,
+                run_id=self.run_id,
+                replaced=plan.replaced,
+                summary=[self.redaction.message(m) for m in plan.summary],
             )
             items.append(Outgoing(WireEntry('compaction', entry.payload, f'compaction:{self.compactions}')))
             self.compactions += 1
         for message in plan.new_messages:
-            item = Outgoing(WireEntry('message', encode_message(message), f'msg:{self.messages}'), message)
+            item = Outgoing(WireEntry('message', self.redaction.encode(message), f'msg:{self.messages}'), message)
             items.append(item)
             self.messages += 1
             self.last = item
@@ -338,7 +346,7 @@ class RunRecorder:
         last = self.last
         if last is not None and last.message is message:
             return last.entry.payload
-        return encode_message(message)
+        return self.redaction.encode(message)
 
     async def _write(self, items: list[Outgoing]) -> list[int] | None:
         """Append the pending entries and `items` in one transaction; the `seq`s of `items`, or
@@ -399,7 +407,7 @@ class RunRecorder:
         """The layout of the stored branch `history` continues, and the messages the log lacks."""
         if not history:
             return Layout(), []
-        recalled = self.recent.recall(history)
+        recalled = self.recent.recall(history, self.redaction.encode)
         try:
             # One cheap read guards against a branch deleted since it was remembered.
             if recalled is not None and recalled.tip is not None and await self.log.get_entry(recalled.tip):
@@ -412,7 +420,7 @@ class RunRecorder:
     async def _match_in_log(self, history: list[ModelMessage]) -> tuple[Layout, list[ModelMessage]]:
         """Match `history` against the branches of the runs it names (newest first) and the
         latest run of its conversation; keep the deepest exact match."""
-        payloads = [encode_message(m) for m in history]
+        payloads = [self.redaction.encode(m) for m in history]
         candidates: list[str] = []
         for message in reversed(history):
             run_id = getattr(message, 'run_id', None)

@@ -54,11 +54,20 @@ from capability._recorder import (
     describe,
     digest,
 )
+from capability._redaction import REDACTED_METADATA_KEY, Redaction, RedactionError, Redactor
 from eventlog import Appended, EventLog, EventLogError, InvalidArgumentError, NewEntry
 from eventlog.checkpoint import SignerSource, as_signer
 from eventlog.log import EventLogBase
 
-__all__ = ['EventLogPersistence', 'EventLogPersistenceError', 'EventLogPersistenceWarning', 'OnError']
+__all__ = [
+    'REDACTED_METADATA_KEY',
+    'EventLogPersistence',
+    'EventLogPersistenceError',
+    'EventLogPersistenceWarning',
+    'OnError',
+    'RedactionError',
+    'Redactor',
+]
 
 _ACTIVE_RUN: ContextVar[str | None] = ContextVar('eventlog_persistence_active_run', default=None)
 """The run whose `wrap_run` encloses the current task: an agent run from inside another agent's
@@ -95,6 +104,12 @@ class EventLogPersistence(AbstractCapability[AgentDepsT]):
         signer: The `eventlog.checkpoint.Signer` (or its PEM private key file) checkpoints are signed with.
         checkpoint_dir: Also write each checkpoint to `checkpoint-<last seq>.json` in this
             directory (keep it outside the store).
+        redact: Applied to a copy of each message (and compaction summary) before it is
+            appended; returns the message to store (replace card numbers, bearer tokens...). The
+            run itself keeps the original. A stored message the redactor changed carries
+            `metadata['eventlog_redacted']` naming it, and replay returns exactly the redacted
+            message (docs/erasure.md). A redactor that raises fails the run (nothing unredacted is
+            stored); it must be deterministic, as a threaded history is matched by its redacted bytes.
     """
 
     log: EventLog
@@ -102,6 +117,7 @@ class EventLogPersistence(AbstractCapability[AgentDepsT]):
     agent_name: str | None = None
     metadata: Mapping[str, str] | None = None
     on_error: OnError = 'raise'
+    redact: Redactor | None = None
     id: str | None = 'eventlog_persistence'
     """Stable, because durable engines find the capability's operations by it."""
     checkpoint_every: int | None = None
@@ -129,6 +145,8 @@ class EventLogPersistence(AbstractCapability[AgentDepsT]):
             self.signer = as_signer(self.signer)  # a bad key file fails here, not after the first runs
         elif self.signer is not None or self.checkpoint_dir is not None:
             raise InvalidArgumentError('signer and checkpoint_dir are used only with checkpoint_every')
+        if self.redact is not None and not callable(self.redact):
+            raise InvalidArgumentError(f'redact must be a callable taking and returning a message, not {self.redact!r}')
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
@@ -153,6 +171,7 @@ class EventLogPersistence(AbstractCapability[AgentDepsT]):
             agent_name=agent_name,
             metadata=self.metadata,
             parent_run_id=_ACTIVE_RUN.get(),
+            redaction=Redaction(self.redact),
         )
         return run
 

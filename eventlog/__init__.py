@@ -7,11 +7,13 @@ from typing import TYPE_CHECKING
 from eventlog._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from eventlog._erase import Erased
     from eventlog.entries import (
         MAX_SEQ,
         CompactionInfo,
         ConversationRecord,
         Entry,
+        ErasureInfo,
         ForkInfo,
         Kind,
         NewEntry,
@@ -52,6 +54,7 @@ if TYPE_CHECKING:
     from eventlog.memory import InMemoryEventLog
     from eventlog.postgres_log import PostgresEventLog
     from eventlog.replay import ReplayHistorySource
+    from eventlog.retention import RetentionPolicy, RetentionReport, parse_age
 
 __all__ = [
     'MAX_SEQ',
@@ -62,6 +65,8 @@ __all__ = [
     'CorruptEntryError',
     'CorruptStoreError',
     'Entry',
+    'Erased',
+    'ErasureInfo',
     'EventLog',
     'EventLogBase',
     'EventLogError',
@@ -77,6 +82,8 @@ __all__ = [
     'NotFoundError',
     'PostgresEventLog',
     'ReplayHistorySource',
+    'RetentionPolicy',
+    'RetentionReport',
     'RunFinishedInfo',
     'RunNotFound',
     'RunRecord',
@@ -94,6 +101,7 @@ __all__ = [
     'decode_messages',
     'encode_message',
     'message_entry',
+    'parse_age',
     'run_finished_entry',
     'run_started_entry',
     'tool_effect_entry',
@@ -110,6 +118,8 @@ _SUBMODULE: dict[str, str] = {
     'CorruptEntryError': 'eventlog.errors',
     'CorruptStoreError': 'eventlog.errors',
     'Entry': 'eventlog.entries',
+    'Erased': 'eventlog._erase',
+    'ErasureInfo': 'eventlog.entries',
     'EventLog': 'eventlog.log',
     'EventLogBase': 'eventlog.log',
     'EventLogError': 'eventlog.errors',
@@ -126,6 +136,8 @@ _SUBMODULE: dict[str, str] = {
     'NotFoundError': 'eventlog.errors',
     'PostgresEventLog': 'eventlog.postgres_log',
     'ReplayHistorySource': 'eventlog.replay',
+    'RetentionPolicy': 'eventlog.retention',
+    'RetentionReport': 'eventlog.retention',
     'RunFinishedInfo': 'eventlog.entries',
     'RunNotFound': 'eventlog.errors',
     'RunRecord': 'eventlog.entries',
@@ -143,6 +155,7 @@ _SUBMODULE: dict[str, str] = {
     'decode_messages': 'eventlog.entries',
     'encode_message': 'eventlog.entries',
     'message_entry': 'eventlog.entries',
+    'parse_age': 'eventlog.retention',
     'run_finished_entry': 'eventlog.entries',
     'run_started_entry': 'eventlog.entries',
     'tool_effect_entry': 'eventlog.entries',

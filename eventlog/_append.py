@@ -43,6 +43,7 @@ from eventlog.entries import (
     RUN_KINDS,
     CompactionInfo,
     ConversationRecord,
+    ErasureInfo,
     ForkInfo,
     Kind,
     NewEntry,
@@ -376,6 +377,16 @@ def _deleted(batch: _Batch, entry: NewEntry, seq: int, ts: datetime, allow_inter
     return None
 
 
+def _erasure(batch: _Batch, entry: NewEntry, seq: int, ts: datetime, allow_internal: bool) -> int | None:
+    if not allow_internal:
+        raise InvalidArgumentError('use erase() to erase entries')
+    _live_conversation(batch, entry)
+    info: ErasureInfo = _payload(entry)
+    for erased in info.seqs:
+        check_seq(erased, 'a seq in erasure.seqs')
+    return None
+
+
 def _title(batch: _Batch, entry: NewEntry, seq: int, ts: datetime, allow_internal: bool) -> int | None:
     conv = _live_conversation(batch, entry)
     info: TitleInfo = _payload(entry)
@@ -438,5 +449,6 @@ _APPLY: Final[dict[Kind, _Rule]] = {
     'title': _title,
     'archived': _archived,
     'unarchived': _unarchived,
+    'erasure': _erasure,
 }
 """Each kind's rule: the one place the write path tells kinds apart."""

@@ -77,6 +77,7 @@ __all__ = [
     'encode_body',
     'encode_body_of',
     'encode_conversation',
+    'encode_erased_body',
     'encode_run',
     'entry_hash',
     'entry_key_of',
@@ -84,6 +85,7 @@ __all__ = [
     'idem_conversation',
     'idem_key_of',
     'idem_run_start',
+    'is_erased_value',
     'key_conversation',
     'key_seq',
     'lmdb_key',
@@ -250,6 +252,25 @@ _body_decoder = msgspec.msgpack.Decoder(StoredBody)
 def encode_body(body: StoredBody) -> bytes:
     """The bytes of a body as stored (and hashed)."""
     return _body_encoder.encode(body)
+
+
+_BODY_ARRAY: Final = 0x90 | len(StoredBody.__struct_fields__)
+"""The msgpack header byte of a stored body (a fixarray of its fields)."""
+_ERASED_ARRAY: Final = _BODY_ARRAY + 1
+"""The header byte of an erased entry's body: the same array with one more element (`True`)."""
+
+
+def encode_erased_body(body: StoredBody) -> bytes:
+    """The stored bytes of an erased entry: `body` (holding the placeholder payload) as an array
+    with a trailing `True`, the erasure mark. Readers decode the body as usual (msgpack arrays
+    with extra trailing elements decode to the struct); `is_erased_value` sees the mark."""
+    raw = encode_body(body)
+    return bytes([_ERASED_ARRAY]) + raw[1:] + b'\xc3'
+
+
+def is_erased_value(value: bytes) -> bool:
+    """Whether an ENTRIES value holds an erased entry (its content replaced by `erase`)."""
+    return len(value) > 0 and value[0] == _ERASED_ARRAY
 
 
 def encode_body_of(entry: Any, payload: bytes) -> bytes:

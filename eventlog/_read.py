@@ -25,6 +25,7 @@ from eventlog._keys import (
     decode_id,
     decode_run,
     entry_hash,
+    is_erased_value,
     key_seq,
     run_key,
     seq_key,
@@ -55,7 +56,7 @@ _compaction_decoder = msgspec.json.Decoder(CompactionInfo)
 
 def to_entry(body: StoredBody, value: bytes) -> Entry:
     """The `Entry` a stored body and its ENTRIES value make."""
-    return Entry(*astuple(body), hash=entry_hash(value))
+    return Entry(*astuple(body), hash=entry_hash(value), erased=is_erased_value(value))
 
 
 def get_entry(txn: ReadTxn, seq: int) -> Entry | None:

@@ -80,6 +80,9 @@ class ExportedEntry(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     detached: bool = False
     """The entry's `parent` (a run's branch point or a fork point) is not in the export because
     the source store no longer held it (its conversation was deleted); an import drops it."""
+    erased: bool = False
+    """The entry's content was erased in the source store (`payload` is its placeholder): its
+    `hash` is taken as given when the export is checked, and an import refuses it."""
 
 
 class Closing(msgspec.Struct, frozen=True, kw_only=True, tag_field='type', tag='closing'):
@@ -169,6 +172,7 @@ def _exported(entry: Entry, *, detached: bool) -> ExportedEntry:
         payload=msgspec.Raw(entry.payload or b'null'),
         hash=entry.hash.hex(),
         detached=detached,
+        erased=entry.erased,
     )
 
 
@@ -287,8 +291,14 @@ def read_export(
         _check_line(number, line, last)
         last = line.seq
         prev = b'' if line.kind == 'deleted' else heads.get(line.conversation_id, b'')
-        digest = chain_hash(prev, encode_body_of(line, payload_of(line)))
-        if digest.hex() != line.hash:
+        if line.erased:  # the content is gone: the hash is taken as stored (docs/erasure.md)
+            try:
+                digest = bytes.fromhex(line.hash)
+            except ValueError:
+                digest = b''
+        else:
+            digest = chain_hash(prev, encode_body_of(line, payload_of(line)))
+        if digest.hex() != line.hash or len(digest) != 32:
             raise InvalidArgumentError(
                 f'line {number} (seq {line.seq}, conversation {line.conversation_id!r}) fails its hash check: '
                 'the export was altered or is missing entries'
@@ -380,6 +390,12 @@ def import_lines(txn: WriteTxn, lines: Iterable[tuple[int, ExportedEntry]]) -> i
 
     for number, line in lines:
         conv_id = line.conversation_id
+        if line.erased or line.kind == 'erasure':
+            what = 'was erased' if line.erased else 'records an erasure'
+            raise InvalidArgumentError(
+                f'line {number} (seq {line.seq}) {what} in the source store: an export holding erasures '
+                'can be checked but not imported (erased hashes cannot be recomputed here); nothing was imported'
+            )
         if conv_id not in seen:
             check_id(conv_id, f'line {number}: conversation_id')
             existing = get_conversation(txn, conv_id)

@@ -47,6 +47,7 @@ from eventlog._keys import (
     idem_conversation,
     idem_key_of,
     idem_run_start,
+    is_erased_value,
     key_conversation,
     key_seq,
     run_idem_prefix,
@@ -58,6 +59,7 @@ from eventlog._storage import ReadTxn
 from eventlog.entries import (
     CompactionInfo,
     ConversationRecord,
+    ErasureInfo,
     ForkInfo,
     Kind,
     RunFinishedInfo,
@@ -79,6 +81,7 @@ _finished: Final = msgspec.json.Decoder(RunFinishedInfo)
 _compaction: Final = msgspec.json.Decoder(CompactionInfo)
 _title: Final = msgspec.json.Decoder(TitleInfo)
 _fork: Final = msgspec.json.Decoder(ForkInfo)
+_erasure: Final = msgspec.json.Decoder(ErasureInfo)
 
 _INDEX_NAMES: Final = {
     Table.BY_CONV: 'the conversation index (BY_CONV)',
@@ -109,6 +112,8 @@ class _Rebuild:
         self.idem: dict[bytes, bytes] = {}
         self.conv_run_ids: dict[str, list[str]] = {}
         self.conv_idem: dict[str, list[bytes]] = {}
+        self.erasure_listed: dict[str, set[int]] = {}
+        """The `seq`s each conversation's `erasure` entries record as erased."""
         self.max_seq = 0
 
     def _reopen(self, conversation_id: str, seq: int, body: Any) -> ConversationRecord:
@@ -132,6 +137,7 @@ class _Rebuild:
         for key in self.conv_idem.pop(conversation_id, []):
             self.idem.pop(key, None)
         self.conv_seqs.pop(conversation_id, None)
+        self.erasure_listed.pop(conversation_id, None)
 
     def apply(self, seq: int, body: StoredBody) -> None:
         """Apply one decoded entry; `_Invalid` if it cannot follow the ones before it."""
@@ -197,6 +203,12 @@ class _Rebuild:
     def _unarchived(self, seq: int, body: StoredBody) -> _Applied:
         conv = self._live_conversation(body)
         conv.archived = False
+        return conv, None
+
+    def _erasure(self, seq: int, body: StoredBody) -> _Applied:
+        conv = self._live_conversation(body)
+        info: ErasureInfo = _erasure.decode(body.payload)
+        self.erasure_listed.setdefault(body.conversation_id, set()).update(info.seqs)
         return conv, None
 
     def _run_id(self, body: StoredBody) -> str:
@@ -293,6 +305,7 @@ _REBUILD: Final[dict[Kind, Callable[[_Rebuild, int, StoredBody], _Applied]]] = {
     'title': _Rebuild._title,  # pyright: ignore[reportPrivateUsage]
     'archived': _Rebuild._archived,  # pyright: ignore[reportPrivateUsage]
     'unarchived': _Rebuild._unarchived,  # pyright: ignore[reportPrivateUsage]
+    'erasure': _Rebuild._erasure,  # pyright: ignore[reportPrivateUsage]
 }
 """Each kind's rule in the rebuild: the one place `verify` tells kinds apart."""
 
@@ -329,6 +342,8 @@ def verify(txn: ReadTxn) -> VerifyReport:
     heads: dict[str, tuple[int, bytes]] = {}
     rebuild = _Rebuild()
     findings = _Findings()
+    marked: dict[str, set[int]] = {}
+    """The `seq`s of each conversation's entries that carry the erasure mark."""
     checked = 0
     for key, value in txn.scan(Table.ENTRIES):
         checked += 1
@@ -357,8 +372,15 @@ def verify(txn: ReadTxn) -> VerifyReport:
         prev_seq, prev = heads.get(conv_id, (0, b''))
         if body.kind == 'deleted':
             prev = b''
+            marked.pop(conv_id, None)
         hashed, stored_hash = split_value(value)
-        digest = chain_hash(prev, hashed)
+        if is_erased_value(value):
+            # The content is gone, so the entry's own hash cannot be recomputed: it is taken as
+            # stored, and every later link is checked from it (docs/erasure.md).
+            marked.setdefault(conv_id, set()).add(seq)
+            digest = stored_hash
+        else:
+            digest = chain_hash(prev, hashed)
         if len(value) <= HASH_SIZE or digest != stored_hash:
             chain[conv_id] = _explain_break(txn, body, prev_seq)
             continue
@@ -385,6 +407,7 @@ def verify(txn: ReadTxn) -> VerifyReport:
                 code='conversation-record',
             )
     findings.skip = set(chain)
+    _compare_erasures(txn, rebuild, marked, findings)
     _compare_conversations(rebuild, stored_convs, findings)
     _compare_runs(txn, rebuild, findings)
     _compare_by_conv(txn, rebuild, findings)
@@ -455,6 +478,33 @@ def _conversation_of(txn: ReadTxn, seq: int) -> str | None:
         if key.endswith(suffix):
             return by_conv_conversation(key)
     return None
+
+
+# --- erasures ---------------------------------------------------------------------------------
+
+
+def _compare_erasures(txn: ReadTxn, rebuild: _Rebuild, marked: dict[str, set[int]], findings: _Findings) -> None:
+    """Every entry marked erased is recorded by an `erasure` entry of its conversation, and every
+    entry such an entry records is erased."""
+    for conv_id in sorted(set(marked) | set(rebuild.erasure_listed)):
+        have = marked.get(conv_id, set())
+        listed = rebuild.erasure_listed.get(conv_id, set())
+        for seq in sorted(have - listed):
+            findings.add(
+                'erasure-unrecorded',
+                conv_id,
+                seq,
+                'the entry is marked erased but no erasure entry records it: its content was removed outside erase()',
+            )
+        for seq in sorted(listed - have):
+            if txn.get(Table.BY_CONV, by_conv_key(conv_id, seq)) is None:
+                continue  # not an entry of this conversation (any more): the chain check speaks for it
+            findings.add(
+                'erasure-incomplete',
+                conv_id,
+                seq,
+                'an erasure entry records the entry as erased, but it still holds content',
+            )
 
 
 # --- derived records --------------------------------------------------------------------------

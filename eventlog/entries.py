@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     'CONVERSATION_KINDS',
+    'ERASABLE_KINDS',
     'KINDS',
     'MAX_SEQ',
     'PAYLOAD_TYPES',
@@ -30,6 +31,7 @@ __all__ = [
     'ConversationRecord',
     'Entry',
     'EntryBody',
+    'ErasureInfo',
     'ForkInfo',
     'Kind',
     'NewEntry',
@@ -64,6 +66,7 @@ Kind = Literal[
     'unarchived',
     'forked_from',
     'deleted',
+    'erasure',
 ]
 """Every kind of entry the log knows."""
 
@@ -72,10 +75,15 @@ T = TypeVar('T')
 RUN_KINDS: Final[frozenset[Kind]] = frozenset({'message', 'run_started', 'run_finished', 'compaction', 'tool_effect'})
 """Kinds that belong to a run: they carry a `run_id` and sit on the run's branch."""
 
-CONVERSATION_KINDS: Final[frozenset[Kind]] = frozenset({'title', 'archived', 'unarchived', 'forked_from', 'deleted'})
+CONVERSATION_KINDS: Final[frozenset[Kind]] = frozenset(
+    {'title', 'archived', 'unarchived', 'forked_from', 'deleted', 'erasure'}
+)
 """Kinds that describe a conversation as a whole and carry no `run_id`."""
 
 KINDS: Final[frozenset[Kind]] = RUN_KINDS | CONVERSATION_KINDS
+
+ERASABLE_KINDS: Final[frozenset[Kind]] = frozenset({'message', 'compaction'})
+"""Kinds whose payload holds message content, which `erase` replaces with a placeholder."""
 
 MAX_SEQ: Final = 2**53 - 1
 """The largest `seq` the log assigns or accepts, and the bound of every seq-like or counting
@@ -118,6 +126,10 @@ class Entry(EntryBody, frozen=True, kw_only=True):
 
     hash: bytes
     """Chains this entry to the previous entry of its conversation (see `verify`)."""
+    erased: bool = False
+    """True when `erase` removed this entry's content: `payload` is then a placeholder that
+    names the erasure (docs/erasure.md), and `hash` is the one stored before the erasure, which
+    `verify` takes as given (it cannot be recomputed without the removed content)."""
 
     def message(self) -> ModelMessage:
         """Decode a `message` entry's payload into a pydantic-ai message.
@@ -218,6 +230,19 @@ class ForkInfo(msgspec.Struct, frozen=True):
     seq: int
 
 
+class ErasureInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Payload of an `erasure` entry: which entries of the conversation `erase` emptied, and why."""
+
+    seqs: list[int]
+    """The erased entries, in `seq` order."""
+    run_id: str | None = None
+    """The run the erasure was limited to, if any."""
+    reason: str | None = None
+    """Why (a ticket, a retention policy, ...), as the caller gave it."""
+    by: str | None = None
+    """Who asked for it, as the caller gave it."""
+
+
 PAYLOAD_TYPES: Final[Mapping[Kind, type[msgspec.Struct] | None]] = {
     'message': None,
     'run_started': RunStartedInfo,
@@ -229,6 +254,7 @@ PAYLOAD_TYPES: Final[Mapping[Kind, type[msgspec.Struct] | None]] = {
     'unarchived': None,
     'forked_from': ForkInfo,
     'deleted': None,
+    'erasure': ErasureInfo,
 }
 """The payload struct of each kind (JSON), or None: a `message` holds one pydantic-ai message,
 `archived`, `unarchived` and `deleted` hold nothing."""
@@ -305,8 +331,9 @@ class VerifyProblem(msgspec.Struct, frozen=True):
     code: str = 'hash-mismatch'
     """What kind of finding: 'hash-mismatch', 'entry-removed', 'entry-undecodable', 'entry-invalid',
     'chain-truncated', 'conversation-record', 'run-record', 'index-key', 'meta', 'structure',
-    'search-index', or against signed checkpoints 'checkpoint-mismatch', 'checkpoint-missing',
-    'checkpoint-added' (docs/verify.md, docs/audit.md)."""
+    'search-index', 'erasure-unrecorded', 'erasure-incomplete', or against signed checkpoints
+    'checkpoint-mismatch', 'checkpoint-missing', 'checkpoint-added' (docs/verify.md, docs/audit.md,
+    docs/erasure.md)."""
 
 
 class VerifyReport(msgspec.Struct, frozen=True, kw_only=True):

@@ -388,6 +388,14 @@ class LmdbEventLog(EventLogBase):
         self._check_open()
         return await to_thread(self._compact_sync)
 
+    def _rewrite_sync(self) -> str | None:
+        """`compact`, so that the pages freed by an erasure or a delete are gone from the disk."""
+        try:
+            self._compact_sync()
+        except StoreBusyError as exc:
+            return f'{exc} (the removed text stays in the free pages of data.mdb until then)'
+        return None
+
     def _compact_sync(self) -> CompactResult:
         self._check_open()
         for before, _ in _compaction_hooks:

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from dataclasses import replace
+from datetime import datetime
 from functools import partial
 from pathlib import Path
 from types import TracebackType
 from typing import IO, TYPE_CHECKING, ClassVar, Protocol, Self, TypeVar, runtime_checkable
 
 from eventlog import _engine as engine
+from eventlog import _erase as erasure
 from eventlog import _ids as ids
 from eventlog import _stream as stream
 from eventlog._files import open_destination
@@ -25,6 +28,7 @@ from eventlog._storage import ReadTxn, WriteTxn
 from eventlog._threads import to_thread
 from eventlog.entries import ConversationRecord, Entry, NewEntry, RunRecord, TitleInfo, VerifyReport, encode_info
 from eventlog.errors import ConversationNotFound, InvalidArgumentError, LogClosedError, RunNotFound
+from eventlog.retention import RetentionPolicy, RetentionReport, format_age
 
 if TYPE_CHECKING:
     from pydantic_ai.messages import ModelMessage
@@ -32,7 +36,7 @@ if TYPE_CHECKING:
     from eventlog.checkpoint import Checkpoint, CheckpointSource, PublicKeySource, SignerSource
     from eventlog.projection import LogReader, ProjectionRecords, ProjectionSpec, ProjectionWriter
 
-__all__ = ['Appended', 'EventLog', 'EventLogBase']
+__all__ = ['Appended', 'EventLog', 'EventLogBase', 'register_scrub_hook']
 
 T = TypeVar('T')
 
@@ -46,6 +50,16 @@ STREAM_BYTES = 2 * 1024 * 1024
 """Payload bytes after which a list the `iter_*` methods yield ends early (it holds at least one
 item), so that a batch of large messages stays small too."""
 _MESSAGE_KINDS = frozenset({'message'})
+
+_scrub_hooks: list[Callable[[EventLogBase], None]] = []
+
+
+def register_scrub_hook(hook: Callable[[EventLogBase], None]) -> None:
+    """Have `hook(log)` run first whenever `scrub` runs (after every `erase`): a projection that
+    copies content (the search index) brings itself up to date there, so that it drops what
+    was erased or deleted before the store's files are rewritten."""
+    if hook not in _scrub_hooks:
+        _scrub_hooks.append(hook)
 
 
 class Appended(list[int]):
@@ -545,6 +559,108 @@ class EventLogBase(ABC):
         """
         engine.check_id(conversation_id, 'conversation_id')
         return await self._write(lambda txn: engine.delete_conversation(txn, conversation_id), bulk=True)
+
+    # -- erasure and retention ----------------------------------------------------------------
+
+    async def erase(
+        self,
+        conversation_id: str,
+        *,
+        run_id: str | None = None,
+        where: Callable[[Entry], bool] | None = None,
+        reason: str | None = None,
+        by: str | None = None,
+        scrub: bool = True,
+    ) -> erasure.Erased:
+        """Remove the content of a conversation's messages and compaction summaries for good,
+        keeping each entry's place in the chain (docs/erasure.md).
+
+        Erases the whole conversation, only the entries of `run_id`, and of those only the ones
+        `where(entry)` returns `True` for. Each erased entry keeps its `seq`, kind, run, parent,
+        timestamp and stored hash and is marked `erased`; replay returns a placeholder message in
+        its place. An `erasure` entry records the erased `seq`s, `reason` and `by`. With `scrub`
+        (the default), `scrub()` then purges the removed bytes from projections and the store's
+        files; the result says whether that succeeded.
+
+        `where` runs inside the erasing write transaction: it must not call the log.
+
+        Raises `ConversationNotFound`, `RunNotFound` (a run not in this conversation) or
+        `InvalidArgumentError` (a bad predicate, reason or id); nothing is erased then.
+        """
+        engine.check_id(conversation_id, 'conversation_id')
+        done = await self._write(
+            lambda txn: erasure.erase(txn, conversation_id, run_id=run_id, where=where, reason=reason, by=by),
+            bulk=True,
+        )
+        if done.seqs and scrub:
+            problem = await self.scrub()
+            return replace(done, scrubbed=problem is None, scrub_error=problem)
+        return done
+
+    async def scrub(self) -> str | None:
+        """Purge removed content (erased entries, deleted conversations) from everything that may
+        still hold a copy: projections registered with `register_scrub_hook` are brought up to
+        date, then the backend rewrites its files (LMDB: `compact`; PostgreSQL: `VACUUM FULL` of
+        the log's tables). Returns `None` when done, else a one-line reason it could not be
+        (the store busy elsewhere, say): the removal itself stays committed either way."""
+        self._check_open()
+        return await to_thread(self._scrub_sync)
+
+    def _scrub_sync(self) -> str | None:
+        for hook in _scrub_hooks:
+            hook(self)
+        return self._rewrite_sync()
+
+    def _rewrite_sync(self) -> str | None:
+        """Rewrite the store so freed space holds no removed bytes; in memory there is nothing to do."""
+        return None
+
+    async def retain(
+        self, policy: RetentionPolicy, *, dry_run: bool = False, now: datetime | None = None, scrub: bool = True
+    ) -> RetentionReport:
+        """Apply a retention policy: erase (or delete, per `policy.action`) what is older than its
+        conversation's limit, measured from `now` (the current time); report per conversation.
+
+        With `dry_run` nothing changes and the report says what would be erased or deleted.
+        """
+        if not isinstance(policy, RetentionPolicy):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise InvalidArgumentError(f'retain takes a RetentionPolicy, got {type(policy).__name__}')
+        if now is not None and (not isinstance(now, datetime) or now.tzinfo is None):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise InvalidArgumentError('now must be a timezone-aware datetime')
+        moment = now or engine.utcnow()
+        convs = await self.list_conversations(include_archived=True)
+        erased: dict[str, int] = {}
+        deleted: dict[str, int] = {}
+        for conv in convs:
+            age = policy.age_for(conv.conversation_id)
+            if age is None:
+                continue
+            cutoff = moment - age
+            if policy.action == 'delete':
+                if conv.updated_at < cutoff:
+                    deleted[conv.conversation_id] = (
+                        conv.entry_count if dry_run else await self.delete_conversation(conv.conversation_id)
+                    )
+                continue
+
+            def older(entry: Entry, cutoff: datetime = cutoff) -> bool:
+                return entry.timestamp < cutoff
+
+            if dry_run:
+                found = await self.entries(conversation_id=conv.conversation_id, kinds=erasure.ERASABLE_KINDS)
+                count = sum(1 for e in found if not e.erased and older(e))
+            else:
+                done = await self.erase(
+                    conv.conversation_id, where=older, reason=f'retention: older than {format_age(age)}', scrub=False
+                )
+                count = len(done.seqs)
+            if count:
+                erased[conv.conversation_id] = count
+        report = RetentionReport(action=policy.action, dry_run=dry_run, erased=erased, deleted=deleted)
+        if scrub and not dry_run and (erased or deleted):
+            problem = await self.scrub()
+            report = replace(report, scrubbed=problem is None, scrub_error=problem)
+        return report
 
     # -- export, import, verify ---------------------------------------------------------------
 

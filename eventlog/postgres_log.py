@@ -419,6 +419,21 @@ class PostgresEventLog(EventLogBase):
 
         return self._run(run, begin=_BEGIN_READ, lock=None)
 
+    def _rewrite_sync(self) -> str | None:
+        """`VACUUM FULL` every table of the log, so that no dead row version (the content before
+        an erasure, a deleted conversation's rows) is left in the table files. Each table is
+        locked exclusively while it is rewritten (readers and writers wait). Write-ahead log
+        segments and old file blocks the filesystem freed are beyond its reach (docs/erasure.md)."""
+        names = [f'{self._q}."{name.decode()}"' for name in TABLE_NAMES.values()]
+        names.extend(self._projection_tables)
+        try:
+            with self._connection() as conn, conn.cursor() as cur:
+                for name in names:
+                    cur.execute(f'VACUUM FULL {name}'.encode())
+        except psycopg.Error as exc:
+            return f'VACUUM FULL failed: {_first_line(exc)}'
+        return None
+
     def close(self) -> None:
         """Close this handle's connection pool; later calls raise `LogClosedError`."""
         if self._closed:

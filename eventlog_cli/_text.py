@@ -21,6 +21,7 @@ from eventlog.entries import (
     CompactionInfo,
     ConversationRecord,
     Entry,
+    ErasureInfo,
     ForkInfo,
     Kind,
     RunFinishedInfo,
@@ -227,7 +228,21 @@ def _message_headline(entry: Entry, limit: int) -> str:
     role, lines = message_lines(entry)
     text = clip(' | '.join(lines), limit) if lines else '(no text)'
     inherited = ' (inherited)' if entry.inherited else ''
+    if entry.erased:
+        return f'{role}{inherited} (erased): content removed'
     return f'{role}{inherited}: {text}'
+
+
+def _erasure_headline(entry: Entry, limit: int) -> str:
+    info = msgspec.json.decode(entry.payload, type=ErasureInfo)
+    parts = [f'erased {len(info.seqs)} entries ({seq_list(info.seqs)})']
+    if info.run_id:
+        parts.append(f'of run {info.run_id}')
+    if info.by:
+        parts.append(f'by {info.by}')
+    if info.reason:
+        parts.append(f'reason: {info.reason}')
+    return clip(', '.join(parts), limit)
 
 
 def _run_started_headline(entry: Entry, limit: int) -> str:
@@ -284,6 +299,7 @@ HEADLINES: dict[Kind, Callable[[Entry, int], str]] = {
     'archived': lambda _entry, _limit: 'hidden from listings',
     'unarchived': lambda _entry, _limit: 'listed again',
     'deleted': lambda _entry, _limit: 'entries removed; this tombstone remains',
+    'erasure': _erasure_headline,
 }
 """One line per kind of entry, for `tail` and `replay`."""
 

@@ -1636,6 +1636,9 @@ def _demo_target(store: Path | None, overwrite: bool) -> Path:
 
 
 _audit.register(app, run=_run, open_store=_open)
+from eventlog_cli import _erasure  # noqa: E402  (its commands share this module's plumbing)
+
+_erasure.register(app)
 
 
 def _use_plain_metavars() -> None:

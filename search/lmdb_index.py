@@ -47,6 +47,7 @@ from eventlog._keys import ck, key_seq, seq_key
 from eventlog._threads import to_thread
 from eventlog.errors import CorruptStoreError, EventLogError, InvalidArgumentError
 from eventlog.lmdb_log import register_compaction_hook
+from eventlog.log import register_scrub_hook
 from eventlog.projection import LogReader, ProjectionRecords, ProjectionSpec, ProjectionStore, ProjectionWriter
 from search.analyzers import Analyzer, resolve_analyzer
 
@@ -300,6 +301,17 @@ class _Writer:
             self.add_message(entry)
         elif entry.kind == 'deleted':
             self.drop_conversation(entry.conversation_id, reindex_before=entry.seq)
+        elif entry.kind == 'erasure':
+            self.reindex_conversation(entry.conversation_id, before=entry.seq)
+
+    def reindex_conversation(self, conversation_id: str, *, before: int) -> None:
+        """Index a conversation again from its entries before `before` (and the conversations that
+        hold copies of its messages): after an erasure, its erased messages' terms are dropped and
+        only their placeholders are indexed."""
+        self.drop_conversation(conversation_id, reindex_before=before)
+        for entry in self.reader.conversation_entries(conversation_id, before=before):
+            if entry.kind != 'erasure':  # an earlier erasure's entries are erased already
+                self.apply(entry)
 
     def start_run(self, entry: Entry) -> None:
         assert entry.run_id is not None
@@ -628,11 +640,18 @@ def _apply_before_compaction(log: LmdbEventLog) -> None:
         log.write_projection(INDEX_PROJECTION, lambda records, _: records.clear())
 
 
+def _apply_before_scrub(log: EventLogBase) -> None:
+    """Bring the store's index (if one was built) up to date before `scrub` rewrites the store,
+    so that erased messages' and deleted conversations' terms leave its records first."""
+    _apply_before_compaction(log)  # pyright: ignore[reportArgumentType]
+
+
 def _nothing_after_compaction(log: LmdbEventLog) -> None:
     """The index keeps no handle on the store's files (its backend reopens its tables itself)."""
 
 
 register_compaction_hook(_apply_before_compaction, _nothing_after_compaction)
+register_scrub_hook(_apply_before_scrub)
 
 
 def _meta(records: ProjectionRecords, key: bytes) -> str | None:

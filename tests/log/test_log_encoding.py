@@ -22,6 +22,7 @@ from eventlog._storage import TABLE_NAMES, MemoryTables, MemoryTxn
 from eventlog.entries import (
     KINDS,
     CompactionInfo,
+    ErasureInfo,
     ForkInfo,
     NewEntry,
     TitleInfo,
@@ -88,6 +89,7 @@ def _build() -> MemoryTables:
         ],
         [run_started_entry(conversation_id='c3', run_id='r3')],
         [NewEntry(conversation_id='c3', kind='deleted')],
+        [NewEntry(conversation_id='c1', kind='erasure', payload=encode_info(ErasureInfo(seqs=[3], reason='r')))],
     ]
     minute = 0
     for step in steps:

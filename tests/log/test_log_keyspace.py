@@ -85,8 +85,8 @@ def test_the_entry_shapes_share_one_definition() -> None:
     body = list(EntryBody.__struct_fields__)
     assert body[-1] == 'payload'
     assert list(_keys.StoredBody.__struct_fields__) == body
-    assert list(Entry.__struct_fields__) == [*body, 'hash']
-    assert list(_transfer.ExportedEntry.__struct_fields__) == [*body, 'hash', 'detached']
+    assert list(Entry.__struct_fields__) == [*body, 'hash', 'erased']
+    assert list(_transfer.ExportedEntry.__struct_fields__) == [*body, 'hash', 'detached', 'erased']
     assert list(_keys.StoredRun.__struct_fields__) == [
         f.name for f in msgspec.structs.fields(RunRecord) if f.name != 'run_id'
     ]
