@@ -40,6 +40,7 @@ from eventlog.entries import VerifyProblem, VerifyReport
 from eventlog.errors import CorruptEntryError, LogClosedError, StorageError, StoreBusyError, StoreLocationError
 from eventlog.log import EventLogBase
 from eventlog.projection import LogReader, ProjectionSpec
+from eventlog.retention import RetentionPolicy
 
 __all__ = ['CompactResult', 'LmdbEventLog', 'register_compaction_hook']
 
@@ -241,11 +242,20 @@ class LmdbEventLog(EventLogBase):
         sync: Flush every commit to disk before the call returns (the default). With
             `sync=False` a machine crash may lose the latest commits, never corrupt the store.
         map_size: The initial size of the memory map; it grows by itself when full.
+        retention: A `RetentionPolicy` applied as the store opens (erasing or deleting what is
+            older than it allows); what it did is in `retention_report`.
     """
 
     persistent: ClassVar[bool] = True
 
-    def __init__(self, path: str | os.PathLike[str], *, sync: bool = True, map_size: int = DEFAULT_MAP_SIZE) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        sync: bool = True,
+        map_size: int = DEFAULT_MAP_SIZE,
+        retention: RetentionPolicy | None = None,
+    ) -> None:
         if not isinstance(path, (str, os.PathLike)):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise StoreLocationError(f'the store path must be a string or a path, got {type(path).__name__}')
         self.path = Path(path)
@@ -259,6 +269,7 @@ class LmdbEventLog(EventLogBase):
             raise
         self._closed = False
         self._projection_handles: dict[ProjectionSpec, lmdb_projection.ProjectionHandles] = {}
+        self._retain_on_open(retention)
 
     @property
     def env(self) -> lmdb.Environment:

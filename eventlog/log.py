@@ -615,6 +615,30 @@ class EventLogBase(ABC):
         """Rewrite the store so freed space holds no removed bytes; in memory there is nothing to do."""
         return None
 
+    retention_report: RetentionReport | None = None
+    """What the retention policy given when the log was opened did (`None`: no policy was given)."""
+
+    def _retain_on_open(self, policy: RetentionPolicy | None) -> None:
+        """Apply `policy` as the log opens (the constructors' `retention=`), closing it if that fails.
+
+        Runs `retain` to completion on an event loop of its own in a worker thread, so that a
+        constructor called from async code (a loop already running) can apply it too.
+        """
+        if policy is None:
+            return
+        if not isinstance(policy, RetentionPolicy):  # pyright: ignore[reportUnnecessaryIsInstance]
+            self.close()
+            raise InvalidArgumentError(f'retention takes a RetentionPolicy, got {type(policy).__name__}')
+        import asyncio
+        from concurrent.futures import ThreadPoolExecutor
+
+        try:
+            with ThreadPoolExecutor(1, thread_name_prefix='eventlog-retention') as pool:
+                self.retention_report = pool.submit(asyncio.run, self.retain(policy)).result()
+        except BaseException:
+            self.close()
+            raise
+
     async def retain(
         self, policy: RetentionPolicy, *, dry_run: bool = False, now: datetime | None = None, scrub: bool = True
     ) -> RetentionReport:

@@ -53,6 +53,7 @@ from eventlog.errors import (
 )
 from eventlog.log import EventLogBase
 from eventlog.projection import LogReader, ProjectionRecords, ProjectionSpec, ProjectionWriter
+from eventlog.retention import RetentionPolicy
 
 if TYPE_CHECKING:
     from eventlog.local_projections import LocalProjections
@@ -88,6 +89,8 @@ class PostgresEventLog(EventLogBase):
             following the log by position, instead of in the database's tables: searches then
             read the index from local memory and ask the database only for the log's last
             `seq` and the messages they show (`LocalProjections`, docs/postgres.md).
+        retention: A `RetentionPolicy` applied as the log opens (erasing or deleting what is
+            older than it allows); what it did is in `retention_report`.
     """
 
     persistent: ClassVar[bool] = True
@@ -100,6 +103,7 @@ class PostgresEventLog(EventLogBase):
         create: bool = True,
         pool_size: int = 4,
         projections_dir: str | os.PathLike[str] | None = None,
+        retention: RetentionPolicy | None = None,
     ) -> None:
         if not isinstance(dsn, str) or not dsn.strip():  # pyright: ignore[reportUnnecessaryIsInstance]
             raise InvalidArgumentError('PostgresEventLog needs a connection string, e.g. postgresql://user@host/db')
@@ -151,6 +155,7 @@ class PostgresEventLog(EventLogBase):
             except BaseException:
                 self._pool.close()
                 raise
+        self._retain_on_open(retention)
 
     # -- opening --------------------------------------------------------------------------------
 
