@@ -1,4 +1,4 @@
-"""The front doors: pydantic-ai capabilities that record runs in the event log and search them."""
+"""The front doors: pydantic-ai capabilities that record runs in the event log, search them and make them durable."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from eventlog._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from capability.durability import EventLogDurability
     from capability.persistence import (
         EventLogPersistence,
         EventLogPersistenceError,
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
 __all__ = [
     'TOOL_NAME',
     'ConversationSearch',
+    'EventLogDurability',
     'EventLogPersistence',
     'EventLogPersistenceError',
     'EventLogPersistenceWarning',
@@ -33,6 +35,7 @@ __all__ = [
 # The names are imported on first use (PEP 562): the `eventlog` command imports
 # `eventlog_cli.cli`, and most of its commands never need pydantic-ai's agent machinery.
 _SUBMODULE: dict[str, str] = {
+    'EventLogDurability': 'capability.durability',
     'EventLogPersistence': 'capability.persistence',
     'EventLogPersistenceError': 'capability.persistence',
     'EventLogPersistenceWarning': 'capability.persistence',

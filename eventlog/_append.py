@@ -43,6 +43,7 @@ from eventlog.entries import (
     RUN_KINDS,
     CompactionInfo,
     ConversationRecord,
+    DurableStepInfo,
     ErasureInfo,
     ForkInfo,
     Kind,
@@ -341,6 +342,13 @@ def _tool_effect(batch: _Batch, entry: NewEntry, seq: int, ts: datetime, allow_i
     return _follow(run, seq)
 
 
+def _durable_step(batch: _Batch, entry: NewEntry, seq: int, ts: datetime, allow_internal: bool) -> int | None:
+    run, _ = _running(batch, entry)
+    info: DurableStepInfo = _payload(entry)
+    check_count(info.step, 'durable_step.step')
+    return _follow(run, seq)
+
+
 def _forked_from(batch: _Batch, entry: NewEntry, seq: int, ts: datetime, allow_internal: bool) -> int | None:
     conv_id = entry.conversation_id
     conv = batch.conv(conv_id)
@@ -444,6 +452,7 @@ _APPLY: Final[dict[Kind, _Rule]] = {
     'run_finished': _run_finished,
     'compaction': _compaction,
     'tool_effect': _tool_effect,
+    'durable_step': _durable_step,
     'forked_from': _forked_from,
     'deleted': _deleted,
     'title': _title,

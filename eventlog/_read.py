@@ -263,7 +263,9 @@ def context_payloads(txn: ReadTxn, conversation_id: str) -> list[bytes]:
     return fold_context(branch_bodies(txn, context_tip(txn, conversation_id)))
 
 
-def list_runs(txn: ReadTxn, *, conversation_id: str | None = None, parent_run_id: str | None = None) -> list[RunRecord]:
+def list_runs(
+    txn: ReadTxn, *, conversation_id: str | None = None, parent_run_id: str | None = None, status: str | None = None
+) -> list[RunRecord]:
     if conversation_id is not None:
         items = txn.scan(Table.CONV_RUNS, prefix=ck(conversation_id))
     else:
@@ -274,6 +276,8 @@ def list_runs(txn: ReadTxn, *, conversation_id: str | None = None, parent_run_id
         if run is None:
             continue
         if parent_run_id is not None and run.parent_run_id != parent_run_id:
+            continue
+        if status is not None and run.status != status:
             continue
         out.append(run)
     return out

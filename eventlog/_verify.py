@@ -284,6 +284,10 @@ class _Rebuild:
         conv, run = self._running(body)
         return conv, _follow(run, seq)
 
+    def _durable_step(self, seq: int, body: StoredBody) -> _Applied:
+        conv, run = self._running(body)
+        return conv, _follow(run, seq)
+
 
 _Applied = tuple[ConversationRecord, 'RunRecord | None']
 
@@ -300,6 +304,7 @@ _REBUILD: Final[dict[Kind, Callable[[_Rebuild, int, StoredBody], _Applied]]] = {
     'run_finished': _Rebuild._run_finished,  # pyright: ignore[reportPrivateUsage]
     'compaction': _Rebuild._compaction,  # pyright: ignore[reportPrivateUsage]
     'tool_effect': _Rebuild._tool_effect,  # pyright: ignore[reportPrivateUsage]
+    'durable_step': _Rebuild._durable_step,  # pyright: ignore[reportPrivateUsage]
     'forked_from': _Rebuild._forked_from,  # pyright: ignore[reportPrivateUsage]
     'deleted': _Rebuild._deleted,  # pyright: ignore[reportPrivateUsage]
     'title': _Rebuild._title,  # pyright: ignore[reportPrivateUsage]

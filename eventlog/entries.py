@@ -29,6 +29,7 @@ __all__ = [
     'RUN_KINDS',
     'CompactionInfo',
     'ConversationRecord',
+    'DurableStepInfo',
     'Entry',
     'EntryBody',
     'ErasureInfo',
@@ -46,6 +47,7 @@ __all__ = [
     'VerifyReport',
     'compaction_entry',
     'decode_messages',
+    'durable_step_entry',
     'encode_info',
     'encode_message',
     'fold_compaction',
@@ -61,6 +63,7 @@ Kind = Literal[
     'run_finished',
     'compaction',
     'tool_effect',
+    'durable_step',
     'title',
     'archived',
     'unarchived',
@@ -72,7 +75,9 @@ Kind = Literal[
 
 T = TypeVar('T')
 
-RUN_KINDS: Final[frozenset[Kind]] = frozenset({'message', 'run_started', 'run_finished', 'compaction', 'tool_effect'})
+RUN_KINDS: Final[frozenset[Kind]] = frozenset(
+    {'message', 'run_started', 'run_finished', 'compaction', 'tool_effect', 'durable_step'}
+)
 """Kinds that belong to a run: they carry a `run_id` and sit on the run's branch."""
 
 CONVERSATION_KINDS: Final[frozenset[Kind]] = frozenset(
@@ -217,6 +222,22 @@ class ToolEffectInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tr
     error: str | None = None
 
 
+class DurableStepInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Payload of a `durable_step` entry: one durable unit of a run (a model request, a tool call,
+    a capability operation) and its result, journaled by `capability.EventLogDurability`.
+
+    Replay, search and the context views ignore these entries; a re-executed run reads them back
+    instead of executing the unit again.
+    """
+
+    step: int
+    """The unit's position in the run (1 for the first unit; 0 for the run's input record)."""
+    name: str
+    """The unit's persisted operation name; a re-executed run must ask for the same one here."""
+    result: msgspec.Raw = msgspec.field(default_factory=lambda: msgspec.Raw(b'null'))
+    """The unit's result as the engine's codec encoded it (JSON)."""
+
+
 class TitleInfo(msgspec.Struct, frozen=True):
     """Payload of a `title` entry."""
 
@@ -249,6 +270,7 @@ PAYLOAD_TYPES: Final[Mapping[Kind, type[msgspec.Struct] | None]] = {
     'run_finished': RunFinishedInfo,
     'compaction': CompactionInfo,
     'tool_effect': ToolEffectInfo,
+    'durable_step': DurableStepInfo,
     'title': TitleInfo,
     'archived': None,
     'unarchived': None,
@@ -452,6 +474,26 @@ def tool_effect_entry(
         conversation_id=conversation_id,
         run_id=run_id,
         kind='tool_effect',
+        payload=encode_info(info),
+        idempotency_key=idempotency_key,
+    )
+
+
+def durable_step_entry(
+    *,
+    conversation_id: str,
+    run_id: str,
+    step: int,
+    name: str,
+    result: bytes,
+    idempotency_key: str | None = None,
+) -> NewEntry:
+    """A `durable_step` entry: the JSON `result` of unit `step` (operation `name`) of a run."""
+    info = DurableStepInfo(step=step, name=name, result=msgspec.Raw(result))
+    return NewEntry(
+        conversation_id=conversation_id,
+        run_id=run_id,
+        kind='durable_step',
         payload=encode_info(info),
         idempotency_key=idempotency_key,
     )

@@ -17,6 +17,9 @@ __all__ = [
     'CorruptEntryError',
     'CorruptStoreError',
     'DestinationError',
+    'DurableDeterminismError',
+    'DurableError',
+    'DurableRunFailedError',
     'EventLogError',
     'InvalidArgumentError',
     'InvalidPayloadError',
@@ -25,6 +28,7 @@ __all__ = [
     'LogFullError',
     'MissingExtraError',
     'NotFoundError',
+    'RunLeaseError',
     'RunNotFound',
     'StorageError',
     'StoreBusyError',
@@ -127,3 +131,30 @@ class CheckpointAheadError(CheckpointError):
 
 class KeyFileError(CheckpointError, InvalidArgumentError):
     """A key file is missing, unreadable, not a PEM Ed25519 key, or the wrong half of a key pair."""
+
+
+class DurableError(EventLogError):
+    """A durable run (`capability.EventLogDurability`) cannot go on from its journal in the log."""
+
+
+class DurableDeterminismError(DurableError):
+    """A re-executed run asked for another durable unit than its journal holds at that step
+    (the code, the prompt or the tools changed since the run was journaled)."""
+
+    def __init__(self, run_id: str, step: int, journaled: str, requested: str) -> None:
+        super().__init__(
+            f'run {run_id!r} diverged from its journal at step {step}: '
+            f'the journal holds {journaled!r}, the run now asks for {requested!r}'
+        )
+        self.run_id = run_id
+        self.step = step
+        self.journaled = journaled
+        self.requested = requested
+
+
+class RunLeaseError(DurableError):
+    """Another live process holds the lease of the run: only one process may execute a run at a time."""
+
+
+class DurableRunFailedError(DurableError):
+    """The run ended failed or cancelled, so resuming it cannot return a result."""

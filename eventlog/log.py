@@ -26,7 +26,16 @@ from eventlog._files import open_destination
 from eventlog._ids import IdKind
 from eventlog._storage import ReadTxn, WriteTxn
 from eventlog._threads import to_thread
-from eventlog.entries import ConversationRecord, Entry, NewEntry, RunRecord, TitleInfo, VerifyReport, encode_info
+from eventlog.entries import (
+    ConversationRecord,
+    Entry,
+    NewEntry,
+    RunRecord,
+    RunStatus,
+    TitleInfo,
+    VerifyReport,
+    encode_info,
+)
 from eventlog.errors import ConversationNotFound, InvalidArgumentError, LogClosedError, RunNotFound
 from eventlog.retention import RetentionPolicy, RetentionReport, format_age
 
@@ -41,6 +50,8 @@ __all__ = ['Appended', 'EventLog', 'EventLogBase', 'register_scrub_hook']
 T = TypeVar('T')
 
 _BULK_THRESHOLD = 2000
+
+_RUN_STATUSES: tuple[RunStatus, ...] = ('running', 'completed', 'failed', 'cancelled')
 """Replays longer than this many entries run in a worker thread."""
 _DECODE_BATCH = 1000
 """Messages decoded per pydantic-ai call when a whole record is decoded (bounds the joined JSON)."""
@@ -107,9 +118,10 @@ class EventLog(Protocol):
         ...
 
     async def list_runs(
-        self, *, conversation_id: str | None = None, parent_run_id: str | None = None
+        self, *, conversation_id: str | None = None, parent_run_id: str | None = None, status: RunStatus | None = None
     ) -> list[RunRecord]:
-        """Runs in start order, optionally of one conversation or one parent run."""
+        """Runs in start order, optionally of one conversation, one parent run or one status
+        (`status='running'`: the runs that have not finished, interrupted ones included)."""
         ...
 
     async def list_conversations(self, *, include_archived: bool = False) -> list[ConversationRecord]:
@@ -279,15 +291,20 @@ class EventLogBase(ABC):
         return None if record is None or record.deleted else record
 
     async def list_runs(
-        self, *, conversation_id: str | None = None, parent_run_id: str | None = None
+        self, *, conversation_id: str | None = None, parent_run_id: str | None = None, status: RunStatus | None = None
     ) -> list[RunRecord]:
-        """Runs in start order, optionally of one conversation or one parent run."""
+        """Runs in start order, optionally of one conversation, one parent run or one status
+        (`status='running'`: the runs that have not finished, interrupted ones included)."""
         if conversation_id is not None:
             engine.check_id(conversation_id, 'conversation_id')
         if parent_run_id is not None:
             engine.check_id(parent_run_id, 'parent_run_id')
+        if status is not None and status not in _RUN_STATUSES:
+            raise InvalidArgumentError(f'status must be one of {", ".join(_RUN_STATUSES)}, not {status!r}')
         return await self._read(
-            lambda txn: engine.list_runs(txn, conversation_id=conversation_id, parent_run_id=parent_run_id),
+            lambda txn: engine.list_runs(
+                txn, conversation_id=conversation_id, parent_run_id=parent_run_id, status=status
+            ),
             bulk=conversation_id is None,
         )
 

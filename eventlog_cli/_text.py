@@ -20,6 +20,7 @@ import msgspec
 from eventlog.entries import (
     CompactionInfo,
     ConversationRecord,
+    DurableStepInfo,
     Entry,
     ErasureInfo,
     ForkInfo,
@@ -274,6 +275,13 @@ def _tool_effect_headline(entry: Entry, limit: int) -> str:
     return f'{effect.tool_name} {effect.status} (call {effect.tool_call_id}){error}'
 
 
+def _durable_step_headline(entry: Entry, limit: int) -> str:
+    info = msgspec.json.decode(entry.payload, type=DurableStepInfo)
+    if info.step == 0:
+        return f'durable run input ({size(len(info.result))})'
+    return f'durable step {info.step} {clip(info.name, limit)} ({size(len(info.result))} result)'
+
+
 def _compaction_headline(entry: Entry, limit: int) -> str:
     info = compaction_info(entry)
     return f'summary replaces {seq_list(info.replaced)}: {clip(compaction_summary_text(info), limit)}'
@@ -293,6 +301,7 @@ HEADLINES: dict[Kind, Callable[[Entry, int], str]] = {
     'run_started': _run_started_headline,
     'run_finished': _run_finished_headline,
     'tool_effect': _tool_effect_headline,
+    'durable_step': _durable_step_headline,
     'compaction': _compaction_headline,
     'title': _title_headline,
     'forked_from': _forked_from_headline,

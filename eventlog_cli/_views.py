@@ -312,6 +312,7 @@ KIND_STYLES = {
     'run_started': 'cyan',
     'run_finished': 'cyan',
     'tool_effect': 'magenta',
+    'durable_step': 'blue',
     'compaction': 'yellow',
 }
 """How each kind of entry is styled in one-line views (other kinds: bold)."""

@@ -319,17 +319,26 @@ def runs(
     store: StoreOption = _DEFAULT_STORE,
     full_ids: FullIdsOption = False,
     as_json: JsonOption = False,
+    interrupted: Annotated[
+        bool,
+        typer.Option(
+            '--interrupted',
+            help='Only the runs that never finished (status running): those a durable run resumes.',
+        ),
+    ] = False,
 ) -> None:
     """List runs in start order: status, agent, parent run, duration, tokens."""
-    _run(_runs(store, conversation, as_json, full_ids))
+    _run(_runs(store, conversation, as_json, full_ids, interrupted=interrupted))
 
 
-async def _runs(store: str, conversation: str | None, as_json: bool, full_ids: bool = False) -> None:
+async def _runs(
+    store: str, conversation: str | None, as_json: bool, full_ids: bool = False, *, interrupted: bool = False
+) -> None:
     async with _open(store) as log:
         if conversation is not None:
             conversation = await resolve_conversation(log, conversation)
             await _conversation(log, conversation)
-        records = await log.list_runs(conversation_id=conversation)
+        records = await log.list_runs(conversation_id=conversation, status='running' if interrupted else None)
         short = ShortIds(log, full=full_ids or as_json, uniform=True)
         await short.learn('run', [i for r in records for i in (r.run_id, r.parent_run_id)])
         await short.learn('conversation', (r.conversation_id for r in records))
@@ -338,7 +347,7 @@ async def _runs(store: str, conversation: str | None, as_json: bool, full_ids: b
         return
     out = render.console()
     if not records:
-        out.print('no runs')
+        out.print('no interrupted runs' if interrupted else 'no runs')
         return
     tables.print_table(out, _run_columns(records, short, with_conversation=conversation is None), _RUN_STEPS)
     statuses = Counter(r.status for r in records)

@@ -1,0 +1,504 @@
+"""`EventLogDurability`: a pydantic-ai durable-execution engine whose journal is the event log itself.
+
+Every durable unit of a run (a model request, a tool call, a capability's `@durable_operation`,
+`EventLogPersistence`'s appends included) gets the next step number of the run. Its result,
+encoded with the engine's codec (`JSON_CODEC`), is appended to the log as a `durable_step` entry
+of the run. When a run is executed again under the same `run_id` (after a crash, or through
+`EventLogDurability.resume`), each unit the journal holds returns its recorded result without
+executing, after checking it is the unit the journal holds at that step; the first unit the
+journal lacks runs live and the run goes on from there.
+
+Guarantees: a unit whose `durable_step` entry is committed never executes again; a unit that
+was executing, or had returned but was not journaled yet, when the process died executes once
+more. Tool calls of one model response run one after another inside a durable run, so the
+step numbers are the same on every execution.
+
+A lease kept in the store (a projection record per run) lets one process at a time execute a
+run: another process that tries gets `RunLeaseError` while the holder is alive (a holder on the
+same host whose process is gone, or whose lease expired, is taken over).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import msgspec
+from pydantic import TypeAdapter
+from pydantic_ai import messages as _messages
+from pydantic_ai.agent import EventStreamHandler
+from pydantic_ai.agent.abstract import AbstractAgent
+from pydantic_ai.capabilities.abstract import WrapRunHandler, leaf_capabilities
+from pydantic_ai.capabilities.wrapper import WrapperCapability
+from pydantic_ai.durable_exec import (
+    JSON_CODEC,
+    BaseDurabilityCapability,
+    CapabilityOperationId,
+    DurabilityEngineSpec,
+    DurableOperationId,
+    JournalCallableOperationBackend,
+    RoleBasedOperationConfig,
+)
+from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelRequest, UserPromptPart
+from pydantic_ai.models import Model
+from pydantic_ai.run import AgentRunResult
+from pydantic_ai.tools import AgentDepsT, RunContext
+
+from eventlog import (
+    DurableDeterminismError,
+    DurableRunFailedError,
+    DurableStepInfo,
+    EventLog,
+    InvalidArgumentError,
+    NewEntry,
+    RunLeaseError,
+    RunNotFound,
+    RunRecord,
+    durable_step_entry,
+    run_finished_entry,
+    run_started_entry,
+)
+from eventlog.projection import LogReader, ProjectionSpec, ProjectionStore, ProjectionWriter
+
+__all__ = ['INPUT_STEP', 'LEASE_PROJECTION', 'EventLogDurability']
+
+INPUT_STEP = 0
+"""The step of a run's input record (its prompt, and its history when no `EventLogPersistence`
+records the run); the run's units are numbered from 1."""
+
+LEASE_PROJECTION = ProjectionSpec('durable_lease', ('leases',))
+"""Where run leases live in the store: one record per run being executed, keyed by run id."""
+
+_INPUT_NAME = 'run_input'
+_PERSISTENCE_APPEND = ('eventlog_persistence', 'append')
+"""`EventLogPersistence`'s one write: idempotent by key, so its journal entry can wait for the next write."""
+
+_PROMPT = TypeAdapter[str | Sequence[_messages.UserContent] | None](str | Sequence[_messages.UserContent] | None)
+_step_decoder = msgspec.json.Decoder(DurableStepInfo)
+
+
+class _RunInput(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """The result of a run's input record (step 0)."""
+
+    prompt: msgspec.Raw = msgspec.field(default_factory=lambda: msgspec.Raw(b'null'))
+    history: msgspec.Raw | None = None
+
+
+class _Lease(msgspec.Struct, frozen=True):
+    owner: str
+    host: str
+    pid: int
+    expires: float
+
+
+_lease_decoder = msgspec.json.Decoder(_Lease)
+_input_decoder = msgspec.json.Decoder(_RunInput)
+
+
+@dataclass(eq=False)
+class _Journal:
+    """One execution of one run: what its journal holds, and the writes that extend it."""
+
+    log: EventLog
+    run_id: str
+    conversation_id: str
+    agent_name: str
+    records_run: bool
+    """No `EventLogPersistence` on this log records the run: the journal writes its start and end."""
+    recorded: dict[int, DurableStepInfo]
+    status: str | None
+    """The run's status in the log when this execution began (`None`: not in the log)."""
+    next_step: int = 1
+    run_exists: bool = False
+    pending: list[NewEntry] = field(default_factory=list[NewEntry])
+    """Entries waiting for the run to exist (`EventLogPersistence` starts it with its first append)
+    or for the next write (the journal entries of idempotent appends)."""
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def entry(self, step: int, name: str, result: bytes) -> NewEntry:
+        return durable_step_entry(
+            conversation_id=self.conversation_id,
+            run_id=self.run_id,
+            step=step,
+            name=name,
+            result=result,
+            idempotency_key=f'durable:{step}',
+        )
+
+    async def write(self, entries: list[NewEntry], *, defer: bool = False) -> None:
+        """Append `entries` after the pending ones, in one transaction; `defer` keeps them for the next write."""
+        async with self.lock:
+            self.pending.extend(entries)
+            if defer:
+                return
+            if not self.run_exists:
+                if await self.log.get_run(self.run_id) is None:
+                    if not self.records_run:
+                        return  # EventLogPersistence's first append starts the run
+                    started = run_started_entry(
+                        conversation_id=self.conversation_id,
+                        run_id=self.run_id,
+                        agent_name=self.agent_name,
+                        idempotency_key='start',
+                    )
+                    self.pending.insert(0, started)
+                self.run_exists = True
+            batch = list(self.pending)
+            self.pending.clear()
+            try:
+                await self.log.append_many(batch)
+            except InvalidArgumentError:
+                run = await self.log.get_run(self.run_id)
+                if run is None or run.status == 'running':
+                    raise
+                # The run has ended (re-executing a finished run): there is nothing left to journal.
+
+    async def finish(self, status: Literal['completed', 'failed', 'cancelled'], error: str | None) -> None:
+        """Record how a run the journal records itself ended."""
+        entry = run_finished_entry(
+            conversation_id=self.conversation_id,
+            run_id=self.run_id,
+            status=status,
+            error=error,
+            idempotency_key='finish',
+        )
+        await self.write([entry])
+
+
+_CURRENT: ContextVar[_Journal | None] = ContextVar('eventlog_durability_journal', default=None)
+"""The journal of the durable run the current task belongs to."""
+
+_IN_STEP: ContextVar[bool] = ContextVar('eventlog_durability_in_step', default=False)
+"""True inside a durable unit's body: anything durable it calls runs inline, inside the unit."""
+
+
+class _Backend(JournalCallableOperationBackend[None]):
+    """Runs each durable unit through the current run's journal."""
+
+    def __init__(self, agent_name: str, default_model_id: str | None) -> None:
+        super().__init__(
+            agent_name=agent_name,
+            default_model_id=default_model_id,
+            config=RoleBasedOperationConfig(model=None, event=None, capability=None, tool=None),
+        )
+
+    async def execute(
+        self,
+        *,
+        operation_id: DurableOperationId,
+        name: str,
+        body: Callable[[], Awaitable[object]],
+        cache_key: tuple[object, ...],
+        config: None,
+    ) -> object:
+        journal = _CURRENT.get()
+        if journal is None or _IN_STEP.get():
+            return await body()
+        step = journal.next_step
+        journal.next_step += 1
+        held = journal.recorded.get(step)
+        if held is not None:
+            if held.name != name:
+                raise DurableDeterminismError(journal.run_id, step, held.name, name)
+            return msgspec.json.decode(held.result)
+        token = _IN_STEP.set(True)
+        try:
+            payload = await body()
+        finally:
+            _IN_STEP.reset(token)
+        result = msgspec.json.encode(payload)
+        idempotent = (
+            isinstance(operation_id, CapabilityOperationId)
+            and (operation_id.capability_id, operation_id.operation) == _PERSISTENCE_APPEND
+        )
+        await journal.write([journal.entry(step, name, result)], defer=idempotent)
+        return payload
+
+
+class EventLogDurability(BaseDurabilityCapability[AgentDepsT]):
+    """Make an agent's runs durable with the event log as the journal: a run killed midway is
+    executed again under its `run_id` and goes on from its first unjournaled unit.
+
+    Every agent run with this capability is durable. Each model request, tool call and
+    capability `@durable_operation` is a unit: its result is appended once, as a `durable_step`
+    entry of the run, and a run executed again returns the journaled results instead of
+    executing (no model request is sent again, no finished tool runs again). Resume an
+    interrupted run with `agent.run(..., run_id=..., conversation_id=...)` or with `resume`,
+    which reads the prompt and the conversation from the log; `log.list_runs(status='running')`
+    lists the runs that need it. A completed run executed again replays entirely from the
+    journal and returns its result.
+
+    Use it with `EventLogPersistence(log)` on the same agent and log to record the messages too:
+    one run, one set of entries. Without it, the capability records the run's start and end itself.
+
+    Args:
+        log: The event log that holds the journal (the same as `EventLogPersistence`'s, if any).
+        models: Extra models by id that a run may switch to (as for every durable engine).
+        event_stream_handler: Receives the run's events; model events are delivered live inside
+            the model request unit.
+        name: The name in the units' persisted names; defaults to the agent's `name`.
+        lease_seconds: How long a run's lease lasts without renewal; the holder renews it every
+            third of that. A process that died on this host frees its leases at once.
+    """
+
+    engine_spec = DurabilityEngineSpec(
+        engine_name='EventLogDurability',
+        durable_unit_noun='step',
+        durable_unit_plural='steps',
+        durable_container_noun='run',
+        codec=JSON_CODEC,
+        unsupported_runtime_toolset_kinds=frozenset({'function', 'mcp', 'dynamic'}),
+        wrapped_toolset_kinds=frozenset({'function', 'mcp', 'dynamic'}),
+        toolset_lifecycles={'function': 'enter-always', 'mcp': 'enter-in-durable-unit', 'dynamic': 'enter-never'},
+        tool_call_result_upgrade_lenient=False,
+        journal_discovery=True,
+        sequential_tools_in_durable_context=True,
+        tool_config_key=None,
+    )
+
+    def __init__(
+        self,
+        log: EventLog,
+        *,
+        models: Mapping[str, Model] | None = None,
+        event_stream_handler: EventStreamHandler[AgentDepsT] | None = None,
+        name: str | None = None,
+        lease_seconds: float = 60.0,
+    ) -> None:
+        super().__init__(models=models, event_stream_handler=event_stream_handler, name=name)
+        if not lease_seconds > 0:
+            raise InvalidArgumentError(f'lease_seconds must be positive, got {lease_seconds!r}')
+        self.log: EventLog = log
+        """The log that holds the journal."""
+        self.lease_seconds: float = float(lease_seconds)
+        """How long a run's lease lasts without renewal."""
+        self._backend: _Backend | None = None
+        self._records_runs = True
+
+    # --- binding ---------------------------------------------------------------------------
+
+    def _bind_to_agent(self, agent: AbstractAgent[AgentDepsT, Any]) -> None:
+        from capability.persistence import EventLogPersistence
+
+        self._backend = _Backend(self.name, self.default_model_id)
+        self._records_runs = True
+        for capability in leaf_capabilities(agent.root_capability):
+            while isinstance(capability, WrapperCapability):
+                capability = capability.wrapped
+            if isinstance(capability, EventLogPersistence) and capability.log is self.log:
+                self._records_runs = False
+        super()._bind_to_agent(agent)
+
+    def get_durable_operation_backend(self) -> _Backend:
+        """The backend that runs each unit through the current run's journal."""
+        if self._backend is None:
+            raise InvalidArgumentError('EventLogDurability is used before it was bound to an agent')
+        return self._backend
+
+    @property
+    def in_durable_context(self) -> bool:
+        """Inside a run of the agent, outside the body of a unit."""
+        return _CURRENT.get() is not None and not _IN_STEP.get()
+
+    # --- the run ---------------------------------------------------------------------------
+
+    async def wrap_run(self, ctx: RunContext[AgentDepsT], *, handler: WrapRunHandler) -> AgentRunResult[Any]:
+        """Run under the run's lease with its journal, executing only what the journal lacks."""
+        if _IN_STEP.get():
+            return await handler()  # an agent run inside another run's unit is part of that unit
+        run_id = ctx.run_id
+        if not run_id:
+            raise InvalidArgumentError('a durable run needs a run id')
+        conversation_id = ctx.conversation_id or run_id
+        lease = _LeaseHolder(self.log, run_id, self.lease_seconds)
+        await lease.acquire()
+        try:
+            journal = await self._open(run_id, conversation_id)
+            if journal.status in ('failed', 'cancelled'):
+                raise DurableRunFailedError(f'run {run_id!r} ended {journal.status}; it is not executed again')
+            if INPUT_STEP not in journal.recorded:
+                await journal.write([journal.entry(INPUT_STEP, _INPUT_NAME, self._input(ctx, journal))])
+            token = _CURRENT.set(journal)
+            try:
+                result = await super().wrap_run(ctx, handler=handler)
+            except BaseException as error:
+                if journal.records_run and journal.status != 'completed':
+                    cancelled = isinstance(error, (asyncio.CancelledError, KeyboardInterrupt, GeneratorExit))
+                    await _quietly(journal.finish('cancelled' if cancelled else 'failed', _describe(error)))
+                raise
+            finally:
+                _CURRENT.reset(token)
+            if journal.records_run:
+                await journal.finish('completed', None)
+            else:
+                await journal.write([])  # what waited for the next write
+            return result
+        finally:
+            await lease.release()
+
+    async def _open(self, run_id: str, conversation_id: str) -> _Journal:
+        run = await self.log.get_run(run_id)
+        recorded: dict[int, DurableStepInfo] = {}
+        if run is not None:
+            if run.conversation_id != conversation_id:
+                raise InvalidArgumentError(
+                    f'run {run_id!r} belongs to conversation {run.conversation_id!r}, not {conversation_id!r}'
+                )
+            for entry in await self.log.entries(run_id=run_id, kinds=['durable_step']):
+                info = _step_decoder.decode(entry.payload)
+                recorded[info.step] = info
+        return _Journal(
+            log=self.log,
+            run_id=run_id,
+            conversation_id=conversation_id,
+            agent_name=self.name,
+            records_run=self._records_runs,
+            recorded=recorded,
+            status=None if run is None else run.status,
+            run_exists=run is not None,
+        )
+
+    def _input(self, ctx: RunContext[AgentDepsT], journal: _Journal) -> bytes:
+        prompt = msgspec.Raw(_PROMPT.dump_json(ctx.prompt))
+        history = None
+        if journal.records_run and ctx.messages:
+            history = msgspec.Raw(ModelMessagesTypeAdapter.dump_json(list(ctx.messages)))
+        return msgspec.json.encode(_RunInput(prompt=prompt, history=history))
+
+    # --- resuming --------------------------------------------------------------------------
+
+    async def resume(
+        self, agent: AbstractAgent[AgentDepsT, Any], run_id: str, *, deps: AgentDepsT = None, **options: Any
+    ) -> AgentRunResult[Any]:
+        """Execute run `run_id` again with the prompt, history and conversation the log holds for it.
+
+        Units the journal holds are not executed again; the run goes on live from the first one
+        it lacks. A completed run replays from its journal alone and returns its result. Other
+        keyword arguments go to `agent.run` (`model_settings`, `usage_limits`, ...).
+
+        Raises `RunNotFound` (no such run), `DurableRunFailedError` (the run failed or was
+        cancelled), `RunLeaseError` (another live process is executing it) and
+        `DurableDeterminismError` (the agent asks for other units than the journal holds).
+        """
+        run = await self.log.get_run(run_id)
+        if run is None:
+            raise RunNotFound(f'no run {run_id!r} in this log')
+        if run.status in ('failed', 'cancelled'):
+            raise DurableRunFailedError(f'run {run_id!r} ended {run.status}; it is not executed again')
+        prompt, history = await self._recorded_input(run)
+        return await agent.run(
+            prompt,
+            message_history=history or None,
+            deps=deps,
+            run_id=run_id,
+            conversation_id=run.conversation_id,
+            **options,
+        )
+
+    async def _recorded_input(
+        self, run: RunRecord
+    ) -> tuple[str | Sequence[_messages.UserContent] | None, list[ModelMessage]]:
+        """The run's prompt and the history it continued, from its input record or its messages."""
+        found = await self.log.entries(run_id=run.run_id, kinds=['durable_step'], limit=1)
+        info = _step_decoder.decode(found[0].payload) if found else None
+        history: list[ModelMessage] = []
+        if run.branch_parent is not None:
+            branch = await self.log.branch(run.branch_parent)
+            history = [entry.message() for entry in branch if entry.kind == 'message']
+        if info is not None and info.step == INPUT_STEP:
+            recorded = _input_decoder.decode(info.result)
+            if recorded.history is not None:
+                history = ModelMessagesTypeAdapter.validate_json(bytes(recorded.history))
+            return _PROMPT.validate_json(bytes(recorded.prompt)), history
+        # Killed before the input record was written: the run's first request holds the prompt.
+        own = [entry for entry in await self.log.entries(run_id=run.run_id, kinds=['message']) if not entry.inherited]
+        first = own[0].message() if own else None
+        if isinstance(first, ModelRequest):
+            parts = [part for part in first.parts if isinstance(part, UserPromptPart)]
+            if len(parts) == 1:
+                return parts[0].content, history
+        raise DurableRunFailedError(f'run {run.run_id!r} has no recorded prompt to resume it with')
+
+
+class _LeaseHolder:
+    """The lease of one run, held by this execution while it runs."""
+
+    def __init__(self, log: EventLog, run_id: str, seconds: float) -> None:
+        self.store = log if isinstance(log, ProjectionStore) else None
+        self.key = run_id.encode()
+        self.run_id = run_id
+        self.seconds = seconds
+        self.owner = uuid.uuid4().hex
+        self.host = socket.gethostname()
+        self.renewer: asyncio.Task[None] | None = None
+
+    async def acquire(self) -> None:
+        if self.store is None:
+            return  # a log without a store of its own: no lease
+        await asyncio.to_thread(self.store.write_projection, LEASE_PROJECTION, self._take)
+        self.renewer = asyncio.create_task(self._renew())
+
+    def _take(self, records: ProjectionWriter, _reader: LogReader) -> None:
+        raw = records.get('leases', self.key)
+        if raw is not None:
+            held = _lease_decoder.decode(raw)
+            if held.owner != self.owner and held.expires > time.time() and _alive(held):
+                raise RunLeaseError(
+                    f'run {self.run_id!r} is being executed by process {held.pid} on {held.host}; '
+                    'only one process may execute a run at a time'
+                )
+        lease = _Lease(self.owner, self.host, os.getpid(), time.time() + self.seconds)
+        records.put('leases', self.key, msgspec.json.encode(lease))
+
+    async def _renew(self) -> None:
+        while True:
+            await asyncio.sleep(self.seconds / 3)
+            assert self.store is not None
+            await asyncio.to_thread(self.store.write_projection, LEASE_PROJECTION, self._take)
+
+    async def release(self) -> None:
+        if self.store is None:
+            return
+        if self.renewer is not None:
+            self.renewer.cancel()
+            self.renewer = None
+
+        def drop(records: ProjectionWriter, _reader: LogReader) -> None:
+            raw = records.get('leases', self.key)
+            if raw is not None and _lease_decoder.decode(raw).owner == self.owner:
+                records.delete('leases', self.key)
+
+        await asyncio.shield(asyncio.to_thread(self.store.write_projection, LEASE_PROJECTION, drop))
+
+
+def _alive(lease: _Lease) -> bool:
+    """Whether the lease's holder may still be running (a process on another host is assumed to be)."""
+    if lease.host != socket.gethostname():
+        return True
+    try:
+        os.kill(lease.pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+async def _quietly(work: Awaitable[None]) -> None:
+    """Record a failing run's end without hiding the run's own error."""
+    try:
+        await work
+    except Exception:  # the run's own error is the one raised
+        return
+
+
+def _describe(error: BaseException) -> str:
+    text = str(error)
+    return f'{type(error).__name__}: {text}' if text else type(error).__name__
