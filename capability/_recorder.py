@@ -27,6 +27,7 @@ from pydantic_ai.usage import RunUsage
 from capability._persistence_sync import Layout, SyncPlan, advance, match_branch, plan_sync
 from capability._redaction import Redaction
 from eventlog import (
+    DurableError,
     EventLog,
     EventLogError,
     compaction_entry,
@@ -370,6 +371,8 @@ class RunRecorder:
                 if item.message is not None and held != digest(item.entry.payload):
                     self.last = None  # the message takes the recorded content
                     await self._adopt(item.message, seq)
+        except DurableError:
+            raise  # a durable run that cannot go on from its journal: not a failure to record
         except (EventLogError, OSError) as exc:
             self._failed(exc)
             return None

@@ -205,7 +205,7 @@ class _Backend(JournalCallableOperationBackend[None]):
         journal.next_step += 1
         held = journal.recorded.get(step)
         if held is not None:
-            if held.name != name:
+            if _unit_kind(held.name) != _unit_kind(name):
                 raise DurableDeterminismError(journal.run_id, step, held.name, name)
             return msgspec.json.decode(held.result)
         token = _IN_STEP.set(True)
@@ -489,6 +489,12 @@ def _alive(lease: _Lease) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def _unit_kind(name: str) -> str:
+    """A unit's name for the determinism check: a streamed model request and a plain one are the
+    same unit (both journal the model's response), so a streamed run resumes with `agent.run`."""
+    return name.replace('__model.request_stream', '__model.request', 1)
 
 
 async def _quietly(work: Awaitable[None]) -> None:

@@ -1,0 +1,394 @@
+"""`EventLogDurability` with real agents (driven by `FunctionModel`) on memory, LMDB and PostgreSQL.
+
+A run interrupted in-process is a run whose log "dies": from some append on, every write raises
+an exception that is not an `Exception` (as a killed process writes nothing more), so the run
+ends with no `run_finished` entry and stays `running`. A new agent on the real log then resumes
+it. The real-process SIGKILL tests are in `test_durability_crash.py`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+import pytest
+from _helpers import chat_model, dump, replayed
+from pydantic import BaseModel
+from pydantic_ai import Agent, ModelRetry, RunContext
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart, UserPromptPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from capability import EventLogDurability, EventLogPersistence
+from eventlog import (
+    DurableDeterminismError,
+    DurableRunFailedError,
+    DurableStepInfo,
+    InvalidArgumentError,
+    NewEntry,
+    RunLeaseError,
+    RunNotFound,
+)
+from eventlog.log import EventLogBase
+
+
+class Died(BaseException):
+    """The process "died": nothing more reaches the log."""
+
+
+class Dying:
+    """A log that lets `budget` appends through and then dies (every later append raises `Died`)."""
+
+    def __init__(self, log: EventLogBase, budget: int) -> None:
+        self._log = log
+        self.budget = budget
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._log, name)
+
+    async def append_many(self, entries: Sequence[NewEntry]) -> list[int]:
+        if self.budget <= 0:
+            raise Died
+        self.budget -= 1
+        return await self._log.append_many(entries)
+
+    async def append(self, entry: NewEntry) -> int:
+        return (await self.append_many([entry]))[0]
+
+
+class Script:
+    """A model that calls `lookup` on each key in turn and then answers, counting its calls and the tool's."""
+
+    def __init__(self, keys: Sequence[str] = ('alpha', 'beta'), parallel: bool = False) -> None:
+        self.keys = list(keys)
+        self.parallel = parallel
+        self.calls: Counter[str] = Counter()
+
+    def model(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        step = 1 + sum(isinstance(m, ModelResponse) for m in messages)
+        self.calls[f'model:{step}'] += 1
+        if self.parallel and step == 1:
+            return ModelResponse(
+                parts=[ToolCallPart('lookup', {'key': k}, tool_call_id=f'call-{k}') for k in self.keys]
+            )
+        if not self.parallel and step <= len(self.keys):
+            return ModelResponse(parts=[ToolCallPart('lookup', {'key': self.keys[step - 1]}, tool_call_id=f'c{step}')])
+        return ModelResponse(parts=[TextPart('done: ' + ', '.join(self.keys))])
+
+    def agent(self, log: Any, *, persistence: bool = True, name: str = 'scripted') -> Agent[None, str]:
+        capabilities: list[Any] = [EventLogPersistence(log)] if persistence else []
+        agent = Agent(FunctionModel(self.model), name=name, capabilities=[*capabilities, EventLogDurability(log)])
+
+        @agent.tool_plain
+        def lookup(key: str) -> str:
+            """Look a key up."""
+            self.calls[f'tool:{key}'] += 1
+            return key.upper()
+
+        return agent
+
+    def units(self) -> list[str]:
+        if self.parallel:
+            return ['model:1', *(f'tool:{k}' for k in self.keys), 'model:2']
+        out: list[str] = []
+        for step, key in enumerate(self.keys, 1):
+            out += [f'model:{step}', f'tool:{key}']
+        return [*out, f'model:{len(self.keys) + 1}']
+
+
+async def steps(log: EventLogBase, run_id: str) -> list[DurableStepInfo]:
+    entries = await log.entries(run_id=run_id, kinds=['durable_step'])
+    return [msgspec.json.decode(e.payload, type=DurableStepInfo) for e in entries]
+
+
+async def interrupt(
+    log: EventLogBase,
+    script: Script,
+    budget: int,
+    run_id: str = 'r1',
+    history: list[ModelMessage] | None = None,
+    **kwargs: Any,
+) -> None:
+    """Run the script's agent on a log that dies after `budget` appends."""
+    agent = script.agent(Dying(log, budget), **kwargs)
+    with pytest.raises((Died, BaseExceptionGroup)):
+        await agent.run('look things up', run_id=run_id, conversation_id='c1', message_history=history)
+
+
+async def test_one_log_one_set_of_entries_and_exact_replay(log: EventLogBase) -> None:
+    script = Script()
+    result = await script.agent(log).run('look things up', run_id='r1', conversation_id='c1')
+    assert result.output == 'done: alpha, beta'
+    assert dict(script.calls) == dict.fromkeys(script.units(), 1)
+    assert await replayed(log, 'r1') == dump(result.all_messages())
+    entries = await log.entries(run_id='r1')
+    keys = [e.idempotency_key for e in entries]
+    assert len(keys) == len(set(keys))
+    kinds = Counter(e.kind for e in entries)
+    assert kinds['run_started'] == kinds['run_finished'] == 1
+    assert kinds['message'] == len(result.all_messages())
+    journal = await steps(log, 'r1')
+    assert [s.step for s in journal] == list(range(len(journal)))
+    names = [s.name for s in journal]
+    assert names[0] == 'run_input'
+    assert names.count('scripted__model.request') == 3
+    assert names.count('scripted__function_toolset__<agent>.call_tool:lookup') == 2
+    # Replay, transcript and context see messages only.
+    assert dump(await log.transcript('c1')) == dump(result.all_messages())
+    assert dump(await log.context('c1')) == dump(result.all_messages())
+    report = await log.verify()
+    assert report.ok, report.problems
+    run = await log.get_run('r1')
+    assert run is not None and run.status == 'completed'
+
+
+async def test_a_finished_run_executed_again_executes_nothing(log: EventLogBase) -> None:
+    script = Script()
+    agent = script.agent(log)
+    first = await agent.run('look things up', run_id='r1', conversation_id='c1')
+    entries = await log.entries()
+    again = await agent.run('look things up', run_id='r1', conversation_id='c1')
+    resumed = await EventLogDurability(log).resume(agent, 'r1')
+    assert dict(script.calls) == dict.fromkeys(script.units(), 1)
+    assert again.output == resumed.output == first.output
+    assert dump(again.all_messages()) == dump(resumed.all_messages()) == dump(first.all_messages())
+    assert await log.entries() == entries  # nothing appended
+
+
+@pytest.mark.parametrize('budget', range(1, 16, 2))
+async def test_an_interrupted_run_resumes_from_its_first_unjournaled_unit(log: EventLogBase, budget: int) -> None:
+    script = Script()
+    await interrupt(log, script, budget)
+    before = Counter(script.calls)
+    journaled = await steps(log, 'r1')
+    done = sum('model.request' in s.name or 'call_tool' in s.name for s in journaled)
+    running = [r.run_id for r in await log.list_runs(status='running')]
+    assert running == (['r1'] if await log.get_run('r1') else [])
+    agent = script.agent(log)
+    durability = EventLogDurability(log)
+    if await log.get_run('r1') is None:
+        with pytest.raises(RunNotFound):
+            await durability.resume(agent, 'r1')
+        result = await agent.run('look things up', run_id='r1', conversation_id='c1')
+    else:
+        result = await durability.resume(agent, 'r1')
+    assert result.output == 'done: alpha, beta'
+    units = script.units()
+    for unit in units[:done]:
+        assert script.calls[unit] == 1, (unit, script.calls)  # journaled: never executed again
+    for unit in units[done:]:
+        assert script.calls[unit] - before[unit] == 1, (unit, script.calls)
+        assert script.calls[unit] <= 2
+    assert await replayed(log, 'r1') == dump(result.all_messages())
+    assert await log.list_runs(status='running') == []
+    effects = Counter(e.idempotency_key for e in await log.entries(run_id='r1', kinds=['tool_effect']))
+    assert sorted(effects) == [f'tool:c{i}:0:{s}' for i in (1, 2) for s in ('completed', 'started')]
+    report = await log.verify()
+    assert report.ok, report.problems
+
+
+@pytest.mark.parametrize('budget', [1, 3, 6])
+async def test_without_persistence_the_journal_records_the_run_itself(log: EventLogBase, budget: int) -> None:
+    script = Script()
+    await interrupt(log, script, budget, persistence=False)
+    agent = script.agent(log, persistence=False)
+    run = await log.get_run('r1')
+    if run is None:
+        result = await agent.run('look things up', run_id='r1', conversation_id='c1')
+    else:
+        assert run.status == 'running'
+        result = await EventLogDurability(log).resume(agent, 'r1')
+    assert result.output == 'done: alpha, beta'
+    assert all(count <= 2 for count in script.calls.values())
+    assert await log.run_messages('r1') == []  # no messages: EventLogPersistence records those
+    kinds = Counter(e.kind for e in await log.entries(run_id='r1'))
+    assert kinds['run_started'] == kinds['run_finished'] == 1
+    finished = await log.get_run('r1')
+    assert finished is not None and finished.status == 'completed'
+    calls = Counter(script.calls)
+    again = await EventLogDurability(log).resume(agent, 'r1')
+    assert again.output == result.output and script.calls == calls
+    assert (await log.verify()).ok
+
+
+async def test_history_and_prompt_come_from_the_log(log: EventLogBase) -> None:
+    script = Script(keys=['alpha'])
+    agent = script.agent(log)
+    first = await agent.run('first question', run_id='r0', conversation_id='c1')
+    history = first.all_messages()
+    await interrupt(log, script, 3, run_id='r1', history=history)
+    result = await EventLogDurability(log).resume(script.agent(log), 'r1')
+    assert dump(result.all_messages()[: len(history)]) == dump(history)
+    own = result.new_messages()[0]
+    assert isinstance(own, ModelRequest)
+    assert [p.content for p in own.parts if isinstance(p, UserPromptPart)] == ['look things up']
+    assert await replayed(log, 'r1') == dump(result.all_messages())
+    assert len(await log.transcript('c1')) == len(result.all_messages())  # nothing stored twice
+    assert (await log.verify()).ok
+
+
+async def test_a_changed_agent_fails_with_the_step_and_both_operations(log: EventLogBase) -> None:
+    script = Script()
+    await interrupt(log, script, 6)
+    renamed = script.agent(log, name='renamed')
+    with pytest.raises(DurableDeterminismError) as caught:
+        await EventLogDurability(log).resume(renamed, 'r1')
+    error = caught.value
+    assert error.step == 1
+    assert error.journaled == 'scripted__capability__eventlog_persistence.append'
+    assert error.requested == 'renamed__capability__eventlog_persistence.append'
+    assert "at step 1: the journal holds 'scripted__capability__eventlog_persistence.append'" in str(error)
+
+
+async def test_dropping_persistence_is_a_determinism_error_too(log: EventLogBase) -> None:
+    script = Script()
+    await interrupt(log, script, 6)
+    with pytest.raises(DurableDeterminismError, match=r"the run now asks for 'scripted__model\.request'"):
+        await EventLogDurability(log).resume(script.agent(log, persistence=False), 'r1')
+
+
+async def test_parallel_tool_calls_run_one_at_a_time_and_resume(log: EventLogBase) -> None:
+    script = Script(keys=['alpha', 'beta', 'gamma'], parallel=True)
+    await interrupt(log, script, 8)
+    result = await EventLogDurability(log).resume(script.agent(log), 'r1')
+    assert result.output == 'done: alpha, beta, gamma'
+    assert all(script.calls[u] <= 2 for u in script.units())
+    assert await replayed(log, 'r1') == dump(result.all_messages())
+    journal = await steps(log, 'r1')
+    tools = [s.name for s in journal if 'call_tool' in s.name]
+    assert len(tools) == 3
+    assert (await log.verify()).ok
+
+
+async def test_a_tool_that_raises_fails_the_run_for_good(log: EventLogBase) -> None:
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=[ToolCallPart('boom', {}, tool_call_id='b1')])
+
+    agent = Agent(FunctionModel(model), name='boom', capabilities=[EventLogPersistence(log), EventLogDurability(log)])
+
+    @agent.tool_plain
+    def boom() -> str:
+        """Always fails."""
+        raise RuntimeError('kaboom')
+
+    with pytest.raises(RuntimeError, match='kaboom'):
+        await agent.run('go', run_id='r1', conversation_id='c1')
+    run = await log.get_run('r1')
+    assert run is not None and run.status == 'failed'
+    with pytest.raises(DurableRunFailedError, match="run 'r1' ended failed"):
+        await EventLogDurability(log).resume(agent, 'r1')
+    with pytest.raises(DurableRunFailedError):
+        await agent.run('go', run_id='r1', conversation_id='c1')
+
+
+async def test_model_retry_is_journaled_as_a_result(log: EventLogBase) -> None:
+    calls: Counter[str] = Counter()
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        step = 1 + sum(isinstance(m, ModelResponse) for m in messages)
+        calls[f'model:{step}'] += 1
+        if step <= 2:
+            return ModelResponse(parts=[ToolCallPart('flaky', {}, tool_call_id=f'f{step}')])
+        return ModelResponse(parts=[TextPart('ok')])
+
+    def make(target: Any) -> Agent[None, str]:
+        agent = Agent(
+            FunctionModel(model), name='retry', capabilities=[EventLogPersistence(target), EventLogDurability(target)]
+        )
+
+        @agent.tool
+        def flaky(ctx: RunContext[None]) -> str:
+            """Fails once."""
+            calls[f'flaky:{ctx.retry}'] += 1
+            if ctx.retry == 0:
+                raise ModelRetry('again')
+            return 'fine'
+
+        return agent
+
+    with pytest.raises((Died, BaseExceptionGroup)):
+        await make(Dying(log, 7)).run('go', run_id='r1', conversation_id='c1')
+    assert calls['flaky:0'] == 1
+    result = await EventLogDurability(log).resume(make(log), 'r1')
+    assert result.output == 'ok'
+    assert calls['flaky:0'] == 1  # its ModelRetry was journaled: not raised again
+    assert calls['flaky:1'] == 1 and calls['model:3'] == 1
+    assert await replayed(log, 'r1') == dump(result.all_messages())
+
+
+class Answer(BaseModel):
+    text: str
+    count: int
+
+
+async def test_structured_output_resumes(log: EventLogBase) -> None:
+    calls: Counter[str] = Counter()
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        step = 1 + sum(isinstance(m, ModelResponse) for m in messages)
+        calls[f'model:{step}'] += 1
+        return ModelResponse(parts=[ToolCallPart(info.output_tools[0].name, {'text': 'hi', 'count': step})])
+
+    def make(target: Any) -> Agent[None, Answer]:
+        return Agent(
+            FunctionModel(model),
+            name='structured',
+            output_type=Answer,
+            capabilities=[EventLogPersistence(target), EventLogDurability(target)],
+        )
+
+    with pytest.raises((Died, BaseExceptionGroup)):
+        await make(Dying(log, 3)).run('go', run_id='r1', conversation_id='c1')
+    result = await EventLogDurability(log).resume(make(log), 'r1')
+    assert result.output == Answer(text='hi', count=1)
+    assert calls['model:1'] == 1  # journaled before the log died
+    assert await replayed(log, 'r1') == dump(result.all_messages())
+
+
+async def test_run_stream_is_durable(log: EventLogBase) -> None:
+    agent = Agent(chat_model(), name='streamer', capabilities=[EventLogPersistence(log), EventLogDurability(log)])
+    async with agent.run_stream('hello there', run_id='r1', conversation_id='c1') as stream:
+        output = await stream.get_output()
+    assert output == 'answer to: hello there'
+    assert await replayed(log, 'r1') == dump(stream.all_messages())
+    names = [s.name for s in await steps(log, 'r1')]
+    assert 'streamer__model.request_stream' in names
+    again = await EventLogDurability(log).resume(agent, 'r1')
+    assert again.output == output
+
+
+async def test_one_process_at_a_time_per_run(log: EventLogBase) -> None:
+    entered = asyncio.Event()
+    release = asyncio.Event()
+
+    async def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        entered.set()
+        await release.wait()
+        return ModelResponse(parts=[TextPart('done')])
+
+    agent = Agent(FunctionModel(model), name='held', capabilities=[EventLogPersistence(log), EventLogDurability(log)])
+    first = asyncio.create_task(agent.run('go', run_id='r1', conversation_id='c1'))
+    await entered.wait()
+    with pytest.raises(RunLeaseError, match="run 'r1' is being executed by process"):
+        await agent.run('go', run_id='r1', conversation_id='c1')
+    release.set()
+    assert (await first).output == 'done'
+    # the lease was released: executing the finished run again replays it
+    assert (await agent.run('go', run_id='r1', conversation_id='c1')).output == 'done'
+    assert (await log.verify()).ok
+
+
+async def test_bad_arguments(log: EventLogBase) -> None:
+    with pytest.raises(InvalidArgumentError, match='lease_seconds must be positive'):
+        EventLogDurability(log, lease_seconds=0)
+    with pytest.raises(InvalidArgumentError, match='status must be one of'):
+        await log.list_runs(status='paused')  # pyright: ignore[reportArgumentType]
+    script = Script(keys=[])
+    agent = script.agent(log)
+    await agent.run('hi', run_id='r1', conversation_id='c1')
+    with pytest.raises(InvalidArgumentError, match="run 'r1' belongs to conversation 'c1', not 'c2'"):
+        await agent.run('hi', run_id='r1', conversation_id='c2')
+    with pytest.raises(RunNotFound):
+        await EventLogDurability(log).resume(agent, 'nope')
