@@ -26,6 +26,7 @@ from eventlog.entries import (
     ForkInfo,
     NewEntry,
     TitleInfo,
+    durable_step_entry,
     encode_info,
     run_finished_entry,
     run_started_entry,
@@ -90,6 +91,17 @@ def _build() -> MemoryTables:
         [run_started_entry(conversation_id='c3', run_id='r3')],
         [NewEntry(conversation_id='c3', kind='deleted')],
         [NewEntry(conversation_id='c1', kind='erasure', payload=encode_info(ErasureInfo(seqs=[3], reason='r')))],
+        [
+            run_started_entry(conversation_id='c4', run_id='r4'),
+            durable_step_entry(
+                conversation_id='c4',
+                run_id='r4',
+                step=1,
+                name='a__model.request',
+                result=b'{"parts":[],"kind":"response"}',
+                idempotency_key='durable:1',
+            ),
+        ],
     ]
     minute = 0
     for step in steps:
