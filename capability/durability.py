@@ -352,6 +352,8 @@ class EventLogDurability(BaseDurabilityCapability[AgentDepsT]):
                     f'run {run_id!r} belongs to conversation {run.conversation_id!r}, not {conversation_id!r}'
                 )
             for entry in await self.log.entries(run_id=run_id, kinds=['durable_step']):
+                if entry.erased:
+                    raise DurableRunFailedError(f'the journal of run {run_id!r} was erased; it is not executed again')
                 info = _step_decoder.decode(entry.payload)
                 recorded[info.step] = info
         return _Journal(
@@ -407,6 +409,8 @@ class EventLogDurability(BaseDurabilityCapability[AgentDepsT]):
     ) -> tuple[str | Sequence[_messages.UserContent] | None, list[ModelMessage]]:
         """The run's prompt and the history it continued, from its input record or its messages."""
         found = await self.log.entries(run_id=run.run_id, kinds=['durable_step'], limit=1)
+        if found and found[0].erased:
+            raise DurableRunFailedError(f'the journal of run {run.run_id!r} was erased; it is not executed again')
         info = _step_decoder.decode(found[0].payload) if found else None
         history: list[ModelMessage] = []
         if run.branch_parent is not None:

@@ -22,7 +22,15 @@ from eventlog._checks import check_id
 from eventlog._keys import StoredBody, Table, conv_key, encode_conversation, encode_erased_body, seq_key
 from eventlog._read import conv_or_raise, get_run, iter_entries, last_seq
 from eventlog._storage import WriteTxn
-from eventlog.entries import ERASABLE_KINDS, CompactionInfo, Entry, ErasureInfo, NewEntry, encode_info
+from eventlog.entries import (
+    ERASABLE_KINDS,
+    CompactionInfo,
+    DurableStepInfo,
+    Entry,
+    ErasureInfo,
+    NewEntry,
+    encode_info,
+)
 from eventlog.errors import InvalidArgumentError, RunNotFound
 
 if TYPE_CHECKING:
@@ -153,6 +161,9 @@ def _accepts(where: Predicate | None, entry: Entry) -> bool:
 def _placeholder_payload(entry: Entry, erasure_seq: int) -> bytes:
     from eventlog.entries import decode_messages, encode_message
 
+    if entry.kind == 'durable_step':
+        step = msgspec.json.decode(entry.payload, type=DurableStepInfo)
+        return encode_info(DurableStepInfo(step=step.step, name=step.name))  # the result is gone: `null`
     if entry.kind == 'compaction':
         info = _compaction_decoder.decode(entry.payload)
         try:

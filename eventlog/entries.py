@@ -87,8 +87,9 @@ CONVERSATION_KINDS: Final[frozenset[Kind]] = frozenset(
 
 KINDS: Final[frozenset[Kind]] = RUN_KINDS | CONVERSATION_KINDS
 
-ERASABLE_KINDS: Final[frozenset[Kind]] = frozenset({'message', 'compaction'})
-"""Kinds whose payload holds message content, which `erase` replaces with a placeholder."""
+ERASABLE_KINDS: Final[frozenset[Kind]] = frozenset({'message', 'compaction', 'durable_step'})
+"""Kinds whose payload holds message content (a `durable_step` holds a model response or a tool
+result), which `erase` replaces with a placeholder."""
 
 MAX_SEQ: Final = 2**53 - 1
 """The largest `seq` the log assigns or accepts, and the bound of every seq-like or counting

@@ -392,3 +392,18 @@ async def test_bad_arguments(log: EventLogBase) -> None:
         await agent.run('hi', run_id='r1', conversation_id='c2')
     with pytest.raises(RunNotFound):
         await EventLogDurability(log).resume(agent, 'nope')
+
+
+async def test_erasing_a_run_erases_its_journal(log: EventLogBase) -> None:
+    script = Script(keys=['secret-key'])
+    agent = script.agent(log)
+    await agent.run('look things up', run_id='r1', conversation_id='c1')
+    erased = await log.erase('c1', run_id='r1', reason='test')
+    journal = await log.entries(run_id='r1', kinds=['durable_step'])
+    assert journal and {e.seq for e in journal} <= set(erased.seqs)
+    assert all(e.erased and b'SECRET-KEY' not in e.payload for e in journal)
+    assert all(bytes(msgspec.json.decode(e.payload, type=DurableStepInfo).result) == b'null' for e in journal)
+    with pytest.raises(DurableRunFailedError, match='was erased'):
+        await EventLogDurability(log).resume(agent, 'r1')
+    report = await log.verify()
+    assert report.ok, report.problems
