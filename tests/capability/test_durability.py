@@ -26,6 +26,7 @@ from eventlog import (
     DurableDeterminismError,
     DurableRunFailedError,
     DurableStepInfo,
+    InMemoryEventLog,
     InvalidArgumentError,
     NewEntry,
     RunLeaseError,
@@ -407,3 +408,17 @@ async def test_erasing_a_run_erases_its_journal(log: EventLogBase) -> None:
         await EventLogDurability(log).resume(agent, 'r1')
     report = await log.verify()
     assert report.ok, report.problems
+
+
+async def test_a_durable_run_exports_and_imports(log: EventLogBase, tmp_path: Any) -> None:
+    script = Script()
+    await script.agent(log).run('look things up', run_id='r1', conversation_id='c1')
+    path = tmp_path / 'export.jsonl'
+    await log.export(path)
+    other = InMemoryEventLog()
+    await other.import_(path)
+    assert await other.entries() == await log.entries()
+    assert (await other.verify()).ok
+    calls = Counter(script.calls)
+    result = await EventLogDurability(other).resume(script.agent(other), 'r1')
+    assert result.output == 'done: alpha, beta' and script.calls == calls  # replayed from the imported journal
