@@ -462,10 +462,14 @@ class _LeaseHolder:
         records.put('leases', self.key, msgspec.json.encode(lease))
 
     async def _renew(self) -> None:
+        store = self.store
+        assert store is not None
         while True:
             await asyncio.sleep(self.seconds / 3)
-            assert self.store is not None
-            await asyncio.to_thread(self.store.write_projection, LEASE_PROJECTION, self._take)
+            try:
+                await asyncio.to_thread(store.write_projection, LEASE_PROJECTION, self._take)
+            except Exception:  # taken over after it expired, or the store failed: the run's own writes will say
+                return
 
     async def release(self) -> None:
         if self.store is None:
