@@ -422,3 +422,39 @@ async def test_a_durable_run_exports_and_imports(log: EventLogBase, tmp_path: An
     calls = Counter(script.calls)
     result = await EventLogDurability(other).resume(script.agent(other), 'r1')
     assert result.output == 'done: alpha, beta' and script.calls == calls  # replayed from the imported journal
+
+
+async def test_conversation_search_tool_calls_are_journaled_and_ignore_the_journal(log: EventLogBase) -> None:
+    from pydantic_ai.messages import ToolReturnPart
+
+    from capability import TOOL_NAME, ConversationSearch
+    from eventlog import ReplayHistorySource
+
+    first = Script(keys=['locker'])
+    await first.agent(log).run('my locker code is 7715', run_id='r0', conversation_id='c1')
+    calls: Counter[str] = Counter()
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        calls['model'] += 1
+        returns = [p for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
+        if not returns:
+            return ModelResponse(parts=[ToolCallPart(TOOL_NAME, {'query': 'locker code'}, tool_call_id='s1')])
+        return ModelResponse(parts=[TextPart(str(returns[-1].content))])
+
+    def make(target: Any) -> Agent[None, str]:
+        search = ConversationSearch(ReplayHistorySource(log), scope='conversation')
+        return Agent(
+            FunctionModel(model),
+            name='searcher',
+            capabilities=[search, EventLogPersistence(target), EventLogDurability(target)],
+        )
+
+    with pytest.raises((Died, BaseExceptionGroup)):
+        await make(Dying(log, 4)).run('what was my locker code?', run_id='r1', conversation_id='c1')
+    result = await EventLogDurability(log).resume(make(log), 'r1')
+    assert 'my locker code is 7715' in result.output
+    assert 'durable_step' not in result.output and 'run_input' not in result.output
+    names = [s.name for s in await steps(log, 'r1')]
+    assert names.count('searcher__function_toolset__conversation-search.call_tool:' + TOOL_NAME) == 1
+    assert await replayed(log, 'r1') == dump(result.all_messages())
+    assert calls['model'] <= 3
