@@ -173,6 +173,8 @@ async def test_an_interrupted_run_resumes_from_its_first_unjournaled_unit(log: E
         with pytest.raises(RunNotFound):
             await durability.resume(agent, 'r1')
         result = await agent.run('look things up', run_id='r1', conversation_id='c1')
+    elif budget % 4 == 1:  # the application passes the run's id, conversation and prompt itself
+        result = await agent.run('look things up', run_id='r1', conversation_id='c1')
     else:
         result = await durability.resume(agent, 'r1')
     assert result.output == 'done: alpha, beta'
