@@ -262,6 +262,8 @@ class EventLogDurability(BaseDurabilityCapability[AgentDepsT]):
         sequential_tools_in_durable_context=True,
         tool_config_key=None,
     )
+    """JSON results, steps named by pydantic-ai's journal convention, tool calls of one response run in
+    turn (so step numbers never depend on timing), per-run toolsets refused inside a durable run."""
 
     def __init__(
         self,
