@@ -216,27 +216,40 @@ def test_the_interrupted_runs_are_listed_and_verify_passes(resumed: Resumed) -> 
     assert resumed.report.ok, resumed.report.problems
 
 
-def test_two_processes_resuming_one_run_at_once(tmp_path: Path) -> None:
+@pytest.fixture(params=['lmdb', 'postgres'])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[list[str]]:
+    """Where the processes of one test keep the log: an LMDB directory, or a PostgreSQL schema."""
+    if request.param == 'lmdb':
+        yield ['lmdb']
+        return
+    found = ['postgres', postgres_dsn(), schema_for(tmp_path)]
+    try:
+        yield found
+    finally:
+        drop_schema(found[1], found[2])
+
+
+def test_two_processes_resuming_one_run_at_once(tmp_path: Path, store: list[str]) -> None:
     """Only one process may execute a run: the second gets `RunLeaseError` while the first is
     alive; once the first is killed, a third resumes the run and finishes it."""
     name = 'basic-in-model-2'
-    first = worker(tmp_path, 'start', ['lmdb'], name)
+    first = worker(tmp_path, 'start', store, name)
     try:
         wait_hung(tmp_path, first, [name], 'start')
     finally:
         kill(first)
     (tmp_path / f'hung-{name}').unlink()
-    holder = worker(tmp_path, 'hold', ['lmdb'], name)
+    holder = worker(tmp_path, 'hold', store, name)
     try:
         wait_hung(tmp_path, holder, [name], 'hold')
-        rival = worker(tmp_path, 'resume', ['lmdb'], name)
+        rival = worker(tmp_path, 'resume', store, name)
         finish(tmp_path, rival, 'resume')
         outcome = json.loads((tmp_path / f'outcome-{name}.json').read_text())
         assert outcome['error'] == 'RunLeaseError'
         assert 'only one process may execute a run at a time' in outcome['message']
     finally:
         kill(holder)
-    last = worker(tmp_path, 'resume', ['lmdb'], name)
+    last = worker(tmp_path, 'resume', store, name)
     finish(tmp_path, last, 'resume')
     outcome = json.loads((tmp_path / f'outcome-{name}.json').read_text())
     assert outcome['output'] == ANSWER
