@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 PY_LATEST := $(VENV_LATEST)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: install install-latest lint typecheck test test-ref test-latest test-long demo bench clean
+.PHONY: install install-latest browser lint typecheck test test-ref test-latest test-long demo bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV) || (rm -rf $(VENV) && $(PYTHON) -m venv $(VENV))
@@ -23,6 +23,14 @@ $(VENV_LATEST)/.installed: pyproject.toml $(VENV)/.installed
 install: $(VENV)/.installed
 install-latest: $(VENV_LATEST)/.installed
 
+# The web viewer's tests (tests/web) drive Debian's Chromium through Playwright's Python package,
+# never a browser Playwright downloads itself; installed here (as root) when it is missing.
+CHROMIUM := /usr/bin/chromium
+$(CHROMIUM):
+	apt-get install -y chromium chromium-driver || (apt-get update && apt-get install -y chromium chromium-driver)
+
+browser: $(CHROMIUM)
+
 LINTED := $(wildcard eventlog search capability eventlog_cli tests bench)
 
 lint: install
@@ -33,12 +41,12 @@ typecheck: install
 	$(VENV)/bin/basedpyright eventlog search capability eventlog_cli
 
 # pydantic-ai-slim as the reference pins it (2.62.0), with the reference installed.
-test-ref: install
+test-ref: install browser
 	$(PY) -c 'import pydantic_ai, importlib.metadata as m; print("pydantic-ai-slim", m.version("pydantic-ai-slim"))'
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 # The newest pydantic-ai-slim; tests that need the reference skip.
-test-latest: install-latest
+test-latest: install-latest browser
 	$(PY_LATEST) -c 'import importlib.metadata as m; print("pydantic-ai-slim", m.version("pydantic-ai-slim"))'
 	$(PY_LATEST) -m pytest -q $(PYTEST_ARGS)
 

@@ -131,6 +131,8 @@ _OPTION_METAVARS = {
     'kind': '<kind>',
     'model': '<model>',
     'store': '<path|url>',
+    'host': '<address>',
+    'token': '<token>',
 }
 """Metavars that say what an option's text is (`--run <id>`), where its type alone says `<str>`."""
 
@@ -1441,6 +1443,49 @@ async def _stats(store: str, as_json: bool) -> None:
         render.print_json(data)
         return
     render.console().print(_rows_grid(views.stats_rows(data)))
+
+
+@app.command()
+def serve(
+    store: StoreOption = _DEFAULT_STORE,
+    host: Annotated[
+        str,
+        typer.Option(
+            '--host',
+            help='The address to listen on; any but a loopback address needs a token (one is made if not given).',
+        ),
+    ] = '127.0.0.1',
+    port: Annotated[
+        int, typer.Option('--port', min=0, max=65535, help='The port to listen on (0: any free one).')
+    ] = 8765,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            '--token', help='Require this token on every request (it is printed in the URL).', show_default=False
+        ),
+    ] = None,
+) -> None:
+    """Serve a read-only web viewer of the store: conversations, transcripts, run timelines, search, verify.
+
+    Every message shows its entry number and every entry has a stable URL (`/e/N`). Listens on
+    127.0.0.1 unless told otherwise; stop it with Ctrl-C (docs/web.md). Needs the `web` extra.
+    """
+    _run(_serve(store, host, port, token))
+
+
+async def _serve(store: str, host: str, port: int, token: str | None) -> None:
+    try:
+        from eventlog_cli.web.serve import serve as serve_viewer
+    except ImportError as exc:
+        raise CliError(
+            f"eventlog serve needs the optional dependencies of 'pydantic-ai-eventlog[web]' ({exc})"
+        ) from None
+
+    def announce(line: str) -> None:
+        sys.stdout.write(line + '\n')
+        sys.stdout.flush()
+
+    await serve_viewer(store, host=host, port=port, token=token, announce=announce)
 
 
 @app.command()
