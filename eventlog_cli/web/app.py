@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import threading
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from dataclasses import dataclass, field
 from http.cookies import SimpleCookie
@@ -35,6 +36,7 @@ from starlette.responses import HTMLResponse, PlainTextResponse, RedirectRespons
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from eventlog._threads import to_thread
 from eventlog.entries import VerifyReport
 from eventlog.errors import EventLogError, InvalidArgumentError
 from eventlog_cli._store import StoreLog
@@ -75,27 +77,77 @@ class _NotFound(Exception):
     """A page for something the store does not hold (404)."""
 
 
+Verified = tuple[int, VerifyReport, int, int]
+"""A `verify` run: the last entry number when it began, the report, live conversations, tombstones."""
+
+
 @dataclass
 class Viewer:
-    """What the pages share: the open store, how to name it, and the latest `verify` report."""
+    """What the pages share: the open store, how to name it, and the latest `verify` report.
+
+    `verify` walks the whole store, so it runs in a thread of its own, at most one at a time: the
+    conversations page shows the latest report (and starts a new one when entries were appended
+    since), the stats page waits for a current one.
+    """
 
     log: StoreLog
     """The store, open for the viewer's lifetime (closed by whoever opened it)."""
     store: str
     """How the pages name the store (a path, or a URL without its password)."""
-    _verified: tuple[int, VerifyReport, int, int] | None = None
-    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _verified: Verified | None = None
+    _running: threading.Event | None = None
+    _error: Exception | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    async def verify(self) -> tuple[VerifyReport, int, int]:
-        """The `verify` report of the store as it is now (live conversations, tombstones), run again
-        only when entries were appended since the last one."""
-        async with self._lock:
+    def latest_verify(self) -> Verified | None:
+        """The report of the last `verify` that finished, if any."""
+        with self._lock:
+            return self._verified
+
+    def start_verify(self, last_seq: int) -> threading.Event:
+        """Start a `verify` unless one is running or the latest covers `last_seq`; the event is set once
+        a report at least that recent is there."""
+        with self._lock:
+            if self._verified is not None and self._verified[0] >= last_seq:
+                done = threading.Event()
+                done.set()
+                return done
+            if self._running is not None:
+                return self._running
+            done = self._running = threading.Event()
+        threading.Thread(target=self._verify, args=(done,), name='eventlog-web-verify', daemon=True).start()
+        return done
+
+    def _verify(self, done: threading.Event) -> None:
+        async def work() -> Verified:
             last = await self.log.last_seq()
-            if self._verified is None or self._verified[0] != last:
-                report, live, tombstones = await read_verify(self.log)
-                self._verified = (last, report, live, tombstones)
-            _, report, live, tombstones = self._verified
-            return report, live, tombstones
+            report, live, tombstones = await read_verify(self.log)
+            return last, report, live, tombstones
+
+        try:
+            found = asyncio.run(work())
+            with self._lock:
+                self._verified, self._error = found, None
+        except Exception as exc:  # reported by the page that waits for it
+            with self._lock:
+                self._error = exc
+        finally:
+            with self._lock:
+                self._running = None
+            done.set()
+
+    async def verify(self) -> Verified:
+        """A `verify` report of the store as it is now (run again only when entries were appended)."""
+        while True:
+            last = await self.log.last_seq()
+            await to_thread(self.start_verify(last).wait)
+            found = self.latest_verify()
+            if found is not None and found[0] >= last:
+                return found
+            with self._lock:
+                error = self._error
+            if error is not None:
+                raise EventLogError(f'verify could not finish: {error}')
 
 
 def _visible(value: object) -> str:
@@ -169,9 +221,11 @@ class _Pages:
         records = await log.list_conversations(include_archived=archived)
         records.sort(key=reads.conversation_sort_key, reverse=True)
         shown = records[(page - 1) * reads.CONVERSATION_PAGE : page * reads.CONVERSATION_PAGE]
-        report, _, _ = await self.viewer.verify()
-        problems = reads.verify_by_conversation(report)
-        store_wide = [p for p in report.problems if not p.conversation_id]
+        last = await log.last_seq()
+        self.viewer.start_verify(last)
+        verified = self.viewer.latest_verify()
+        problems = {} if verified is None else reads.verify_by_conversation(verified[1])
+        store_wide = [] if verified is None else [p for p in verified[1].problems if not p.conversation_id]
         rows = [(c, problems.get(c.conversation_id)) for c in shown]
         return self.render(
             'conversations.html',
@@ -182,6 +236,8 @@ class _Pages:
             total=len(records),
             more=page * reads.CONVERSATION_PAGE < len(records),
             store_wide=store_wide,
+            verified_at=None if verified is None else verified[0],
+            last_seq=last,
         )
 
     async def transcript(self, request: Request) -> Response:
@@ -277,7 +333,7 @@ class _Pages:
     async def stats(self, request: Request) -> Response:
         log = self.viewer.log
         data = await read_stats(log, self.viewer.store)
-        report, live, tombstones = await self.viewer.verify()
+        _, report, live, tombstones = await self.viewer.verify()
         checkpoints = await reads.checkpoint_status(log)
         return self.render(
             'stats.html',

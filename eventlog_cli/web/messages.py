@@ -124,10 +124,16 @@ def _binaries(value: object) -> Iterator[dict[str, Any]]:
             yield from _binaries(item)
 
 
+def _b64(data: str) -> bytes:
+    """Decode base64 as pydantic writes it (the URL-safe alphabet) or in the standard alphabet."""
+    text = data.strip().replace('-', '+').replace('_', '/')
+    return base64.b64decode(text + '=' * (-len(text) % 4), validate=True)
+
+
 def _decoded_size(data: str) -> int:
     """The decoded length of base64 `data` (without decoding it)."""
-    padding = data[-2:].count('=')
-    return max(0, len(data) * 3 // 4 - padding)
+    text = data.strip().rstrip('=')
+    return len(text) * 3 // 4
 
 
 class _Numbering:
@@ -211,7 +217,9 @@ def _loads(payload: bytes, seq: int) -> Any:
 
 def _message_of(data: object) -> MessageView:
     if not isinstance(data, dict) or not isinstance(cast(dict[str, Any], data).get('parts'), list):
-        return MessageView(role='unknown', parts=[PartView(kind='?', label='Stored', json=pretty_json(cast(object, data)))])
+        return MessageView(
+            role='unknown', parts=[PartView(kind='?', label='Stored', json=pretty_json(cast(object, data)))]
+        )
     message = cast(dict[str, Any], data)
     numbering = _Numbering()
     parts = [
@@ -265,7 +273,7 @@ def binary_item(entry: Entry, index: int) -> tuple[bytes, str] | None:
     for number, item in enumerate(_binaries(parts)):
         if number == index:
             try:
-                return base64.b64decode(str(item['data']), validate=True), str(
+                return _b64(str(item['data'])), str(
                     item.get('media_type') or 'application/octet-stream'
                 )
             except (binascii.Error, ValueError):

@@ -1,0 +1,129 @@
+"""The viewer in a real browser: Debian's Chromium, headless, over a real `eventlog serve` subprocess."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from playwright.sync_api import Page, expect
+from webtools import ESC_TEXT, HOSTILE_TITLE, SCRIPT_TEXT, TOKEN, TOOL_ARG, Server, WebStore
+
+
+def test_each_page_opens_and_links_to_the_next(page: Page, server: Server, web_store: WebStore) -> None:
+    response = page.goto(server.base + '/stats')  # waits for the verify report the list shows
+    assert response is not None and response.status == 200
+    expect(page.locator('#verify .verdict')).to_contain_text('every hash chain is intact')
+    expect(page.locator('#checkpoints')).to_contain_text('no signed checkpoints')
+    page.click('#nav-conversations')
+    rows = page.locator('#conversations tbody tr')
+    expect(rows).to_have_count(3)
+    expect(page.locator('#conversations')).to_contain_text('Orbit migration planning (demo)')
+    demo_row = rows.filter(has_text='Orbit migration planning (demo)')
+    expect(demo_row.locator('td').last).to_have_text('ok')
+
+    page.click(f'a.conversation[href="/c/{web_store.demo_conversation}"]')
+    expect(page.locator('h1')).to_contain_text(web_store.demo_conversation)
+    transcript = page.locator('section.transcript')
+    expect(transcript.locator('article.kind-compaction').first).to_contain_text('the summary below replaces')
+    first = transcript.locator('article.entry').first
+    expect(first.locator('a.seq')).to_have_text(re.compile(r'^#\d+$'))
+    expect(page.locator('section.context article.summary').first).to_contain_text('Summary')
+
+    page.locator('section.transcript a.run-link').first.click()
+    expect(page.locator('h1')).to_contain_text('Run ')
+    timeline = page.locator('ol.timeline')
+    expect(timeline.locator('li.kind-run_started .offset')).to_have_text('+0.0 ms')
+    expect(timeline.locator('li.kind-run_finished')).to_contain_text('completed')
+    expect(page.locator('dl.facts')).to_contain_text('input_tokens')
+
+
+def test_a_search_hit_leads_to_its_entry(page: Page, server: Server, web_store: WebStore) -> None:
+    page.goto(server.url)
+    page.fill('header input[name=q]', 'deploy path')
+    page.press('header input[name=q]', 'Enter')
+    expect(page.locator('p.summary')).to_contain_text('matching messages')
+    hit = page.locator('li.hit').first
+    expect(hit.locator('mark').first).to_have_text(re.compile('deploy|path', re.IGNORECASE))
+    link = hit.locator('a.seq')
+    number = link.inner_text().lstrip('#')
+    link.click()
+    page.wait_for_url(f'**/e/{number}')
+    expect(page.locator('h1')).to_contain_text(f'Entry #{number}')
+    expect(page.locator('article.entry')).to_contain_text(web_store.detail)
+    # From the entry, its place in the transcript: the page holding it, scrolled to it.
+    page.click('dl.facts a[href^="/c/"]')
+    expect(page.locator(f'#e{number}')).to_be_visible()
+
+
+def test_stored_markup_and_escapes_stay_text(page: Page, server: Server, web_store: WebStore) -> None:
+    dialogs: list[str] = []
+    page.on('dialog', lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    response = page.goto(f'{server.base}/c/hostile')
+    assert response is not None
+    assert "script-src 'none'" in response.headers['content-security-policy']
+    prompt = page.locator(f'#e{web_store.seqs["hostile_prompt"]}')
+    expect(prompt).to_contain_text(SCRIPT_TEXT)
+    expect(prompt).to_contain_text(ESC_TEXT.replace('\x1b', '\\x1b'))
+    expect(page.locator(f'#e{web_store.seqs["hostile_call"]}')).to_contain_text(TOOL_ARG)
+    expect(page.locator('dd.title')).to_have_text(HOSTILE_TITLE.replace('\x1b', '\\x1b').replace('\x07', '\\x07'))
+    assert page.evaluate('window.__pwned') is None
+    assert page.title() != 'pwned'
+    assert page.locator('main script').count() == 0 and page.locator('main img').count() == 0
+    assert dialogs == []
+    # The binary part is a download with its media type.
+    link = prompt.locator('a.download')
+    expect(link).to_have_text('file 0')
+    expect(prompt.locator('.file')).to_contain_text('image/png')
+
+
+def test_the_token_is_checked_on_every_request(page: Page, token_server: Server) -> None:
+    response = page.goto(token_server.base + '/')
+    assert response is not None and response.status == 401
+    response = page.goto(f'{token_server.base}/stats?token=wrong')
+    assert response is not None and response.status == 401
+    response = page.goto(token_server.url)
+    assert token_server.url.endswith(f'?token={TOKEN}')
+    assert response is not None and response.status == 200
+    assert page.url == token_server.base + '/'  # the token left the address bar for a cookie
+    page.click('#nav-stats')
+    expect(page.locator('#verify .verdict')).to_contain_text('every hash chain is intact')
+
+
+def test_a_long_transcript_is_paged(page: Page, server: Server, web_store: WebStore) -> None:
+    page.goto(f'{server.base}/c/long')
+    entries = page.locator('section.transcript article.entry')
+    expect(entries).to_have_count(100)
+    expect(entries.first.locator('a.seq')).to_have_text(f'#{web_store.seqs["long_first"]}')
+    page.locator('section.transcript a[rel=next]').first.click()
+    page.locator('section.transcript a[rel=next]').first.click()
+    expect(entries.last.locator('a.seq')).to_have_text(f'#{web_store.seqs["long_last"]}')
+    expect(entries).to_have_count(web_store.seqs['long_count'] - 200)
+    assert page.locator('section.transcript a[rel=next]').count() == 0
+    page.locator('section.transcript a[rel=prev]').first.click()
+    expect(entries).to_have_count(100)
+    expect(entries.first.locator('a.seq')).to_have_text(f'#{web_store.seqs["long_first"] + 100}')
+
+
+def test_screenshots_of_each_page(page: Page, server: Server, web_store: WebStore, tmp_path: Path) -> None:
+    """Screenshots of every page (into `$EVENTLOG_SCREENSHOTS` when set, for docs/web)."""
+    target = Path(os.environ.get('EVENTLOG_SCREENSHOTS') or tmp_path)
+    target.mkdir(parents=True, exist_ok=True)
+    page.goto(f'{server.base}/c/{web_store.demo_conversation}')
+    runs = page.locator('details.runs a')
+    final_run = runs.last.get_attribute('href')
+    assert final_run is not None
+    shots = {
+        'conversations': '/',
+        'transcript': f'/c/{web_store.demo_conversation}',
+        'run': final_run,
+        'search': '/search?q=deploy+path',
+        'entry': f'/e/{web_store.seqs["hostile_prompt"]}',
+        'stats': '/stats',
+    }
+    for name, path in shots.items():
+        response = page.goto(server.base + path)
+        assert response is not None and response.status == 200, path
+        page.screenshot(path=str(target / f'{name}.png'))
+        data = (target / f'{name}.png').read_bytes()
+        assert data.startswith(b'\x89PNG') and len(data) > 10_000
