@@ -5,16 +5,18 @@ Pages (every one a GET; nothing else is routed, so no request can change the sto
 | path | page |
 |---|---|
 | `/` | conversations, most recently active first (`?page=`, `?archived=1`) |
-| `/c/{id}` | a conversation's transcript, its context beside it (`?after=SEQ`, `?ctx=N`) |
+| `/c/{id}` | a conversation's transcript (`?after=SEQ`, `?at=SEQ`), its context framed beside it |
+| `/c/{id}/context` | the context view: what an agent continuing it starts from (`?ctx=N`) |
 | `/r/{id}` | a run's replay as a timeline (`?after=SEQ`) |
 | `/e/{seq}` | one entry: the stable URL to cite (`/e/{seq}/payload`, `/e/{seq}/file/{n}`) |
 | `/search` | ranked search through the persistent index (`?q=`, `?c=`, `?page=`) |
 | `/stats` | the store's totals, the `verify` report, the signed checkpoints |
 
 Safety: every stored string reaches the page through Jinja's autoescaping, control characters
-shown as escapes (`\\x1b`); the Content-Security-Policy allows no script at all and styles only
-from `/static`. With a token, every request must carry it (`?token=`, which sets a cookie and
-redirects to the URL without it, the cookie, or `Authorization: Bearer`); otherwise 401.
+shown as escapes (`\\x1b`); the Content-Security-Policy allows no script at all, and styles
+and frames only from the viewer itself. With a token, every request must carry it (`?token=`,
+which sets a cookie and redirects to the URL without it, the cookie, or `Authorization:
+Bearer`); otherwise 401.
 """
 
 from __future__ import annotations
@@ -50,10 +52,11 @@ __all__ = ['CONTENT_SECURITY_POLICY', 'TOKEN_COOKIE', 'Viewer', 'create_app']
 _HERE = Path(__file__).parent
 
 CONTENT_SECURITY_POLICY = (
-    "default-src 'none'; script-src 'none'; style-src 'self'; img-src 'self'; "
-    "form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+    "default-src 'none'; script-src 'none'; style-src 'self'; img-src 'self'; frame-src 'self'; "
+    "form-action 'self'; base-uri 'none'; frame-ancestors 'self'"
 )
-"""Sent with every response: no script runs, whatever a page holds; styles and images only from the viewer."""
+"""Sent with every response: no script runs, whatever a page holds; styles, images and frames only
+from the viewer itself (the transcript frames its context view), and no other site may frame it."""
 
 TOKEN_COOKIE = 'eventlog_token'
 """The cookie that carries the token once a `?token=` URL has been opened."""
@@ -62,7 +65,7 @@ _HEADERS = {
     'content-security-policy': CONTENT_SECURITY_POLICY,
     'x-content-type-options': 'nosniff',
     'referrer-policy': 'no-referrer',
-    'x-frame-options': 'DENY',
+    'x-frame-options': 'SAMEORIGIN',
     'cache-control': 'no-store',
 }
 
@@ -248,9 +251,7 @@ class _Pages:
         at = request.query_params.get('at')
         if at is not None:
             after = max(0, _int_param(request, 'at', 1, 1) - 1)
-        context_start = _int_param(request, 'ctx', 0)
         page = await reads.transcript_page(log, conversation_id, after)
-        context, context_read, context_more = await reads.context_page(log, conversation_id, context_start)
         origin = await log.history_origin(conversation_id)
         runs = await log.list_runs(conversation_id=conversation_id)
         return self.render(
@@ -258,13 +259,21 @@ class _Pages:
             title=f'Conversation {conversation_id}',
             record=record,
             page=page,
-            context=context,
-            context_start=context_start,
-            context_read=context_read,
-            context_more=context_more,
             origin=origin,
             runs=runs,
             statuses=reads.run_statuses(runs),
+        )
+
+    async def context(self, request: Request) -> Response:
+        """The context view, framed beside the transcript: planning it walks the whole branch, so
+        the transcript's page does not wait for it."""
+        log = self.viewer.log
+        conversation_id = request.path_params['conversation_id']
+        record = await self._conversation(conversation_id)
+        start = _int_param(request, 'ctx', 0)
+        items, _, more = await reads.context_page(log, conversation_id, start)
+        return self.render(
+            'context.html', title=f'Context of {conversation_id}', record=record, context=items, start=start, more=more
         )
 
     async def run(self, request: Request) -> Response:
@@ -429,6 +438,7 @@ def create_app(
     routes = [
         Route('/', pages.conversations),
         Route('/c/{conversation_id:str}', pages.transcript),
+        Route('/c/{conversation_id:str}/context', pages.context),
         Route('/r/{run_id:str}', pages.run),
         Route('/e/{seq:int}', pages.entry),
         Route('/e/{seq:int}/payload', pages.payload),

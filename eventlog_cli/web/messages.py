@@ -273,9 +273,7 @@ def binary_item(entry: Entry, index: int) -> tuple[bytes, str] | None:
     for number, item in enumerate(_binaries(parts)):
         if number == index:
             try:
-                return _b64(str(item['data'])), str(
-                    item.get('media_type') or 'application/octet-stream'
-                )
+                return _b64(str(item['data'])), str(item.get('media_type') or 'application/octet-stream')
             except (binascii.Error, ValueError):
                 raise CorruptEntryError(f'entry {entry.seq} holds binary content that is not base64') from None
     return None

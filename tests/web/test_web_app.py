@@ -177,3 +177,21 @@ def test_a_run_timeline_names_parent_usage_and_offsets(client: TestClient, web_s
     offsets = [float(n) for n in re.findall(r'<div class="offset">\+([\d.]+) ms</div>', html)]
     assert offsets and offsets == sorted(offsets) and offsets[0] == 0.0
     assert client.get('/r/no-such-run').status_code == 404
+
+
+def test_the_context_view_folds_compactions_and_is_framed_beside_the_transcript(
+    client: TestClient, web_store: WebStore
+) -> None:
+    conversation = web_store.demo_conversation
+    transcript = client.get(f'/c/{conversation}').text
+    assert f'<iframe class="context-frame" src="/c/{conversation}/context"' in transcript
+    assert 'kind-compaction' in transcript and 'the summary below replaces' in transcript
+    context = client.get(f'/c/{conversation}/context')
+    assert context.status_code == 200 and '<base target="_top">' in context.text
+    assert context.headers['x-frame-options'] == 'SAMEORIGIN'
+    assert context.text.count('<article class="entry summary">') == 1  # the latest summary, folded in
+    assert context.text.count('<article class="entry') < transcript.count('<article class="entry')
+    long_context = client.get('/c/long/context').text
+    assert long_context.count('<article class="entry') == PAGE and 'rel="next"' in long_context
+    rest = client.get('/c/long/context', params={'ctx': str(PAGE * 2)}).text
+    assert rest.count('<article class="entry') == web_store.seqs['long_count'] - 2 * PAGE
