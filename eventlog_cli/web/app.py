@@ -418,6 +418,24 @@ class _Guard:
         await self.app(scope, receive, secured)
 
 
+def _preload() -> None:
+    """Import what the pages and the verify thread import lazily, before any request: two threads
+    importing pydantic-ai at once can see it half initialized."""
+    import importlib
+
+    for name in (
+        'pydantic_ai.messages',
+        'search.engine',
+        'search.lmdb_index',
+        'search.render',
+        'eventlog._verify',
+        'eventlog.checkpoint',
+        'eventlog_cli._index',
+        'eventlog_cli._render',
+    ):
+        importlib.import_module(name)
+
+
 def create_app(
     log: StoreLog, *, store: str, token: str | None = None, allowed_hosts: Iterable[str] | None = None
 ) -> Asgi:
@@ -427,6 +445,7 @@ def create_app(
     `Host` names another host is refused (400): a viewer bound to 127.0.0.1 without a token
     passes only `localhost` names, so that no other web site can reach it through DNS rebinding.
     """
+    _preload()
     pages = _Pages(Viewer(log=log, store=store))
 
     async def failed(request: Request, exc: Exception) -> Response:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from eventlog.entries import ConversationRecord, Entry, RunRecord, VerifyReport
 from eventlog.errors import EventLogError
@@ -22,6 +22,8 @@ from eventlog_cli.web.messages import MessageView, compaction_view, message_view
 if TYPE_CHECKING:
     from eventlog.checkpoint import Checkpoint
     from eventlog.log import EventLogBase
+    from eventlog_cli._store import StoreLog
+    from search.analyzers import Analyzer
     from search.result import SearchResult
 
 __all__ = [
@@ -29,6 +31,7 @@ __all__ = [
     'PAGE',
     'SEARCH_PAGE',
     'CheckpointStatus',
+    'ContextItem',
     'EntryView',
     'Highlighted',
     'Page',
@@ -37,10 +40,15 @@ __all__ = [
     'checkpoint_status',
     'child_runs',
     'context_page',
+    'conversation_sort_key',
     'entry_page',
     'entry_view',
     'highlight',
+    'run_page',
+    'run_statuses',
     'search_page',
+    'transcript_page',
+    'verify_by_conversation',
 ]
 
 PAGE = 100
@@ -217,7 +225,7 @@ Highlighted = list[tuple[str, bool]]
 """Text as pieces, each marked when it is a matched word."""
 
 
-def highlight(text: str, analyzer: Any, terms: frozenset[str]) -> Highlighted:
+def highlight(text: str, analyzer: Analyzer, terms: frozenset[str]) -> Highlighted:
     """`text` cut into pieces, the words whose analyzed form is one of `terms` marked."""
     from search.analyzers import WORD_RE, LocatingAnalyzer
 
@@ -283,7 +291,7 @@ class SearchPage:
     """Whether another page follows."""
 
 
-async def search_page(log: Any, query: str, conversation_id: str | None, page: int) -> SearchPage:
+async def search_page(log: StoreLog, query: str, conversation_id: str | None, page: int) -> SearchPage:
     """Page `page` of the hits of `query` over the store's persistent index (one conversation, or all)."""
     from eventlog_cli._index import index_analyzer
     from search.engine import SearchEngine, SearchOptions

@@ -72,3 +72,12 @@ def test_loopback_addresses_and_urls() -> None:
     assert not is_loopback('0.0.0.0') and not is_loopback('192.168.1.4') and not is_loopback('example.org')
     assert viewer_url('::1', 80, None) == 'http://[::1]:80/'
     assert viewer_url('127.0.0.1', 8765, 'abc') == 'http://127.0.0.1:8765/?token=abc'
+
+
+def test_a_search_right_after_the_first_page_is_answered(web_store: WebStore) -> None:
+    """The list starts `verify` in a thread; a search at once imports the search engine in another
+    (both once had to import pydantic-ai at the same moment, which could fail half initialized)."""
+    with serving(web_store.path) as running:
+        assert httpx.get(running.base + '/', timeout=60).status_code == 200
+        response = httpx.get(running.base + '/search', params={'q': 'deploy path'}, timeout=120)
+        assert response.status_code == 200 and '<mark>' in response.text

@@ -164,7 +164,7 @@ def _first_line(process: subprocess.Popen[str], timeout: float) -> str:
 
 
 @contextmanager
-def serving(store: Path, *args: str) -> Iterator[Server]:
+def serving(store: Path | str, *args: str) -> Iterator[Server]:
     """`eventlog serve --store STORE --port 0 ARGS` in a subprocess, stopped (SIGTERM) afterwards."""
     process = subprocess.Popen(
         [sys.executable, '-m', 'eventlog_cli', 'serve', '--store', str(store), '--port', '0', *args],
