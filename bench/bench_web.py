@@ -106,7 +106,7 @@ def main() -> None:
                     ('transcript, first page', f'{base}/c/{CONV}', '#2<'),
                     ('transcript, page at the middle', f'{base}/c/{CONV}?at={middle}', f'#{middle}<'),
                     ('entry by its stable URL', f'{base}/e/{middle}', f'Entry #{middle}'),
-                    ('context view (its own frame), first page', f'{base}/c/{CONV}/context', '#2<'),
+                    ('context view (its own frame), first page', f'{base}/context/{CONV}', '#2<'),
                     ('run timeline, first page', f'{base}/r/{RUN}', 'run_started'),
                     ('conversations list', f'{base}/', CONV),
                     ('search, a rare term (1 hit)', f'{base}/search?q=file_{middle}', '<mark>'),

@@ -6,7 +6,7 @@ Pages (every one a GET; nothing else is routed, so no request can change the sto
 |---|---|
 | `/` | conversations, most recently active first (`?page=`, `?archived=1`) |
 | `/c/{id}` | a conversation's transcript (`?after=SEQ`, `?at=SEQ`), its context framed beside it |
-| `/c/{id}/context` | the context view: what an agent continuing it starts from (`?ctx=N`) |
+| `/context/{id}` | the context view: what an agent continuing it starts from (`?ctx=N`) |
 | `/r/{id}` | a run's replay as a timeline (`?after=SEQ`) |
 | `/e/{seq}` | one entry: the stable URL to cite (`/e/{seq}/payload`, `/e/{seq}/file/{n}`) |
 | `/search` | ranked search through the persistent index (`?q=`, `?c=`, `?page=`) |
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from http.cookies import SimpleCookie
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import parse_qsl, quote, urlencode
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
@@ -410,7 +410,9 @@ class _Guard:
                 return
             if source == 'query':
                 query = [(k, v) for k, v in parse_qsl(scope.get('query_string', b'').decode()) if k != 'token']
-                target = scope['path'] + ('?' + urlencode(query) if query else '')
+                raw = scope.get('raw_path')
+                path = raw.decode('latin-1') if isinstance(raw, bytes) else quote(scope['path'])
+                target = path + ('?' + urlencode(query) if query else '')
                 response = RedirectResponse(target, status_code=303)
                 response.set_cookie(TOKEN_COOKIE, self.token, httponly=True, samesite='strict', path='/')
                 await response(scope, receive, secured)
@@ -456,9 +458,10 @@ def create_app(
 
     routes = [
         Route('/', pages.conversations),
-        Route('/c/{conversation_id:str}', pages.transcript),
-        Route('/c/{conversation_id:str}/context', pages.context),
-        Route('/r/{run_id:str}', pages.run),
+        # `path`: an id may hold a `/`.
+        Route('/c/{conversation_id:path}', pages.transcript),
+        Route('/context/{conversation_id:path}', pages.context),
+        Route('/r/{run_id:path}', pages.run),
         Route('/e/{seq:int}', pages.entry),
         Route('/e/{seq:int}/payload', pages.payload),
         Route('/e/{seq:int}/file/{index:int}', pages.file),

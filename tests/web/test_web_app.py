@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 from starlette.testclient import TestClient
-from webtools import BINARY, ESC_TEXT, IMG_TEXT, REPLY_TEXT, SCRIPT_TEXT, TOKEN, Server, WebStore
+from webtools import BINARY, ESC_TEXT, IMG_TEXT, ODD_ID, REPLY_TEXT, SCRIPT_TEXT, TOKEN, Server, WebStore
 
 from eventlog import LmdbEventLog
 from eventlog_cli.web import CONTENT_SECURITY_POLICY, TOKEN_COOKIE, create_app
@@ -61,6 +61,8 @@ def test_the_token_opens_every_page_by_query_cookie_or_header(log: LmdbEventLog)
     cookie = response.headers['set-cookie']
     assert f'{TOKEN_COOKIE}={TOKEN}' in cookie and 'HttpOnly' in cookie and 'SameSite=strict' in cookie
     assert guarded.get('/stats').status_code == 200  # the client keeps the cookie
+    odd = guarded.get('/c/team/a%20b%20%3Ci%3E%3F%23', params={'token': TOKEN})
+    assert odd.headers['location'] == '/c/team/a%20b%20%3Ci%3E%3F%23'  # the path as requested
     fresh = TestClient(create_app(log, store='s', token=TOKEN))
     assert fresh.get('/stats', headers={'authorization': f'Bearer {TOKEN}'}).status_code == 200
 
@@ -160,7 +162,7 @@ def test_transcript_pages_follow_each_other(client: TestClient, web_store: WebSt
 
 def test_conversations_and_search_are_paged(client: TestClient, web_store: WebStore) -> None:
     listing = client.get('/').text
-    assert listing.count('class="conversation"') == 3
+    assert listing.count('class="conversation"') == 4
     assert 'rel="next"' not in listing
     first = client.get('/search', params={'q': 'long question number', 'c': 'long'}).text
     assert first.count('class="hit"') == 20 and '<mark>long</mark>' in first
@@ -184,14 +186,31 @@ def test_the_context_view_folds_compactions_and_is_framed_beside_the_transcript(
 ) -> None:
     conversation = web_store.demo_conversation
     transcript = client.get(f'/c/{conversation}').text
-    assert f'<iframe class="context-frame" src="/c/{conversation}/context"' in transcript
+    assert f'<iframe class="context-frame" src="/context/{conversation}"' in transcript
     assert 'kind-compaction' in transcript and 'the summary below replaces' in transcript
-    context = client.get(f'/c/{conversation}/context')
+    context = client.get(f'/context/{conversation}')
     assert context.status_code == 200 and '<base target="_top">' in context.text
     assert context.headers['x-frame-options'] == 'SAMEORIGIN'
     assert context.text.count('<article class="entry summary">') == 1  # the latest summary, folded in
     assert context.text.count('<article class="entry') < transcript.count('<article class="entry')
-    long_context = client.get('/c/long/context').text
+    long_context = client.get('/context/long').text
     assert long_context.count('<article class="entry') == PAGE and 'rel="next"' in long_context
-    rest = client.get('/c/long/context', params={'ctx': str(PAGE * 2)}).text
+    rest = client.get('/context/long', params={'ctx': str(PAGE * 2)}).text
     assert rest.count('<article class="entry') == web_store.seqs['long_count'] - 2 * PAGE
+
+
+def test_an_id_with_a_slash_and_url_syntax_opens_its_pages(client: TestClient) -> None:
+    from urllib.parse import quote
+
+    listing = client.get('/').text
+    link = re.search(r'<a class="conversation" href="([^"]+)"><code>team/', listing)
+    assert link is not None
+    href = link.group(1).replace('&amp;', '&')
+    assert href == '/c/' + quote(ODD_ID)
+    page = client.get(href)
+    assert page.status_code == 200 and 'team/a b &lt;i&gt;?#' in page.text
+    assert client.get('/context/' + quote(ODD_ID)).status_code == 200
+    run = re.search(r'href="(/r/[^"#?]+)', page.text)
+    assert run is not None and client.get(run.group(1)).status_code == 200
+    found = client.get('/search', params={'q': 'odd id', 'c': ODD_ID})
+    assert found.status_code == 200 and '<mark>odd</mark>' in found.text

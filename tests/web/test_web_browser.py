@@ -17,7 +17,7 @@ def test_each_page_opens_and_links_to_the_next(page: Page, server: Server, web_s
     expect(page.locator('#checkpoints')).to_contain_text('no signed checkpoints')
     page.click('#nav-conversations')
     rows = page.locator('#conversations tbody tr')
-    expect(rows).to_have_count(3)
+    expect(rows).to_have_count(4)
     expect(page.locator('#conversations')).to_contain_text('Orbit migration planning (demo)')
     demo_row = rows.filter(has_text='Orbit migration planning (demo)')
     expect(demo_row.locator('td').last).to_have_text('ok')

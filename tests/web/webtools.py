@@ -62,6 +62,8 @@ BINARY = b'\x89PNG\r\n\x1a\n' + bytes(range(256))
 """Binary content of the user prompt, served back as a download."""
 HOSTILE_TITLE = '<b>bold</b> \x1b]0;owned\x07 title'
 """The hostile conversation's title."""
+ODD_ID = 'team/a b <i>?#'
+"""A conversation id with a slash, spaces, markup and URL syntax in it: its pages must still open."""
 LONG_MESSAGES = 250
 """Messages handed in as history to the `long` conversation's one run (so its transcript has 3 pages)."""
 
@@ -136,6 +138,7 @@ async def build_web_store(path: Path) -> WebStore:
         store.seqs['long_first'] = entries[0].seq
         store.seqs['long_last'] = entries[-1].seq
         store.seqs['long_count'] = len(entries)
+        await echo.run('an odd id', conversation_id=ODD_ID)
     finally:
         log.close()
     return store
