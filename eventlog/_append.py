@@ -93,7 +93,10 @@ def append_entries(
         if entry.idempotency_key is not None:
             idem_key = _idem_key(batch, entry, entry.idempotency_key, seq)
             existing = batch.idem.get(idem_key)
-            if existing is None:
+            # A run not started before this transaction keys its entries under the new `seq` of
+            # its start, under which the store holds no key yet: only the keys of a run started
+            # earlier (or of a conversation) are looked up.
+            if existing is None and (entry.run_id is None or _started_before(batch, entry.run_id)):
                 raw = txn.get(Table.IDEM, idem_key)
                 existing = None if raw is None else key_seq(raw)
             if existing is not None:
@@ -167,6 +170,8 @@ class _Batch:
         self.idem: dict[bytes, int] = {}
         self.prefixes: dict[str, bytes] = {}
         self.next_seq = last_seq(txn) + 1
+        self.first_seq = self.next_seq
+        """The first `seq` this transaction can assign: a run starting at or after it started here."""
 
     def run(self, run_id: str) -> RunRecord | None:
         record = self.runs.get(run_id)
@@ -201,6 +206,11 @@ class _Batch:
             self.txn.put(Table.RUNS, run_key(run_id), encode_run(record))
         for conversation_id, conv in self.convs.items():
             self.txn.put(Table.CONVS, conv_key(conversation_id), encode_conversation(conv))
+
+
+def _started_before(batch: _Batch, run_id: str) -> bool:
+    run = batch.run(run_id)
+    return run is not None and run.start_seq < batch.first_seq
 
 
 def _idem_key(batch: _Batch, entry: NewEntry, key: str, seq: int) -> bytes:

@@ -41,6 +41,7 @@ class PgRelation:
         'sql_delete',
         'sql_delete_many',
         'sql_get',
+        'sql_get_many',
         'sql_put',
         'sql_put_many',
         'table',
@@ -54,6 +55,7 @@ class PgRelation:
         marks = '%s, ' * len(fixed_columns)
         conflict = ', '.join((*fixed_columns, 'k'))
         self.sql_get = f'SELECT v FROM {table} WHERE {self._where}k = %s'.encode()
+        self.sql_get_many = f'SELECT k, v FROM {table} WHERE {self._where}k = ANY(%s::bytea[])'.encode()
         self.sql_put = (
             f'INSERT INTO {table} ({columns}k, v) VALUES ({marks}%s, %s) '
             f'ON CONFLICT ({conflict}) DO UPDATE SET v = EXCLUDED.v'
@@ -142,6 +144,15 @@ class PgReadTxn:
         row = self._cur.fetchone()
         return None if row is None else row[0]
 
+    def get_many(self, table: TableId, keys: Sequence[bytes]) -> list[bytes | None]:
+        """The values of `keys` (`None` for one absent), in one statement."""
+        if not keys:
+            return []
+        rel = self._relations[table]
+        self._cur.execute(rel.sql_get_many, (*rel.fixed, list(keys)))
+        found: dict[bytes, bytes] = dict(self._cur.fetchall())
+        return [found.get(key) for key in keys]
+
     def scan(
         self, table: TableId, *, prefix: bytes = b'', start: bytes | None = None, reverse: bool = False
     ) -> Iterator[tuple[bytes, bytes]]:
@@ -174,6 +185,9 @@ class PgWriteTxn(PgReadTxn):
         if hit is not _MISSING:
             return hit  # pyright: ignore[reportReturnType]
         return super().get(table, key)
+
+    def get_many(self, table: TableId, keys: Sequence[bytes]) -> list[bytes | None]:
+        return [self.get(table, key) for key in keys]
 
     def scan(
         self, table: TableId, *, prefix: bytes = b'', start: bytes | None = None, reverse: bool = False

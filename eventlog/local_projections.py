@@ -15,9 +15,9 @@ any time and is rebuilt from the log.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, ExitStack
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar, cast
 
 from eventlog._storage import ReadTxn, TableId
 from eventlog.entries import RunRecord
@@ -27,15 +27,23 @@ from eventlog.projection import LogReader, ProjectionRecords, ProjectionSpec, Pr
 if TYPE_CHECKING:
     from pydantic_ai.messages import ModelMessage
 
-__all__ = ['LocalProjections', 'SnapshotLog']
+__all__ = ['LocalProjections', 'PendingPosition', 'SnapshotLog']
 
 T = TypeVar('T')
+
+
+class PendingPosition(Protocol):
+    """A read of the log's last `seq` under way: `result()` waits for it."""
+
+    def result(self) -> int: ...
 
 
 class SnapshotLog(Protocol):
     """A log that can hold a read snapshot open (`PostgresEventLog`), with a run's record and messages."""
 
     def snapshot(self, *, consistent: bool = True) -> AbstractContextManager[ReadTxn]: ...
+
+    def start_last_seq(self) -> PendingPosition: ...
 
     async def get_run(self, run_id: str) -> RunRecord | None: ...
 
@@ -60,6 +68,13 @@ class _LazySnapshot:
 
     def get(self, table: TableId, key: bytes) -> bytes | None:
         return self._open().get(table, key)
+
+    def get_many(self, table: TableId, keys: Sequence[bytes]) -> list[bytes | None]:
+        txn = self._open()
+        get_many = getattr(txn, 'get_many', None)
+        if get_many is None:
+            return [txn.get(table, key) for key in keys]
+        return cast('Callable[[TableId, Sequence[bytes]], list[bytes | None]]', get_many)(table, keys)
 
     def scan(
         self, table: TableId, *, prefix: bytes = b'', start: bytes | None = None, reverse: bool = False
@@ -104,6 +119,16 @@ class LocalProjections:
                 return fn(records, LogReader(txn))
 
         return self._records.write_projection(spec, run)
+
+    def start_log_position(self) -> PendingPosition:
+        """Start reading the log's last `seq` and return at once (`result()` waits for it).
+
+        A reader of a local projection checks that it is current with one round trip to the
+        log; started first, that round trip overlaps the reader's local work (the search index
+        searches its records meanwhile, then catches up and searches again only when the log
+        moved on). Every append committed before this call counts.
+        """
+        return self.log.start_last_seq()
 
     def has_projection(self, name: str) -> bool:
         """Whether the projection called `name` was ever opened in the local directory."""

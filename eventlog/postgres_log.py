@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import select
 import threading
 import zlib
 from collections.abc import Callable, Generator, Sequence
@@ -35,14 +36,24 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeVar
 
 import psycopg
 import psycopg.errors
-from psycopg.conninfo import conninfo_to_dict
+from psycopg import pq
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from eventlog import _engine as engine
-from eventlog._keys import META_LAST_SEQ, conv_key, run_key
+from eventlog._keys import (
+    META_LAST_SEQ,
+    conv_idem_prefix,
+    conv_key,
+    idem_key_of,
+    key_seq,
+    run_idem_prefix,
+    run_key,
+    seq_key,
+)
 from eventlog._pg_kv import Pending, PgProjectionTxn, PgReadTxn, PgRelation, PgWriteTxn, fetch_sql, flush, take_fetched
 from eventlog._storage import TABLE_NAMES, ReadTxn, Table, TableId, WriteTxn
-from eventlog.entries import NewEntry
+from eventlog.entries import Entry, NewEntry, RunRecord
 from eventlog.errors import (
     InvalidArgumentError,
     LogClosedError,
@@ -56,9 +67,9 @@ from eventlog.projection import LogReader, ProjectionRecords, ProjectionSpec, Pr
 from eventlog.retention import RetentionPolicy
 
 if TYPE_CHECKING:
-    from eventlog.local_projections import LocalProjections
+    from eventlog.local_projections import LocalProjections, PendingPosition
 
-__all__ = ['SCHEMA_VERSION', 'PostgresEventLog', 'redact_dsn']
+__all__ = ['SCHEMA_VERSION', 'PendingLastSeq', 'PostgresEventLog', 'redact_dsn']
 
 T = TypeVar('T')
 
@@ -73,6 +84,21 @@ _CONNECT_TIMEOUT: Final = 10
 
 class _CommitUnknown(Exception):
     pass
+
+
+class _BrokenBefore(Exception):
+    pass
+
+
+def _check_idle(conn: psycopg.Connection[Any]) -> None:
+    """Before the COMMIT goes out: a connection idle in its transaction receives nothing unless
+    the server ended it (its last message and the end of the stream are waiting). Then nothing
+    was committed and the transaction is retried; anything else waiting to be read is taken
+    for the same (a retry of an uncommitted transaction is always safe)."""
+    readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    if readable:
+        conn.close()
+        raise _BrokenBefore('the connection to PostgreSQL broke before the commit was sent')
 
 
 class PostgresEventLog(EventLogBase):
@@ -146,6 +172,11 @@ class PostgresEventLog(EventLogBase):
         self._pool.open(wait=False)
         self._pool_lock = threading.Lock()
         self._closed = False
+        self._pool_size = pool_size
+        self._run_starts: dict[str, int] = {}
+        self._seq_conns: list[pq.abc.PGconn] = []
+        self._seq_lock = threading.Lock()
+        self._last_seq_sql = f'SELECT v FROM {self._relations[Table.META].table} WHERE k = $1'.encode()
         self._local: LocalProjections | None = None
         if projections_dir is not None:
             from eventlog.local_projections import LocalProjections
@@ -239,11 +270,18 @@ class PostgresEventLog(EventLogBase):
                 f'no connection to PostgreSQL at {redact_dsn(self.dsn)} became available'
             ) from None
 
-    def _run(self, fn: Callable[[psycopg.Cursor[Any]], T], *, begin: bytes, lock: bytes | None) -> T:
+    def _run(
+        self,
+        fn: Callable[[psycopg.Cursor[Any]], T],
+        *,
+        begin: bytes | None,
+        lock: bytes | None,
+        last_writes: Callable[[], Pending] | None = None,
+    ) -> T:
         """Run `fn` in one transaction; retried when the connection broke before the commit."""
         for attempt in range(_RETRIES):
             try:
-                return self._attempt(fn, begin=begin, lock=lock)
+                return self._attempt(fn, begin=begin, lock=lock, last_writes=last_writes)
             except _CommitUnknown as exc:
                 raise StorageError(
                     f'the connection to PostgreSQL broke while committing; the transaction may or may not '
@@ -258,8 +296,20 @@ class PostgresEventLog(EventLogBase):
                     self._pool.check()
         raise AssertionError('unreachable')
 
-    def _attempt(self, fn: Callable[[psycopg.Cursor[Any]], T], *, begin: bytes, lock: bytes | None) -> T:
+    def _attempt(
+        self,
+        fn: Callable[[psycopg.Cursor[Any]], T],
+        *,
+        begin: bytes | None,
+        lock: bytes | None,
+        last_writes: Callable[[], Pending] | None = None,
+    ) -> T:
+        """One try of `_run`. The writes `fn` left buffered in `last_writes()` are sent with the
+        COMMIT in one round trip (a pipeline); a connection found broken before they are sent
+        fails the try as retryable, one that breaks after is `_CommitUnknown`."""
         with self._connection() as conn, conn.cursor(binary=True) as cur:
+            if begin is None:  # one statement on its own: its own snapshot, no BEGIN or COMMIT
+                return fn(cur)
             try:
                 # BEGIN and what follows it (the lock, first reads) in one round trip: several
                 # statements without parameters go as one simple query.
@@ -270,11 +320,27 @@ class PostgresEventLog(EventLogBase):
                     with suppress(psycopg.Error):
                         cur.execute('ROLLBACK')
                 raise
+            writes = last_writes() if last_writes is not None else None
             try:
-                cur.execute('COMMIT')
+                if writes:
+                    _check_idle(conn)
+                    with conn.pipeline():
+                        flush(cur, writes)
+                        cur.execute('COMMIT')
+                else:
+                    cur.execute('COMMIT')
+            except _BrokenBefore as exc:
+                raise psycopg.OperationalError(str(exc)) from None
             except psycopg.OperationalError as exc:
                 if conn.broken:
                     raise _CommitUnknown(_first_line(exc)) from None
+                with suppress(psycopg.Error):
+                    cur.execute('ROLLBACK')
+                raise
+            except BaseException:
+                if not conn.broken:
+                    with suppress(psycopg.Error):
+                        cur.execute('ROLLBACK')
                 raise
             return result
 
@@ -299,35 +365,156 @@ class PostgresEventLog(EventLogBase):
                     with suppress(psycopg.Error):
                         cur.execute(b'ROLLBACK')
 
+    def start_last_seq(self) -> PendingLastSeq:
+        """Send the query for the log's last `seq` and return at once; `result()` on what this
+        returns waits for the answer.
+
+        The query runs on a connection kept for it alone (a prepared statement, no transaction),
+        so a caller can do other work while it travels: a search through a local index searches
+        its records meanwhile (`LocalProjections.start_log_position`). The answer counts every
+        append committed before this call.
+        """
+        self._check_open()
+        with self._seq_lock:
+            conn = self._seq_conns.pop() if self._seq_conns else None
+        try:
+            if conn is None:
+                conn = self._connect_seq()
+            conn.send_query_prepared(_LAST_SEQ_STATEMENT, [META_LAST_SEQ], param_formats=[1], result_format=1)
+        except psycopg.Error:
+            if conn is not None:
+                conn.finish()
+            return PendingLastSeq(self, None, self._read_sync(_last_seq))
+        return PendingLastSeq(self, conn, None)
+
+    def _connect_seq(self) -> pq.abc.PGconn:
+        conn = pq.PGconn.connect(make_conninfo(self.dsn, connect_timeout=_CONNECT_TIMEOUT).encode())
+        if conn.status != pq.ConnStatus.OK:
+            conn.finish()
+            raise psycopg.OperationalError('cannot connect')
+        result = conn.prepare(_LAST_SEQ_STATEMENT, self._last_seq_sql)
+        if result.status != pq.ExecStatus.COMMAND_OK:
+            conn.finish()
+            raise psycopg.OperationalError('cannot prepare the last seq query')
+        return conn
+
+    def _finish_last_seq(self, conn: pq.abc.PGconn) -> int:
+        """The answer to the query `start_last_seq` sent on `conn`; the connection goes back to
+        the idle ones. A connection that broke is dropped and the value read through the pool
+        (which raises the typed errors)."""
+        value: bytes | None = None
+        ok = False
+        try:
+            result = conn.get_result()
+            if result is not None and result.status == pq.ExecStatus.TUPLES_OK:
+                ok = True
+                value = result.get_value(0, 0) if result.ntuples else None
+            while conn.get_result() is not None:
+                pass
+        except psycopg.Error:
+            ok = False
+        if not ok or conn.status != pq.ConnStatus.OK:
+            conn.finish()
+            return self._read_sync(_last_seq)
+        with self._seq_lock:
+            keep = not self._closed and len(self._seq_conns) < self._pool_size
+            if keep:
+                self._seq_conns.append(conn)
+        if not keep:
+            conn.finish()
+        return 0 if value is None else key_seq(value)
+
+    def start_log_position(self) -> PendingPosition | None:
+        """With `projections_dir`, start reading the log's last `seq` for a projection kept
+        locally (see `LocalProjections.start_log_position`); `None` when projections live in the
+        database (they read the log's position in their own transaction)."""
+        return None if self._local is None else self._local.start_log_position()
+
     def _write_sync(self, fn: Callable[[WriteTxn], T]) -> T:
         # The records an append reads first (the last seq, its runs and conversations) are read
         # in the round trip that begins the transaction and takes the lock.
         reads = [(self._relations[table], key) for table, key in {(Table.META, META_LAST_SEQ), *_PREFETCH.get()}]
 
+        last: list[Pending] = [{}]
+
         def run(cur: psycopg.Cursor[Any]) -> T:
             pending: Pending = {}
-            result = fn(PgWriteTxn(cur, self._relations, pending, take_fetched(cur, reads)))
-            flush(cur, pending)
-            return result
+            last[0] = pending  # the last writes go with the COMMIT (see `_attempt`)
+            return fn(PgWriteTxn(cur, self._relations, pending, take_fetched(cur, reads)))
 
-        return self._run(run, begin=_BEGIN_WRITE, lock=self._lock_sql + b'; ' + fetch_sql(reads))
+        lock = self._lock_sql + b'; ' + fetch_sql(reads)
+        return self._run(run, begin=_BEGIN_WRITE, lock=lock, last_writes=lambda: last[0])
 
     async def append(self, entry: NewEntry) -> int:
         """Append one entry in its own transaction; return its `seq`."""
-        token = _PREFETCH.set(_records_read(entry))
+        token = _PREFETCH.set(self._records_read(entry))
         try:
-            return await super().append(entry)
+            seq = await super().append(entry)
         finally:
             _PREFETCH.reset(token)
+        self._note_starts((entry,), (seq,))
+        return seq
 
     async def append_many(self, entries: Sequence[NewEntry]) -> list[int]:
         """Append entries in order in one transaction (all or none); return their `seq`s (see `EventLog`)."""
         batch = list(entries)
-        token = _PREFETCH.set(tuple({read for entry in batch[:_PREFETCH_ENTRIES] for read in _records_read(entry)}))
+        token = _PREFETCH.set(
+            tuple({read for entry in batch[:_PREFETCH_ENTRIES] for read in self._records_read(entry)})
+        )
         try:
-            return await super().append_many(batch)
+            seqs = await super().append_many(batch)
         finally:
             _PREFETCH.reset(token)
+        self._note_starts(batch, seqs)
+        return seqs
+
+    def _records_read(self, entry: NewEntry) -> tuple[tuple[TableId, bytes], ...]:
+        """The records appending `entry` reads, to read them in the round trip that takes the lock:
+        its conversation and run, the parent a run starts from, and where its idempotency key
+        would be recorded (under the run's start, when this handle has seen the run start)."""
+        if not isinstance(entry, NewEntry) or not isinstance(entry.conversation_id, str):  # pyright: ignore[reportUnnecessaryIsInstance]
+            return ()  # the engine reports it
+        reads: list[tuple[TableId, bytes]] = [(Table.CONVS, conv_key(entry.conversation_id))]
+        run_id = entry.run_id
+        if isinstance(run_id, str):
+            reads.append((Table.RUNS, run_key(run_id)))
+        parent = entry.parent
+        if entry.kind == 'run_started' and isinstance(parent, int) and 0 < parent <= _MAX_KEY_SEQ:
+            reads.append((Table.ENTRIES, seq_key(parent)))
+        key = entry.idempotency_key
+        if isinstance(key, str):
+            if run_id is None:
+                reads.append((Table.IDEM, idem_key_of(conv_idem_prefix(entry.conversation_id), key)))
+            elif (start := self._run_starts.get(run_id)) is not None:
+                reads.append((Table.IDEM, idem_key_of(run_idem_prefix(start), key)))
+        return tuple(reads)
+
+    def _note_starts(self, entries: Sequence[NewEntry], seqs: Sequence[int]) -> None:
+        """Remember the `seq` each run started at (a run's start never changes while it exists;
+        a wrong guess only makes a read ahead miss)."""
+        starts = self._run_starts
+        for entry, seq in zip(entries, seqs, strict=False):
+            if entry.kind == 'run_started' and entry.run_id is not None:
+                if len(starts) >= _RUN_STARTS:
+                    starts.clear()
+                starts[entry.run_id] = seq
+
+    async def get_entry(self, seq: int) -> Entry | None:
+        """One entry by `seq`, or `None` (one statement: one round trip)."""
+        engine.check_seq(seq, 'seq')
+        return await self._read_one(lambda txn: engine.get_entry(txn, seq))
+
+    async def get_run(self, run_id: str) -> RunRecord | None:
+        """A run's record, or `None` (one statement: one round trip)."""
+        engine.check_id(run_id, 'run_id')
+        return await self._read_one(lambda txn: engine.get_run(txn, run_id))
+
+    async def _read_one(self, fn: Callable[[ReadTxn], T]) -> T:
+        """`fn`, which reads one record, as a single statement outside a transaction."""
+        self._check_open()
+        return await asyncio.to_thread(
+            self._run, lambda cur: fn(PgReadTxn(cur, self._relations)), begin=None, lock=None
+        )
 
     async def _read(self, fn: Callable[[ReadTxn], T], *, bulk: bool = False) -> T:
         self._check_open()
@@ -446,10 +633,41 @@ class PostgresEventLog(EventLogBase):
         self._closed = True
         if self._local is not None:
             self._local.close()
+        with self._seq_lock:
+            idle, self._seq_conns = self._seq_conns, []
+        for conn in idle:
+            conn.finish()
         self._pool.close()
 
     def __repr__(self) -> str:
         return f'PostgresEventLog({self.location})'
+
+
+class PendingLastSeq:
+    """The log's last `seq`, asked with `PostgresEventLog.start_last_seq`: `result()` waits for it."""
+
+    __slots__ = ('_conn', '_log', '_value')
+
+    def __init__(self, log: PostgresEventLog, conn: pq.abc.PGconn | None, value: int | None) -> None:
+        self._log = log
+        self._conn = conn
+        self._value = value
+
+    def result(self) -> int:
+        """The last `seq` committed when the query was sent (waits for the answer the first time)."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            self._value = self._log._finish_last_seq(conn)  # pyright: ignore[reportPrivateUsage]
+        if self._value is None:
+            raise AssertionError('PendingLastSeq has no answer')
+        return self._value
+
+
+def _last_seq(txn: ReadTxn) -> int:
+    return engine.last_seq(txn)
+
+
+_LAST_SEQ_STATEMENT: Final = b'eventlog_last_seq'
 
 
 class _OneShotWrite(PgWriteTxn):
@@ -467,15 +685,9 @@ _PREFETCH: ContextVar[tuple[tuple[TableId, bytes], ...]] = ContextVar('eventlog_
 """Records the append being made will read (set around `append`; `asyncio.to_thread` carries it)."""
 _PREFETCH_ENTRIES: Final = 16
 """Entries of a batch whose records are read ahead (a long batch reads the rest as it goes)."""
-
-
-def _records_read(entry: NewEntry) -> tuple[tuple[TableId, bytes], ...]:
-    if not isinstance(entry, NewEntry) or not isinstance(entry.conversation_id, str):  # pyright: ignore[reportUnnecessaryIsInstance]
-        return ()  # the engine reports it
-    conv = (Table.CONVS, conv_key(entry.conversation_id))
-    if isinstance(entry.run_id, str):
-        return (conv, (Table.RUNS, run_key(entry.run_id)))
-    return (conv,)
+_RUN_STARTS: Final = 4096
+"""Runs whose start `seq` a handle remembers (to read their idempotency keys ahead)."""
+_MAX_KEY_SEQ: Final = (1 << 64) - 1
 
 
 _BEGIN_READ: Final = b'BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY'

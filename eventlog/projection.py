@@ -26,12 +26,12 @@ Typical use, one batch of a catch-up::
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol, TypeVar, runtime_checkable
+from typing import Protocol, TypeVar, cast, runtime_checkable
 
 from eventlog import _engine as engine
-from eventlog._storage import ProjectionRecords, ProjectionWriter, ReadTxn, Table
+from eventlog._storage import ProjectionRecords, ProjectionWriter, ReadTxn, Table, TableId
 from eventlog.entries import ConversationRecord, Entry, RunRecord
 from eventlog.errors import InvalidArgumentError
 
@@ -105,6 +105,17 @@ class LogReader:
         raw = self._txn.get(Table.RUN_ORDER, engine.seq_key(start_seq))
         return None if raw is None else engine.decode_id(raw, 'a run id in the run order index')
 
+    def runs_at(self, starts: Sequence[int]) -> list[str | None]:
+        """`run_at` of several `seq`s, read together where the store can (one round trip to PostgreSQL)."""
+        values = self._get_many(Table.RUN_ORDER, [engine.seq_key(start) for start in starts])
+        return [None if raw is None else engine.decode_id(raw, 'a run id in the run order index') for raw in values]
+
+    def _get_many(self, table: TableId, keys: list[bytes]) -> list[bytes | None]:
+        get_many = getattr(self._txn, 'get_many', None)
+        if get_many is None:
+            return [self._txn.get(table, key) for key in keys]
+        return cast('Callable[[TableId, Sequence[bytes]], list[bytes | None]]', get_many)(table, keys)
+
     def conversation(self, conversation_id: str) -> ConversationRecord | None:
         """A conversation's record (`None` when absent or deleted)."""
         record = engine.get_conversation(self._txn, conversation_id)
@@ -118,6 +129,15 @@ class LogReader:
         """One entry's payload, without building the whole entry."""
         value = self._txn.get(Table.ENTRIES, engine.seq_key(seq))
         return None if value is None else engine.decode_body(seq, value).payload
+
+    def payloads(self, seqs: Sequence[int]) -> list[bytes | None]:
+        """The payloads of several entries (`None` for one absent), read together where the
+        store can (one round trip to PostgreSQL)."""
+        values = self._get_many(Table.ENTRIES, [engine.seq_key(seq) for seq in seqs])
+        return [
+            None if value is None else engine.decode_body(seq, value).payload
+            for seq, value in zip(seqs, values, strict=True)
+        ]
 
     def branch_messages(self, tip: int | None) -> list[BranchMessage]:
         """The messages on the branch ending at `tip`, oldest first."""

@@ -65,7 +65,12 @@ class Corpus(Protocol):
 
     @property
     def document_count(self) -> int:
-        """How many messages are in scope (the `N` of BM25, and the size the answer reports)."""
+        """How many messages are in scope (the `N` of BM25, and the size the answer reports).
+
+        Final once `rank` returned; before, a corpus that checks it is current while it ranks
+        may give the count it started with (never 0 unless final). Such a corpus has an `async
+        settle()` that finishes the check without ranking.
+        """
         ...
 
     async def rank(self, terms: Sequence[str], *, k1: float, b: float) -> Sequence[Hit]:

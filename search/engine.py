@@ -210,14 +210,19 @@ class SearchEngine:
         began = time.perf_counter()
         corpus = await self.backend.open_corpus(conversation_id=within, run_id=run_id, analyzer=options.analyzer)
         opened = time.perf_counter()
-        total = corpus.document_count
-        if total == 0:
+        if corpus.document_count == 0:
             outcome: SearchOutcome = 'unknown_run' if run_id is not None else 'nothing_stored'
             return facts(outcome=outcome, timings=SearchTimings(corpus=opened - began))
         if not terms:
-            return facts(outcome='no_terms', documents=total, timings=SearchTimings(opened - began))
+            await _settle(corpus)
+            return facts(outcome='no_terms', documents=corpus.document_count, timings=SearchTimings(opened - began))
 
         hits: Sequence[Hit] = await corpus.rank(terms, k1=options.bm25_k1, b=options.bm25_b)
+        # A corpus may learn while ranking that the store moved on, and rank again: count after it.
+        total = corpus.document_count
+        if total == 0:
+            outcome = 'unknown_run' if run_id is not None else 'nothing_stored'
+            return facts(outcome=outcome, timings=SearchTimings(corpus=opened - began))
         skip = searching_run_id if searching_run_id != run_id else None
         if skip is not None:
             hits = _WithoutRun(hits, skip)
@@ -306,6 +311,14 @@ class _WithoutRun(Sequence[Hit]):
 
     def __getitem__(self, index: int | slice) -> Hit | Sequence[Hit]:
         return list(self)[index]
+
+
+async def _settle(corpus: Corpus) -> None:
+    """Let a corpus that checks it is current while it ranks (`search.lmdb_index` over a local
+    index) finish that check, so that its `document_count` is final without ranking."""
+    settle = getattr(corpus, 'settle', None)
+    if settle is not None:
+        await settle()
 
 
 async def _fetch_windows(corpus: Corpus, windows: list[tuple[str, int, int]]) -> list[list[tuple[int, ModelMessage]]]:

@@ -38,7 +38,8 @@ import threading
 import weakref
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Final, Protocol, TypeVar
+from contextlib import suppress
+from typing import TYPE_CHECKING, Final, Protocol, TypeVar, cast
 
 import msgspec
 
@@ -55,6 +56,7 @@ if TYPE_CHECKING:
     from numpy.typing import NDArray
     from pydantic_ai.messages import ModelMessage
 
+    from eventlog.local_projections import PendingPosition
     from search.backend import Corpus, Hit, RankedHits, RunSpan
     from search.bm25 import TermPostings
 
@@ -580,9 +582,8 @@ class LmdbIndex:
         """The scope's statistics and how many log positions the index is behind, in one read."""
 
         def read(records: ProjectionRecords, reader: LogReader) -> tuple[_Stats, int]:
-            stats = records.get('stats', key)
             behind = reader.last_seq() - (records.position() or 0)
-            return (_Stats() if stats is None else _stats_dec.decode(stats)), behind
+            return _stats_of(records.get('stats', key)), behind
 
         return self._read(read)
 
@@ -598,15 +599,42 @@ class LmdbIndex:
         if run_id is not None:
             return await self._run_corpus(conversation_id, run_id, analyzer)
         key = _ALL if conversation_id is None else ck(conversation_id)
+        pending = self._start_log_position()
+        if pending is not None:
+            # A local index of a remote log: the log's position travels while the corpus ranks
+            # from the local records; it catches up and ranks again only if the log moved on.
+            try:
+                stats, position = self._read(
+                    lambda records, _: (_stats_of(records.get('stats', key)), records.position())
+                )
+            except BaseException:
+                with suppress(Exception):
+                    pending.result()
+                raise
+            corpus = _LmdbCorpus(self, conversation_id, stats.docs, stats.length, (pending, position or 0, key))
+            if stats.docs == 0:
+                await corpus.settle()  # an empty corpus is not ranked: its count must be final now
+            return corpus
         # The usual case, an index already current, takes one read; otherwise catch up first.
         stats, behind = self._read_scope(key)
         if behind > 0:
-            if behind > _THREAD_BACKLOG:
-                await to_thread(self.catch_up)
-            else:
-                self.catch_up()
+            await self._catch_up_behind(behind)
             stats, _ = self._read_scope(key)
         return _LmdbCorpus(self, conversation_id, stats.docs, stats.length)
+
+    async def _catch_up_behind(self, behind: int) -> None:
+        if behind > _THREAD_BACKLOG:
+            await to_thread(self.catch_up)
+        else:
+            self.catch_up()
+
+    def _start_log_position(self) -> PendingPosition | None:
+        """The log's position on its way, for an index kept apart from its log
+        (`LocalProjections.start_log_position`); `None` when the index reads it with its records."""
+        start = getattr(self.log, 'start_log_position', None)
+        if start is None:
+            return None
+        return cast('Callable[[], PendingPosition | None]', start)()
 
     async def _run_corpus(self, conversation_id: str | None, run_id: str, analyzer: Analyzer) -> Corpus:
         """A single run's whole record, indexed in memory as the reference does for `run_id`."""
@@ -654,6 +682,10 @@ register_compaction_hook(_apply_before_compaction, _nothing_after_compaction)
 register_scrub_hook(_apply_before_scrub)
 
 
+def _stats_of(raw: bytes | None) -> _Stats:
+    return _Stats() if raw is None else _stats_dec.decode(raw)
+
+
 def _meta(records: ProjectionRecords, key: bytes) -> str | None:
     raw = records.get('meta', key)
     return None if raw is None else raw.decode(errors='replace')
@@ -693,12 +725,38 @@ class _OneRun:
 class _LmdbCorpus:
     """One search's view of the persistent index."""
 
-    def __init__(self, index: LmdbIndex, conversation_id: str | None, count: int, length: int) -> None:
+    def __init__(
+        self,
+        index: LmdbIndex,
+        conversation_id: str | None,
+        count: int,
+        length: int,
+        pending: tuple[PendingPosition, int, bytes] | None = None,
+    ) -> None:
         self._ix = index
         self._conversation_id = conversation_id
         self._count = count
         self._length = length
         self._spans: dict[str, RunSpan] = {}
+        self._pending = pending
+        """The log's position on its way, the index position the counts were read at, the scope's key."""
+
+    async def settle(self) -> bool:
+        """Finish checking that the index was current when the search began: wait for the log's
+        position and, if the log moved past the index, catch up and read the counts again.
+        Whether it had to (the corpus's earlier answers are then stale)."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return False
+        probe, position, key = pending
+        behind = probe.result() - position
+        if behind <= 0:
+            return False
+        await self._ix._catch_up_behind(behind)  # pyright: ignore[reportPrivateUsage]
+        stats = self._ix.log.read_projection(INDEX_PROJECTION, lambda records, _: _stats_of(records.get('stats', key)))
+        self._count, self._length = stats.docs, stats.length
+        self._spans.clear()
+        return True
 
     @property
     def document_count(self) -> int:
@@ -734,7 +792,22 @@ class _LmdbCorpus:
         return [key for key, _ in records.scan('stats') if key != _ALL]
 
     async def rank(self, terms: Sequence[str], *, k1: float, b: float) -> Sequence[Hit]:
-        """Every in-scope message scoring above zero for `terms`, best first."""
+        """Every in-scope message scoring above zero for `terms`, best first (after `settle`:
+        ranked again when the index had to catch up)."""
+        if self._pending is None:
+            return self._rank(terms, k1=k1, b=b)
+        try:
+            hits = self._rank(terms, k1=k1, b=b)
+        except BaseException:
+            pending, self._pending = self._pending, None
+            with suppress(Exception):
+                pending[0].result()
+            raise
+        if await self.settle():
+            hits = self._rank(terms, k1=k1, b=b)
+        return hits
+
+    def _rank(self, terms: Sequence[str], *, k1: float, b: float) -> Sequence[Hit]:
         from search.backend import RankedHits
         from search.bm25 import average_length, score_unranked
 
@@ -758,8 +831,13 @@ class _LmdbCorpus:
             hits = RankedHits(doc_ids, scores, locate, ranked=False)
             # An answer shows a handful of the best hits: name their runs and read their spans in
             # this same snapshot rather than one transaction per run later.
-            for doc_id in hits.leading_ids(_PREFETCH_HITS).tolist():
-                start = doc_id >> 32
+            starts = list(dict.fromkeys(doc_id >> 32 for doc_id in hits.leading_ids(_PREFETCH_HITS).tolist()))
+            unknown = [start for start in starts if cache.run_name(start) is None]
+            if len(unknown) > 1:  # named together (one round trip to a remote log)
+                for start, name in zip(unknown, reader.runs_at(unknown), strict=True):
+                    if name is not None:
+                        cache.put_run_name(start, name)
+            for start in starts:
                 if start not in names:
                     name = names[start] = run_at(reader, start)
                     self._read_span(records, name)
@@ -849,14 +927,20 @@ class _LmdbCorpus:
                     position = _POS.unpack_from(key, len(prefix))[0]
                     if position >= end:
                         break
-                    seq = key_seq(value)
-                    if seq in cache:
-                        found.append((position, seq, None))
-                        continue
-                    payload = reader.payload(seq)
-                    if payload is not None:
-                        found.append((position, seq, payload))
-            return out
+                    found.append((position, key_seq(value), None))
+            # The payloads not in the cache, read together (one round trip to a remote log).
+            missing = list(dict.fromkeys(seq for window in out for _, seq, _ in window if seq not in cache))
+            if not missing:
+                return out
+            payloads = dict(zip(missing, reader.payloads(missing), strict=True))
+            return [
+                [
+                    (position, seq, payloads.get(seq))
+                    for position, seq, _ in window
+                    if payloads.get(seq, b'') is not None
+                ]
+                for window in out
+            ]
 
         found = self._ix.log.read_projection(INDEX_PROJECTION, read)
         messages: dict[int, ModelMessage] = {}
@@ -871,9 +955,7 @@ class _LmdbCorpus:
                 else:
                     evicted.append(seq)  # dropped from the cache since the read: read it again
         if evicted:
-            again = self._ix.log.read_projection(
-                INDEX_PROJECTION, lambda _, reader: [reader.payload(seq) for seq in evicted]
-            )
+            again = self._ix.log.read_projection(INDEX_PROJECTION, lambda _, reader: reader.payloads(evicted))
 
             present.update((seq, payload) for seq, payload in zip(evicted, again, strict=True) if payload is not None)
         if present:

@@ -7,9 +7,13 @@ index deleted and rebuilt from the log answers identically.
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
+import psycopg
 from conftest import schema_for
 from pydantic_ai.messages import ModelRequest, UserPromptPart
 
@@ -63,3 +67,68 @@ async def test_a_local_index_sees_what_another_machine_committed(
     finally:
         again.close()
         writer.close()
+
+
+_APPENDER = """
+import asyncio, sys
+from pydantic_ai.messages import ModelRequest, UserPromptPart
+from eventlog import PostgresEventLog, message_entry, run_started_entry
+
+async def main() -> None:
+    log = PostgresEventLog(sys.argv[1], schema=sys.argv[2])
+    try:
+        await log.append(run_started_entry(conversation_id='conv', run_id='other-machine'))
+        print('ready', flush=True)
+        for line in sys.stdin:
+            message = ModelRequest(parts=[UserPromptPart(line.strip())])
+            seq = await log.append(message_entry(message, conversation_id='conv', run_id='other-machine'))
+            print(f'ack {seq}', flush=True)
+    finally:
+        log.close()
+
+asyncio.run(main())
+"""
+
+
+async def test_a_search_sees_what_another_process_committed_before_it(
+    pg_dsn: str, pg_schemas: list[str], tmp_path: Path
+) -> None:
+    """The local index asks the log's position while it searches its records (one round trip,
+    overlapped): an append another process committed just before the search is still found."""
+    schema = schema_for(tmp_path / 'shared')
+    pg_schemas.append(schema)
+    reader = PostgresEventLog(pg_dsn, schema=schema, projections_dir=tmp_path / 'local-index')
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen(
+        [sys.executable, '-c', _APPENDER, pg_dsn, schema],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, 'PYTHONPATH': str(root)},
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        assert proc.stdout.readline().strip() == 'ready'
+        assert reader.start_log_position() is not None  # the overlapped check is the one in use
+        await _append(reader, 'run-1', ['the walrus count is unknown'], 0)
+        assert 'unknown' in (await _answers(reader, ['walrus']))[0]
+        for round_number in range(4):
+            word = f'narwhal{round_number}'
+            assert f'tusk-{round_number}' not in (await _answers(reader, [word]))[0]
+            proc.stdin.write(f'{word} measured tusk-{round_number}\n')
+            proc.stdin.flush()
+            assert proc.stdout.readline().startswith('ack ')  # committed in the other process
+            found = (await _answers(reader, [word]))[0]
+            assert f'tusk-{round_number}' in found, found
+            if round_number == 1:
+                # The connection that asks the position breaks: the next search still sees everything.
+                async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as admin:
+                    cursor = await admin.execute(
+                        'SELECT pg_terminate_backend(pid) FROM pg_stat_activity '
+                        "WHERE query LIKE 'SELECT v FROM %meta% WHERE k = $1' AND pid <> pg_backend_pid()"
+                    )
+                    assert (await cursor.fetchall()) != []
+    finally:
+        proc.stdin.close()
+        assert proc.wait(timeout=120) == 0
+        reader.close()
