@@ -130,6 +130,16 @@ async def test_idempotency_key_returns_first_seq_and_writes_nothing(log: EventLo
     await log.append(run_started_entry(conversation_id='c', run_id='r2'))
     other = await log.append(message_entry(msg, conversation_id='c', run_id='r2', idempotency_key='m0'))
     assert other != first
+    # A batch that starts its run, repeated whole and in part: the first seqs, nothing written.
+    fresh = [
+        run_started_entry(conversation_id='c', run_id='r3', idempotency_key='s3'),
+        message_entry(msg, conversation_id='c', run_id='r3', idempotency_key='k'),
+    ]
+    seqs = await log.append_many(fresh)
+    last = await log.last_seq()
+    assert await log.append_many(fresh) == seqs
+    assert await log.append(fresh[1]) == seqs[1]
+    assert await log.last_seq() == last
 
 
 async def test_threaded_runs_reference_their_parent_instead_of_copying(log: EventLogBase) -> None:
