@@ -1,13 +1,15 @@
 """The fast commands: `eventlog --help`, `conversations`, `info`, `stats`, `verify` and `tail`
-answered without importing typer, Rich, asyncio or pydantic-ai, which take most of the full
+answered without importing typer, click, asyncio or pydantic-ai, which take most of the full
 command line's start-up.
 
 `run` returns `None` for anything it does not answer exactly as the full command line
 (`eventlog_cli.cli`) would, which then takes the command: an unusual command line
-(`eventlog_cli._fast_args`), a terminal or forced colours for a view Rich would style, a view
-that needs wrapping or clipping at the width (`eventlog_cli._plain`), `verify` finding a
-problem (its table of findings), `tail --follow`. JSON output never depends on the terminal.
-The reads are the views' coroutines (`eventlog_cli._views`), driven without an event loop.
+(`eventlog_cli._fast_args`), `verify` finding a problem (its table of findings), `tail
+--follow`, a PostgreSQL store. Output to a pipe or a file is laid out as plain text without Rich
+where `eventlog_cli._plain` can promise Rich's very characters; a terminal, forced colours, or a
+view that needs wrapping or narrowing at the width is printed through Rich with the full command
+line's own layouts (`eventlog_cli._styled`) on its console. JSON output never depends on the
+terminal. The reads are the views' coroutines (`eventlog_cli._views`), driven without an event loop.
 """
 
 from __future__ import annotations
