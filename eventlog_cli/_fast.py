@@ -19,11 +19,9 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
-from eventlog.errors import EventLogError
-from eventlog_cli._fast_args import parse
-
-# The commands (`_fast_commands`, `_views`) load msgspec and the entry model: imported once a
-# store is to be read, so that `--help` and unusual command lines do not wait for them.
+# The parser and the commands (`_fast_args`, `_fast_commands`, `_views`) load dataclasses, msgspec
+# and the entry model: imported once a command line is to be read, so that `--help` does not
+# wait for them.
 
 __all__ = ['HELP_FILE', 'drive', 'run']
 
@@ -55,9 +53,12 @@ def run(argv: list[str]) -> int | None:
     """Answer `eventlog ARGV` and return its exit status, or `None` to leave it to the full command line."""
     if argv == ['--help']:
         return _help()
+    from eventlog_cli._fast_args import parse
+
     command = parse(argv)
     if command is None:
         return None
+    from eventlog.errors import EventLogError
     from eventlog_cli import _views as views
     from eventlog_cli._fast_commands import COMMANDS, flush
 
