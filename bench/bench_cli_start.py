@@ -8,12 +8,13 @@ sees it, where the views are styled by Rich). A figure at or over the target (0.
 `!`. CPU time is what a command costs whatever else the machine is doing; wall time is what a
 user waits, and only means that on a quiet machine.
 
-Bytecode: by default the commands run with their compiled bytecode cached (in a cache of the
-bench's own, `PYTHONPYCACHEPREFIX`, filled by one untimed run of each command first), as an
-installed package runs. `--no-bytecode-cache` runs them with `PYTHONDONTWRITEBYTECODE=1` and no
-such cache, so that every module without bytecode beside it is compiled on every start.
+Bytecode: by default the commands run with every module's bytecode cached in a cache of the
+bench's own (`PYTHONPYCACHEPREFIX`, filled by one untimed run of each command first), which
+ignores whatever bytecode the installs left, so that two installs compare alike. `--as-installed`
+runs them with `PYTHONDONTWRITEBYTECODE=1` and no cache of the bench's own: a module whose
+install left no bytecode beside it (`make install` compiles it) is compiled on every start.
 
-Usage: python bench/bench_cli_start.py [RUNS] [--eventlog PATH] [--store PATH] [--no-bytecode-cache]
+Usage: python bench/bench_cli_start.py [RUNS] [--eventlog PATH] [--store PATH] [--as-installed]
 (`--eventlog` also times another install's console script, e.g. one built from an older commit,
 command by command beside this one's, in the same run; `--store` times the commands on an existing
 store instead of a fresh demo store.)
@@ -89,7 +90,7 @@ def median_tty_time(argv: list[str], runs: int, env: dict[str, str], columns: in
 
 
 def _environment(cache: Path | None) -> dict[str, str]:
-    """The commands' environment: bytecode cached in `cache`, or (`None`) neither cached nor written."""
+    """The commands' environment: bytecode cached in `cache`, or (`None`) only as installed, none written."""
     env = {k: v for k, v in os.environ.items() if k not in ('EVENTLOG_STORE', 'COLUMNS', 'FORCE_COLOR', 'NO_COLOR')}
     env.pop('PYTHONPYCACHEPREFIX', None)
     if cache is None:
@@ -108,8 +109,8 @@ def main() -> None:
     args = sys.argv[1:]
     scripts = [Path(sys.executable).parent / 'eventlog']
     store: Path | None = None
-    cached = '--no-bytecode-cache' not in args
-    args = [a for a in args if a != '--no-bytecode-cache']
+    cached = '--as-installed' not in args
+    args = [a for a in args if a != '--as-installed']
     for option in ('--eventlog', '--store'):
         if option in args:
             at = args.index(option)
@@ -145,7 +146,7 @@ def main() -> None:
             for script in scripts:
                 for command in commands:
                     subprocess.run([str(script), *command], check=True, capture_output=True, env=env)
-        bytecode = 'cached' if cached else 'not cached (compiled on every start)'
+        bytecode = 'cached by the bench' if cached else 'as installed, none written'
         print(f'median of {runs} cold starts on {store}; bytecode {bytecode}')
         print(f'target: under {TARGET} s wall on a quiet machine; ! marks a figure at or over it')
         for number, script in enumerate(scripts):
