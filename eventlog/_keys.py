@@ -38,6 +38,7 @@ ck(run) and stored run records as maps; `_admin.migrate` rewrites such a store i
 
 from __future__ import annotations
 
+import hashlib
 import struct
 from collections.abc import Iterable, Iterator
 from typing import Any, Final
@@ -304,9 +305,7 @@ def entry_hash(value: bytes) -> bytes:
 
 def chain_hash(prev: bytes, body_bytes: bytes) -> bytes:
     """SHA-256 of the previous entry's hash and this entry's bytes (hardware-accelerated on most CPUs)."""
-    from hashlib import sha256  # here: reading a store without checking its chains needs no OpenSSL
-
-    digest = sha256(prev)
+    digest = hashlib.sha256(prev)
     digest.update(body_bytes)
     return digest.digest()
 
