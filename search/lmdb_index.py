@@ -32,6 +32,7 @@ A document id is `start seq of its run << 32 | position`, so ids sort in corpus 
 
 from __future__ import annotations
 
+import hashlib
 import struct
 import threading
 import weakref
@@ -195,9 +196,7 @@ _ALL = b'\x00all'
 def _term_key(term: str) -> bytes:
     raw = term.encode()
     if len(raw) > _MAX_TERM_BYTES:
-        from hashlib import blake2b  # here: only an overlong term needs it, and few stores hold one
-
-        return b'#' + blake2b(raw, digest_size=16).hexdigest().encode()
+        return b'#' + hashlib.blake2b(raw, digest_size=16).hexdigest().encode()
     return raw
 
 
