@@ -12,12 +12,13 @@ PYTEST_ARGS ?=
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV) || (rm -rf $(VENV) && $(PYTHON) -m venv $(VENV))
 	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check uv
-	$(UV) pip install --python $(PY) --quiet -e '.[dev,cli,english]' 'pydantic-ai-slim==2.62.0'
+	$(UV) pip install --python $(PY) --quiet --compile-bytecode -e '.[dev,cli,english]' 'pydantic-ai-slim==2.62.0'
+	$(PY) -m compileall -q eventlog search capability eventlog_cli
 	touch $@
 
 $(VENV_LATEST)/.installed: pyproject.toml $(VENV)/.installed
 	$(PYTHON) -m venv --without-pip $(VENV_LATEST)
-	$(UV) pip install --python $(PY_LATEST) --quiet --upgrade -e '.[test,cli,english]' pydantic-ai-slim
+	$(UV) pip install --python $(PY_LATEST) --quiet --upgrade --compile-bytecode -e '.[test,cli,english]' pydantic-ai-slim
 	touch $@
 
 install: $(VENV)/.installed

@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-import tempfile
 from collections.abc import Generator
 from pathlib import Path
 from typing import BinaryIO
@@ -95,6 +94,8 @@ def _same_file(path: Path, info: os.stat_result) -> bool:
 @contextlib.contextmanager
 def _replace(target: Path) -> Generator[BinaryIO]:
     """A new 0600 file next to `target`, renamed over it once written and synced."""
+    import tempfile  # here: only writing a file needs it, and reading a store should not wait for it
+
     directory = target.parent
     try:
         fd, temporary = tempfile.mkstemp(prefix=f'.{target.name}.', suffix='.part', dir=directory)

@@ -12,13 +12,11 @@ import contextlib
 import errno
 import fcntl
 import os
-import shutil
-import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, TypeVar, cast
+from typing import TYPE_CHECKING, ClassVar, TypeVar, cast
 
 import lmdb
 
@@ -40,7 +38,9 @@ from eventlog.entries import VerifyProblem, VerifyReport
 from eventlog.errors import CorruptEntryError, LogClosedError, StorageError, StoreBusyError, StoreLocationError
 from eventlog.log import EventLogBase
 from eventlog.projection import LogReader, ProjectionSpec
-from eventlog.retention import RetentionPolicy
+
+if TYPE_CHECKING:
+    from eventlog.retention import RetentionPolicy
 
 __all__ = ['CompactResult', 'LmdbEventLog', 'register_compaction_hook']
 
@@ -445,6 +445,9 @@ class LmdbEventLog(EventLogBase):
             _downgrade_store_lock(lock)
 
     def _swap_in_compact_copy(self, shared: _SharedEnv) -> CompactResult:
+        import shutil  # here: only compaction needs them, and reading a store should not wait for them
+        import tempfile
+
         data = self.path / 'data.mdb'
         for stale in self.path.glob('.compact-*'):  # left by a compaction that crashed
             shutil.rmtree(stale, ignore_errors=True)

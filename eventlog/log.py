@@ -37,13 +37,13 @@ from eventlog.entries import (
     encode_info,
 )
 from eventlog.errors import ConversationNotFound, InvalidArgumentError, LogClosedError, RunNotFound
-from eventlog.retention import RetentionPolicy, RetentionReport, format_age
 
 if TYPE_CHECKING:
     from pydantic_ai.messages import ModelMessage
 
     from eventlog.checkpoint import Checkpoint, CheckpointSource, PublicKeySource, SignerSource
     from eventlog.projection import LogReader, ProjectionRecords, ProjectionSpec, ProjectionWriter
+    from eventlog.retention import RetentionPolicy, RetentionReport
 
 __all__ = ['Appended', 'EventLog', 'EventLogBase', 'register_scrub_hook']
 
@@ -643,6 +643,8 @@ class EventLogBase(ABC):
         """
         if policy is None:
             return
+        from eventlog.retention import RetentionPolicy  # here: a log opened without a policy never needs it
+
         if not isinstance(policy, RetentionPolicy):  # pyright: ignore[reportUnnecessaryIsInstance]
             self.close()
             raise InvalidArgumentError(f'retention takes a RetentionPolicy, got {type(policy).__name__}')
@@ -664,6 +666,8 @@ class EventLogBase(ABC):
 
         With `dry_run` nothing changes and the report says what would be erased or deleted.
         """
+        from eventlog.retention import RetentionPolicy, RetentionReport, format_age
+
         if not isinstance(policy, RetentionPolicy):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise InvalidArgumentError(f'retain takes a RetentionPolicy, got {type(policy).__name__}')
         if now is not None and (not isinstance(now, datetime) or now.tzinfo is None):  # pyright: ignore[reportUnnecessaryIsInstance]

@@ -1,13 +1,15 @@
 """The fast commands: `eventlog --help`, `conversations`, `info`, `stats`, `verify` and `tail`
-answered without importing typer, Rich, asyncio or pydantic-ai, which take most of the full
+answered without importing typer, click, asyncio or pydantic-ai, which take most of the full
 command line's start-up.
 
 `run` returns `None` for anything it does not answer exactly as the full command line
 (`eventlog_cli.cli`) would, which then takes the command: an unusual command line
-(`eventlog_cli._fast_args`), a terminal or forced colours for a view Rich would style, a view
-that needs wrapping or clipping at the width (`eventlog_cli._plain`), `verify` finding a
-problem (its table of findings), `tail --follow`. JSON output never depends on the terminal.
-The reads are the views' coroutines (`eventlog_cli._views`), driven without an event loop.
+(`eventlog_cli._fast_args`), `verify` finding a problem (its table of findings), `tail
+--follow`, a PostgreSQL store. Output to a pipe or a file is laid out as plain text without Rich
+where `eventlog_cli._plain` can promise Rich's very characters; a terminal, forced colours, or a
+view that needs wrapping or narrowing at the width is printed through Rich with the full command
+line's own layouts (`eventlog_cli._styled`) on its console. JSON output never depends on the
+terminal. The reads are the views' coroutines (`eventlog_cli._views`), driven without an event loop.
 """
 
 from __future__ import annotations
@@ -17,11 +19,9 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
-from eventlog.errors import EventLogError
-from eventlog_cli._fast_args import parse
-
-# The commands (`_fast_commands`, `_views`) load msgspec and the entry model: imported once a
-# store is to be read, so that `--help` and unusual command lines do not wait for them.
+# The parser and the commands (`_fast_args`, `_fast_commands`, `_views`) load dataclasses, msgspec
+# and the entry model: imported once a command line is to be read, so that `--help` does not
+# wait for them.
 
 __all__ = ['HELP_FILE', 'drive', 'run']
 
@@ -53,9 +53,12 @@ def run(argv: list[str]) -> int | None:
     """Answer `eventlog ARGV` and return its exit status, or `None` to leave it to the full command line."""
     if argv == ['--help']:
         return _help()
+    from eventlog_cli._fast_args import parse
+
     command = parse(argv)
     if command is None:
         return None
+    from eventlog.errors import EventLogError
     from eventlog_cli import _views as views
     from eventlog_cli._fast_commands import COMMANDS, flush
 

@@ -1,19 +1,24 @@
 """The fast commands themselves (see `eventlog_cli._fast`): each reads through the views'
 coroutines (`eventlog_cli._views`) and lays its answer out as plain text (`eventlog_cli._plain`)
-or JSON into `out`, and returns its exit status, or `None` to leave the command to the full
-command line (before anything is printed).
+or JSON into `out`, or, where plain text cannot be promised to match (a terminal, forced
+colours, a view to wrap or narrow), prints it through Rich as the full command line does
+(`eventlog_cli._styled`). Each returns its exit status, or `None` to leave the command to the
+full command line (before anything is printed).
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from eventlog_cli import _plain as plain
 from eventlog_cli import _text as text
 from eventlog_cli import _views as views
 from eventlog_cli._fast_args import FastCommand
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 __all__ = ['COMMANDS', 'flush']
 
@@ -28,8 +33,6 @@ def flush(out: list[str]) -> None:
 async def _conversations(command: FastCommand, out: list[str]) -> int | None:
     as_json = 'json' in command.flags
     width = plain.width()
-    if width is None and not as_json:
-        return None
     async with views.open_store(command.store) as log:
         records, short = await views.read_conversations(
             log, 'include_archived' in command.flags, 'full_ids' in command.flags or as_json
@@ -38,46 +41,50 @@ async def _conversations(command: FastCommand, out: list[str]) -> int | None:
         out.append(text.json_text([text.conversation_json(c) for c in records]))
         return 0
     if not records:
-        out.append('no conversations in this store\n')
+        if width is None:
+            _console().print('no conversations in this store')
+        else:
+            out.append('no conversations in this store\n')
         return 0
     shown = len(views.CONVERSATION_HEADERS) - ('include_archived' not in command.flags)
     justify = ('left', 'left', 'right', 'right', 'right', 'left', 'left')[:shown]
     headers = list(zip(views.CONVERSATION_HEADERS[:shown], justify, strict=True))
     rows = [list(zip(views.conversation_row(c, short)[:shown], justify, strict=True)) for c in records]
-    return _append(out, plain.table(headers, rows, width or 0))
+    if _append(out, None if width is None else plain.table(headers, rows, width)):
+        return 0
+    from eventlog_cli import _styled as styled
+    from eventlog_cli import _tables as tables
+
+    columns = styled.conversation_columns(records, short, 'include_archived' in command.flags)
+    tables.print_table(_console(), columns, styled.CONVERSATION_STEPS)
+    return 0
 
 
 async def _info(command: FastCommand, out: list[str]) -> int | None:
     as_json = 'json' in command.flags
     width = plain.width()
-    if width is None and not as_json:
-        return None
     async with views.open_store(command.store) as log:
         record, records = await views.read_info(log, command.arguments[0])
     if as_json:
         out.append(text.json_text(views.info_json(record, records)))
         return 0
-    return _append(out, plain.grid([row[:2] for row in views.info_rows(record, records)], width or 0))
+    return _grid(out, views.info_rows(record, records), width)
 
 
 async def _stats(command: FastCommand, out: list[str]) -> int | None:
     as_json = 'json' in command.flags
     width = plain.width()
-    if width is None and not as_json:
-        return None
     async with views.open_store(command.store) as log:
         data = await views.read_stats(log, command.store)
     if as_json:
         out.append(text.json_text(data))
         return 0
-    return _append(out, plain.grid([row[:2] for row in views.stats_rows(data)], width or 0))
+    return _grid(out, views.stats_rows(data), width)
 
 
 async def _verify(command: FastCommand, out: list[str]) -> int | None:
     as_json = 'json' in command.flags
     width = plain.width()
-    if width is None and not as_json:
-        return None
     async with views.open_store(command.store) as log:
         report, live, tombstones = await views.read_verify(log)
     if as_json:
@@ -86,17 +93,21 @@ async def _verify(command: FastCommand, out: list[str]) -> int | None:
             data.update(conversations=live, deletion_tombstones=tombstones)
         out.append(text.json_text(data))
         return 0 if report.ok else 1
-    line = views.verify_ok_line(report, live, tombstones)
-    if not report.ok or len(line) > (width or 0):  # the findings' table, or a line Rich would wrap
+    if not report.ok:  # the findings' table: the full command line's
         return None
-    out.append(line + '\n')
+    line = views.verify_ok_line(report, live, tombstones)
+    if width is not None and len(line) <= width:
+        out.append(line + '\n')
+        return 0
+    from eventlog_cli import _styled as styled
+
+    _console().print(styled.verify_ok(line))  # styled, or a line Rich wraps
     return 0
 
 
 async def _tail(command: FastCommand, out: list[str]) -> int | None:
     as_json = 'json' in command.flags
-    if not as_json and plain.width() is None:
-        return None
+    console = None if as_json or plain.width() is not None else _console()
     kinds = command.repeated.get('kind')
     limit = command.ints.get('max_entries')
     printed = 0
@@ -116,6 +127,10 @@ async def _tail(command: FastCommand, out: list[str]) -> int | None:
             for entry in shown:
                 if as_json:
                     out.append(views.compact_json(text.entry_json(entry)) + '\n')
+                elif console is not None:
+                    from eventlog_cli._styled import tail_line
+
+                    console.print(tail_line(entry, short), soft_wrap=True)
                 else:
                     out.append(''.join(piece for piece, _ in views.tail_parts(entry, short)) + '\n')
                 printed += 1
@@ -125,11 +140,31 @@ async def _tail(command: FastCommand, out: list[str]) -> int | None:
     return 0
 
 
-def _append(out: list[str], laid_out: str | None) -> int | None:
-    if laid_out is None:
-        return None
-    out.append(laid_out)
+def _console() -> Console:
+    """The full command line's console (`eventlog_cli._render.console`): Rich lays the view out
+    (styles on a terminal, wrapping at the width) exactly as the full command line would."""
+    from eventlog_cli import _render as render
+
+    return render.console()
+
+
+def _grid(out: list[str], rows: list[views.Row], width: int | None) -> int:
+    """A two-column view (`info`, `stats`): as plain text when `eventlog_cli._plain` can lay it
+    out, else through Rich."""
+    if _append(out, None if width is None else plain.grid([row[:2] for row in rows], width)):
+        return 0
+    from eventlog_cli import _styled as styled
+
+    _console().print(styled.rows_grid(rows))
     return 0
+
+
+def _append(out: list[str], laid_out: str | None) -> bool:
+    """Add `laid_out` to `out`; whether there was any (`None`: leave the view to Rich)."""
+    if laid_out is None:
+        return False
+    out.append(laid_out)
+    return True
 
 
 COMMANDS: dict[str, Callable[[FastCommand, list[str]], Coroutine[Any, Any, int | None]]] = {

@@ -31,11 +31,12 @@ from rich.table import Table
 from rich.text import Text
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
-from eventlog import ConversationRecord, Entry, EventLogBase, EventLogError, RunRecord, decode_messages
+from eventlog import Entry, EventLogBase, EventLogError, RunRecord, decode_messages
 from eventlog.errors import StoreBusyError
 from eventlog.lmdb_log import CompactResult, LmdbEventLog
 from eventlog_cli import _audit
 from eventlog_cli import _render as render
+from eventlog_cli import _styled as styled
 from eventlog_cli import _tables as tables
 from eventlog_cli import _views as views
 from eventlog_cli._ids import ShortIds, resolve_conversation, resolve_run
@@ -282,37 +283,8 @@ async def _conversations(store: str, include_archived: bool, as_json: bool, full
     if not records:
         out.print('no conversations in this store')
         return
-    columns = _conversation_columns(records, short, include_archived)
-    tables.print_table(out, columns, _CONVERSATION_STEPS)
-
-
-_CONVERSATION_STEPS: list[tables.Step] = [
-    ('compact', 'last activity'),
-    ('drop', 'size'),
-    ('drop', 'runs'),
-    ('drop', 'messages'),
-    ('drop', 'last activity'),
-]
-"""What `conversations` gives up first as the terminal narrows (docs/cli-views.md)."""
-
-
-def _conversation_columns(
-    records: Sequence[ConversationRecord], short: ShortIds, include_archived: bool
-) -> list[tables.Column]:
-    conversation = tables.Column('conversation')
-    title = tables.Column('title', flex='clip', min_width=20)
-    counts = [tables.Column(header, justify='right') for header in ('runs', 'messages', 'size')]
-    activity = tables.Column('last activity')
-    archived = tables.Column('archived')
-    for c in records:
-        name, shown_title, runs, messages, stored, last, archived_mark = views.conversation_row(c, short)
-        conversation.add(Text(name))
-        title.add(Text(shown_title, style='italic'))
-        for column, value in zip(counts, (runs, messages, stored), strict=True):
-            column.add(value)
-        activity.add(last, tables.compact_time(c.updated_at))
-        archived.add(archived_mark)
-    return [conversation, title, *counts, activity, *([archived] if include_archived else [])]
+    columns = styled.conversation_columns(records, short, include_archived)
+    tables.print_table(out, columns, styled.CONVERSATION_STEPS)
 
 
 @app.command()
@@ -411,17 +383,7 @@ async def _info(store: str, conversation_id: str, as_json: bool) -> None:
     if as_json:
         render.print_json(views.info_json(record, records))
         return
-    render.console().print(_rows_grid(views.info_rows(record, records)))
-
-
-def _rows_grid(rows: list[views.Row]) -> Table:
-    """A two-column view (`info`, `stats`): dim labels, then the text of each row."""
-    grid = Table.grid(padding=(0, 2))
-    grid.add_column(style='dim')
-    grid.add_column()
-    for label, text, style in rows:
-        grid.add_row(label, Text(text, style=style))
-    return grid
+    render.console().print(styled.rows_grid(views.info_rows(record, records)))
 
 
 # --- reading ----------------------------------------------------------------------------------
@@ -1401,7 +1363,7 @@ async def _verify(
         )
     out = render.console()
     if report.ok:
-        out.print(Text(views.verify_ok_line(report, live, tombstones, len(checkpoints or ())), style='green'))
+        out.print(styled.verify_ok(views.verify_ok_line(report, live, tombstones, len(checkpoints or ()))))
         return True
     broken = {p.conversation_id for p in report.problems if p.conversation_id}
     store_wide = sum(1 for p in report.problems if not p.conversation_id)
@@ -1442,7 +1404,7 @@ async def _stats(store: str, as_json: bool) -> None:
     if as_json:
         render.print_json(data)
         return
-    render.console().print(_rows_grid(views.stats_rows(data)))
+    render.console().print(styled.rows_grid(views.stats_rows(data)))
 
 
 @app.command()
@@ -1588,7 +1550,7 @@ async def _tail(
             if as_json:
                 sys.stdout.write(_compact_json(render.entry_json(entry)) + '\n')
             else:
-                out.print(_tail_line(entry, short), soft_wrap=True)
+                out.print(styled.tail_line(entry, short), soft_wrap=True)
             printed += 1
             if max_entries is not None and printed >= max_entries:
                 sys.stdout.flush()
@@ -1625,11 +1587,6 @@ async def _tail(
             if idle_timeout is not None and time.monotonic() - idle_since >= idle_timeout:
                 return
             await asyncio.sleep(interval)
-
-
-def _tail_line(entry: Entry, short: ShortIds | None = None) -> Text:
-    """One entry as `tail` prints it; ids abbreviated by `short` (whole without it)."""
-    return Text.assemble(*views.tail_parts(entry, short))
 
 
 # --- demo -------------------------------------------------------------------------------------

@@ -9,7 +9,6 @@ import contextlib
 import os
 import signal
 import sys
-import traceback
 from pathlib import Path
 from typing import IO, NoReturn
 
@@ -74,6 +73,8 @@ def _child(argv: list[str], noise_fd: int) -> NoReturn:
             code = 130
         except Exception:
             # Not an error a user can cause (those are one line): a bug, reported with its traceback.
+            import traceback
+
             traceback.print_exc(file=sys.stderr)
             code = 1
         for stream in (sys.stdout, sys.stderr):

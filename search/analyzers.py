@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
+from functools import cache
 from typing import Protocol, runtime_checkable
 
 __all__ = [
@@ -136,7 +137,13 @@ _CJK_CHARS = (
     '\U0001b000-\U0001b16f'  # Kana Supplement and Extended-A
     '\U00020000-\U0003134f'  # CJK Unified Ideographs Extensions B to G
 )
-_CJK_RUN_RE = re.compile(f'[{_CJK_CHARS}]+')
+
+
+@cache
+def _cjk_runs() -> re.Pattern[str]:
+    """A run of CJK characters: compiled when first used (a class this large takes milliseconds,
+    which every command that imports the analyzers would pay)."""
+    return re.compile(f'[{_CJK_CHARS}]+')
 
 
 class CjkAnalyzer:
@@ -161,7 +168,7 @@ class CjkAnalyzer:
         """Each word run (lowercased), then each CJK bigram, with its range."""
         for match in WORD_RE.finditer(text):
             yield match.group().lower(), match.start(), match.end()
-        for run in _CJK_RUN_RE.finditer(text):
+        for run in _cjk_runs().finditer(text):
             start, chars = run.start(), run.group()
             if len(chars) == 1:
                 yield chars, start, start + 1

@@ -51,6 +51,7 @@ from eventlog.lmdb_log import register_compaction_hook
 from eventlog.log import register_scrub_hook
 from eventlog.projection import LogReader, ProjectionRecords, ProjectionSpec, ProjectionStore, ProjectionWriter
 from search.analyzers import Analyzer, resolve_analyzer
+from search.wire_text import wire_lines
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
@@ -264,10 +265,7 @@ class _Writer:
     def add_doc(
         self, conversation_id: str, flag: bytes, doc_id: int, payload: bytes, run_id: str, position: int, seq: int
     ) -> None:
-        from search.render import index_text
-
-        message = decode_messages([payload], where=f'entry {seq}')[0]
-        counts = Counter(self.ix.analyzer.tokens(index_text(message)))
+        counts = Counter(self.ix.analyzer.tokens(_index_text(payload, seq)))
         length = counts.total()
         conv_key = ck(conversation_id)
         pending = self.pending
@@ -647,6 +645,18 @@ class LmdbIndex:
         if record is None or (conversation_id is not None and record.conversation_id != conversation_id):
             return await MemoryCorpus.build(_NoRuns(), conversation_id=None, run_id=None, analyzer=analyzer)
         return await MemoryCorpus.build(_OneRun(self.log, record), conversation_id=None, run_id=None, analyzer=analyzer)
+
+
+def _index_text(payload: bytes, seq: int) -> str:
+    """The indexed text of the message stored as `payload` (entry `seq`): read straight from its
+    JSON where `search.wire_text` can, so that indexing the common messages needs no pydantic-ai
+    (`eventlog verify` derives the index again); decoded in full otherwise."""
+    wire = wire_lines(payload)
+    if wire is not None:
+        return '\n'.join(label + text for label, text in wire[1])
+    from search.render import index_text
+
+    return index_text(decode_messages([payload], where=f'entry {seq}')[0])
 
 
 _shared: weakref.WeakKeyDictionary[IndexedLog, dict[str, LmdbIndex]] = weakref.WeakKeyDictionary()

@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import os
+import pty
+import struct
+import subprocess
+import termios
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -149,3 +155,23 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Store:
 def fresh(tmp_path: Path) -> Store:
     """A store of its own, for tests that change it."""
     return build_store(tmp_path / 'store.lmdb')
+
+
+def run_on_terminal(argv: list[str], env: dict[str, str], columns: int = 100) -> tuple[int, bytes]:
+    """Run `argv` with stdin, stdout and stderr a pseudo-terminal `columns` wide, as a user at a
+    terminal runs a command: its exit status and every byte it wrote to the terminal."""
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack('HHHH', 40, columns, 0, 0))
+    child = subprocess.Popen(argv, stdin=follower, stdout=follower, stderr=follower, env=env)
+    os.close(follower)
+    written = bytearray()
+    while True:  # drain the terminal, or the command blocks once its buffer is full
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # EIO: every writer has closed the terminal
+            break
+        if not chunk:
+            break
+        written += chunk
+    os.close(leader)
+    return child.wait(timeout=120), bytes(written)

@@ -3,8 +3,8 @@
 Each command line runs twice in fresh interpreters over the same store: through the fast
 commands alone (which report whether they answered or left it to the full command line), and
 through the typer app. Standard output, standard error and the exit status must be the same;
-and the cases the fast commands are for must really be answered by them, without typer, Rich,
-asyncio or pydantic-ai loaded.
+and the cases the fast commands are for must really be answered by them, without typer, click,
+asyncio or pydantic-ai loaded, and without Rich where plain text is enough (a pipe).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import lmdb
 import pytest
-from clitools import Store, shared
+from clitools import Store, run_on_terminal, shared
 from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
 from rich.cells import cell_len
 
@@ -35,7 +35,10 @@ UUID = '0f3c9a52-7d4e-4b1a-9c2e-5a6b7c8d9e0f'
 """A generated conversation id: shown abbreviated."""
 
 SLOW_MODULES = ('typer', 'rich', 'click', 'asyncio', 'pydantic_ai', 'pydantic', 'numpy')
-"""What the fast commands exist to leave unloaded."""
+"""What the fast commands exist to leave unloaded when they print plain text."""
+
+STYLED_SLOW_MODULES = tuple(name for name in SLOW_MODULES if name != 'rich')
+"""What they leave unloaded when Rich lays the view out (a terminal, forced colours, wrapping)."""
 
 FAST = textwrap.dedent(
     """
@@ -85,15 +88,19 @@ def _full(args: list[str], env: dict[str, str] | None = None) -> Outcome:
     return Outcome(done.returncode, done.stdout, done.stderr)
 
 
-def _same(tmp_path: Path, args: list[str], env: dict[str, str] | None = None) -> int | None:
-    """Assert the fast commands print what the full command line prints (when they answer);
-    return their answer."""
+def _same(
+    tmp_path: Path, args: list[str], env: dict[str, str] | None = None, *, rich: bool | None = False
+) -> int | None:
+    """Assert the fast commands print what the full command line prints (when they answer),
+    with Rich loaded when `rich` says so (`None`: either way); return their answer."""
     answer, fast, modules = _fast(tmp_path, args, env)
     if answer is None:
         assert (fast.stdout, fast.stderr) == ('', ''), 'left to the full command line after printing'
         return None
     assert fast == _full(args, env), args
-    assert [name for name in SLOW_MODULES if name in modules] == [], args
+    assert [name for name in STYLED_SLOW_MODULES if name in modules] == [], args
+    if rich is not None:
+        assert ('rich' in modules) == rich, args
     return answer
 
 
@@ -223,16 +230,54 @@ def test_odd_stores_read_the_same(odd: Path, tmp_path: Path, args: list[str]) ->
         (['conversations'], {'COLUMNS': 'wide'}),
     ],
 )
-def test_what_rich_would_lay_out_differently_is_left_to_it(
+def test_what_only_rich_lays_out_is_printed_through_it(
     odd: Path, tmp_path: Path, args: list[str], env: dict[str, str] | None
 ) -> None:
-    assert _same(tmp_path, [*args, '--store', str(odd)], env) is None
+    """Plain text cannot promise Rich's characters here: the fast commands print the full
+    command line's own Rich layouts (`eventlog_cli._styled`), still without typer or asyncio."""
+    assert _same(tmp_path, [*args, '--store', str(odd)], env, rich=True) is not None
+
+
+TERMINAL_CASES = [
+    ('shared', ['conversations']),
+    ('shared', ['conversations', '--full-ids']),
+    ('shared', ['info', 'alpha']),
+    ('shared', ['info', 'nope']),
+    ('shared', ['stats']),
+    ('shared', ['verify']),
+    ('shared', ['tail']),
+    ('shared', ['tail', '-n', '3', '--full-ids']),
+    ('odd', ['conversations', '--include-archived']),
+    ('odd', ['info', 'nasty']),
+    ('odd', ['info', 'long']),
+    ('odd', ['tail', '-n', '100']),
+]
+"""Views printed on a terminal, where Rich styles them: the fast commands print them through Rich too."""
+
+
+@pytest.mark.parametrize(('store', 'args'), TERMINAL_CASES, ids=[' '.join(a) for _, a in TERMINAL_CASES])
+@pytest.mark.parametrize('columns', [60, 120])
+def test_a_terminal_gets_the_full_command_lines_styled_views(
+    shared: Store, odd: Path, tmp_path: Path, store: str, args: list[str], columns: int
+) -> None:
+    """On a terminal the fast commands answer (without typer, click or asyncio) with the very
+    bytes the full command line writes there: styles, wrapping and narrowing included."""
+    argv = [*args, '--store', str(shared.path if store == 'shared' else odd)]
+    env = _env({'TERM': 'xterm-256color'})
+    report = tmp_path / 'fast.json'
+    _, fast = run_on_terminal([sys.executable, '-c', FAST, str(report), *argv], env, columns)
+    data = json.loads(report.read_text())
+    assert data['status'] is not None, 'left to the full command line'
+    assert [name for name in STYLED_SLOW_MODULES if name in data['modules']] == []
+    status, full = run_on_terminal([sys.executable, '-c', FULL, *argv], env, columns)
+    assert status != 0 or b'\x1b[' in full  # styled: Rich saw a terminal
+    assert (data['status'], fast) == (status, full)
 
 
 @pytest.mark.parametrize('columns', ['40', '100', '200'])
 def test_the_width_comes_from_columns(odd: Path, tmp_path: Path, columns: str) -> None:
     for args in (['stats'], ['conversations'], ['info', 'plain'], ['verify'], ['tail', '-n', '5']):
-        _same(tmp_path, [*args, '--store', str(odd)], {'COLUMNS': columns})
+        assert _same(tmp_path, [*args, '--store', str(odd)], {'COLUMNS': columns}, rich=None) is not None
     assert _same(tmp_path, ['tail', '--store', str(odd)], {'COLUMNS': columns}) is not None
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from clitools import Store, build_store, shared
+from clitools import Store, build_store, invoke, run_on_terminal, shared
 
 import capability
 import eventlog
@@ -184,9 +184,7 @@ def test_the_console_scripts_fast_commands_load_no_typer_rich_or_asyncio(
 ) -> None:
     """What the console script runs first (`eventlog_cli._fast`) answers these alone, with none
     of the command line's heavy start-up: typer, click, Rich, asyncio, pydantic(-ai), numpy.
-
-    (On a store whose search index is built, `verify` checks the index by deriving it again
-    from the messages, which decodes them with pydantic-ai: that is the check, not start-up.)"""
+    (A store with a search index: `test_the_fast_commands_never_load_the_heavy_modules`.)"""
     args = command if command == ['--help'] else [*command, '--store', str(unindexed.path)]
     report = tmp_path / 'report.json'
     env = {k: v for k, v in os.environ.items() if k not in ('EVENTLOG_STORE', 'COLUMNS', 'FORCE_COLOR')}
@@ -198,3 +196,76 @@ def test_the_console_scripts_fast_commands_load_no_typer_rich_or_asyncio(
     assert done.stdout.strip()
     slow = ('typer', 'click', 'rich', 'asyncio', 'pydantic', 'pydantic_ai', 'numpy')
     assert [name for name in slow if name in data['modules']] == []
+
+
+NEVER_LOADED = ('typer', 'click', 'asyncio', 'pydantic', 'pydantic_ai', 'numpy', 'search.render', 'eventlog_cli.cli')
+"""What the fast commands must never import, on a pipe or a terminal, whatever the store holds:
+the full command line and its parser, the event loop, pydantic(-ai) and the search engine's
+message rendering (which needs it), numpy. Each costs from tens of milliseconds to a second."""
+
+NOT_ON_A_PIPE = ('rich',)
+"""What they must not import either when plain text is enough (stdout a pipe)."""
+
+
+@pytest.fixture(scope='module')
+def indexed(tmp_path_factory: pytest.TempPathFactory) -> Store:
+    """A store whose search index is built, which `verify` derives again to check it."""
+    store = build_store(tmp_path_factory.mktemp('indexed') / 'store.lmdb')
+    result = invoke('reindex', '--json', store=store.path)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)['documents'] > 0
+    return store
+
+
+PINNED = textwrap.dedent(
+    """
+    import json, sys
+    from eventlog_cli._fast import run
+    status = run(sys.argv[2:])
+    sys.stdout.flush()
+    with open(sys.argv[1], 'w') as out:
+        json.dump({'status': status, 'modules': sorted(sys.modules)}, out)
+    """
+)
+
+
+@pytest.mark.parametrize('terminal', [False, True], ids=['pipe', 'terminal'])
+@pytest.mark.parametrize(
+    'command',
+    [
+        ['--help'],
+        ['conversations'],
+        ['conversations', '--include-archived', '--full-ids'],
+        ['conversations', '--json'],
+        ['info', 'alpha'],
+        ['info', 'alpha', '--json'],
+        ['stats'],
+        ['stats', '--json'],
+        ['verify'],
+        ['verify', '--json'],
+        ['tail', '--lines', '40'],
+        ['tail', '--json'],
+    ],
+    ids=' '.join,
+)
+def test_the_fast_commands_never_load_the_heavy_modules(
+    indexed: Store, tmp_path: Path, command: list[str], terminal: bool
+) -> None:
+    """Pins the fast commands' imports on a store with a search index (`verify` derives the index
+    again from the stored messages, reading them without pydantic-ai): the modules of
+    `NEVER_LOADED`, and Rich too when stdout is a pipe, stay unloaded; the command answers."""
+    args = command if command == ['--help'] else [*command, '--store', str(indexed.path)]
+    report = tmp_path / 'report.json'
+    env = {k: v for k, v in os.environ.items() if k not in ('EVENTLOG_STORE', 'COLUMNS', 'FORCE_COLOR')}
+    argv = [sys.executable, '-c', PINNED, str(report), *args]
+    if terminal:
+        _, written = run_on_terminal(argv, {**env, 'TERM': 'xterm-256color'}, columns=120)
+    else:
+        written = subprocess.run(argv, capture_output=True, env=env, timeout=120).stdout
+    data = json.loads(report.read_text())
+    assert data['status'] == 0
+    assert written.strip()
+    loaded = set(data['modules'])
+    never = NEVER_LOADED if terminal or command == ['--help'] or '--json' in command else NEVER_LOADED + NOT_ON_A_PIPE
+    assert sorted(name for name in never if name in loaded) == []
+    assert 'lmdb' in loaded or command == ['--help']  # it really read the store
