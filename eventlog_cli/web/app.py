@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from http.cookies import SimpleCookie
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, quote, urlencode
+from urllib.parse import parse_qsl, quote, unquote, urlencode
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
@@ -163,6 +163,12 @@ def _one_line(value: object) -> str:
     return clean('' if value is None else value)
 
 
+def _id_url(value: object) -> str:
+    """An id as one path segment: every character but letters, digits and `-._~` percent-encoded
+    (a `/` too, so that no client or proxy can fold `..` segments), decoded once by the server."""
+    return quote('' if value is None else str(value), safe='')
+
+
 def _environment() -> Environment:
     env = Environment(
         loader=FileSystemLoader(_HERE / 'templates'),
@@ -172,6 +178,7 @@ def _environment() -> Environment:
     )
     env.filters['visible'] = _visible
     env.filters['one_line'] = _one_line
+    env.filters['id_url'] = _id_url
     env.filters['ts'] = timestamp
     env.filters['size'] = size
     env.filters['tokens'] = tokens
@@ -385,6 +392,12 @@ class _Guard:
         if scope['type'] != 'http':
             await self.app(scope, receive, send)
             return
+        raw = scope.get('raw_path')
+        if isinstance(raw, bytes) and raw:
+            # The path decoded exactly once from the bytes the client sent: ids in links are
+            # percent-encoded whole (`a%20b` as `a%2520b`), and a server that decoded `path` twice
+            # (Starlette's TestClient does) would open another id's page.
+            scope = {**scope, 'path': unquote(raw.decode('latin-1'))}
 
         async def secured(message: Message) -> None:
             if message['type'] == 'http.response.start':
