@@ -13,7 +13,7 @@ from webtools import CHROMIUM, CHROMIUM_ARGS, TOKEN, Server, WebStore, build_web
 
 @pytest.fixture(scope='session')
 def web_store(tmp_path_factory: pytest.TempPathFactory) -> WebStore:
-    return asyncio.run(build_web_store(tmp_path_factory.mktemp('web') / 'store.lmdb'))
+    return asyncio.run(build_web_store(tmp_path_factory.mktemp('web') / 'eventlog-demo.lmdb'))
 
 
 @pytest.fixture(scope='session')

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 from pathlib import Path
 
 from playwright.sync_api import Page, expect
-from webtools import ESC_TEXT, HOSTILE_TITLE, SCRIPT_TEXT, TOKEN, TOOL_ARG, Server, WebStore
+from webtools import ESC_TEXT, HOSTILE_TITLE, SCRIPT_TEXT, TOKEN, TOOL_ARG, Server, WebStore, serving
 
 
 def test_each_page_opens_and_links_to_the_next(page: Page, server: Server, web_store: WebStore) -> None:
@@ -106,25 +107,46 @@ def test_a_long_transcript_is_paged(page: Page, server: Server, web_store: WebSt
     expect(entries.first.locator('a.seq')).to_have_text(f'#{web_store.seqs["long_first"] + 100}')
 
 
-def test_screenshots_of_each_page(page: Page, server: Server, web_store: WebStore, tmp_path: Path) -> None:
-    """Screenshots of every page (into `$EVENTLOG_SCREENSHOTS` when set, for docs/web)."""
+def _demo_store_link(store: Path) -> Path:
+    """`store` reached through `$TMPDIR/demo-store` (a symlink to its directory, replaced atomically),
+    so that the header of the screenshots names a store path that reads as one, not pytest's."""
+    link = Path(tempfile.gettempdir()) / 'demo-store'
+    fresh = link.with_name(f'.demo-store-{os.getpid()}')
+    fresh.unlink(missing_ok=True)
+    fresh.symlink_to(store.parent, target_is_directory=True)
+    os.replace(fresh, link)
+    return link / store.name
+
+
+def test_screenshots_of_each_page(page: Page, web_store: WebStore, tmp_path: Path) -> None:
+    """Screenshots of every page (into `$EVENTLOG_SCREENSHOTS` when set, for docs/web), of a server
+    over `$TMPDIR/demo-store/eventlog-demo.lmdb`, the path its header shows."""
     target = Path(os.environ.get('EVENTLOG_SCREENSHOTS') or tmp_path)
     target.mkdir(parents=True, exist_ok=True)
+    store = _demo_store_link(web_store.path)
+    with serving(store) as server:
+        _screenshots(page, server, web_store, target, str(store))
+
+
+def _screenshots(page: Page, server: Server, web_store: WebStore, target: Path, store: str) -> None:
     page.goto(f'{server.base}/c/{web_store.demo_conversation}')
     runs = page.locator('details.runs a')
     final_run = runs.last.get_attribute('href')
     assert final_run is not None
     shots = {
+        # The stats page first: it waits for `verify`, whose report the list then shows.
+        'stats': '/stats',
         'conversations': '/',
         'transcript': f'/c/{web_store.demo_conversation}',
         'run': final_run,
         'search': '/search?q=deploy+path',
         'entry': f'/e/{web_store.seqs["hostile_prompt"]}',
-        'stats': '/stats',
     }
     for name, path in shots.items():
         response = page.goto(server.base + path)
         assert response is not None and response.status == 200, path
+        header = page.locator('header .store').inner_text()
+        assert header == store and 'pytest' not in header, header
         page.screenshot(path=str(target / f'{name}.png'))
         data = (target / f'{name}.png').read_bytes()
         assert data.startswith(b'\x89PNG') and len(data) > 10_000
