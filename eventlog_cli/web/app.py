@@ -434,8 +434,8 @@ class _Guard:
 
 
 def _preload() -> None:
-    """Import what the pages and the verify thread import lazily, before any request: two threads
-    importing pydantic-ai at once can see it half initialized."""
+    """Import what the pages and the verify thread import lazily, and build the messages' validator,
+    before any request: two threads importing pydantic-ai at once can see it half initialized."""
     import importlib
 
     for name in (
@@ -449,6 +449,11 @@ def _preload() -> None:
         'eventlog_cli._render',
     ):
         importlib.import_module(name)
+    # pydantic builds the messages' validator on its first use (a third of the first `verify` of
+    # the demo store under cProfile): build it now, before any page waits for it.
+    from pydantic_ai.messages import ModelMessagesTypeAdapter
+
+    ModelMessagesTypeAdapter.validate_json(b'[]')
 
 
 def create_app(
