@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import html
 import re
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -344,3 +346,30 @@ def test_escaping_round_trips() -> None:
         escaped = escape_recalled(text)
         assert '<' not in escaped and '>' not in escaped
         assert html.unescape(escaped) == text
+
+
+async def test_a_run_resumed_without_a_prompt_gets_its_recall_and_replays_exactly() -> None:
+    log = InMemoryEventLog()
+    model = Recorder()
+    agent = _agent(log, model)
+    await agent.run('the kayak is red', conversation_id='c')
+    history: list[ModelMessage] = [ModelRequest(parts=[UserPromptPart('what colour is the kayak')])]
+    result = await agent.run(message_history=history, conversation_id='c')
+    assert _recalled_texts(model.block() or '') == ['User: the kayak is red']
+    assert await replayed(log, result.run_id) == dump(result.all_messages())
+    # pydantic-ai stamps a resumed request after the request hooks, so it is recorded with its
+    # response, after the recall entry (docs/recall.md).
+    kinds = [e.kind for e in await log.entries(run_id=result.run_id)]
+    assert kinds == ['run_started', 'recall', 'message', 'message', 'run_finished']
+
+
+def test_the_readme_example_runs(tmp_path: Path) -> None:
+    readme = (Path(__file__).parents[2] / 'README.md').read_text()
+    (block,) = [b for b in re.findall(r'```python\n(.*?)```', readme, re.S) if 'AutoRecall(log, k=2' in b]
+    done = subprocess.run(
+        [sys.executable, '-c', block], capture_output=True, text=True, cwd=tmp_path, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[:3] == ['no recall', 'no recall', '<recalled_history>']
+    assert lines[-1] == "['run_started', 'message', 'recall', 'message', 'run_finished']"
