@@ -373,3 +373,33 @@ def test_the_readme_example_runs(tmp_path: Path) -> None:
     lines = done.stdout.splitlines()
     assert lines[:3] == ['no recall', 'no recall', '<recalled_history>']
     assert lines[-1] == "['run_started', 'message', 'recall', 'message', 'run_finished']"
+
+
+_WORDS = ['amber', 'birch', 'cedar', 'delta', 'ember', 'fjord']
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    runs=st.lists(
+        st.tuples(st.sampled_from(['a', 'b']), st.lists(st.sampled_from(_WORDS), min_size=1, max_size=4)),
+        min_size=1,
+        max_size=6,
+    ),
+    query=st.lists(st.sampled_from(_WORDS), min_size=1, max_size=3),
+    conversation=st.sampled_from(['a', 'b', 'c']),
+)
+async def test_recall_never_leaves_the_conversation(
+    runs: list[tuple[str, list[str]]], query: list[str], conversation: str
+) -> None:
+    log = InMemoryEventLog()
+    model = Recorder()
+    agent = _agent(log, model, k=3)
+    for conv, words in runs:
+        await agent.run(' '.join(words), conversation_id=conv)
+    await agent.run(' '.join(query), conversation_id=conversation)
+    mine = {f'User: {" ".join(words)}' for conv, words in runs if conv == conversation}
+    recalled = _recalled_texts(model.block() or '')
+    assert set(recalled) <= mine
+    # Everything of the conversation that shares a word with the query is a candidate: up to k of them come back.
+    matching = [words for conv, words in runs if conv == conversation and set(words) & set(query)]
+    assert len(recalled) == min(3, len(matching))
