@@ -327,6 +327,9 @@ async def test_erasure_removes_the_quoted_text_and_the_cli_shows_recalls(tmp_pat
     shown = await asyncio.to_thread(invoke, 'replay', result.run_id, store=path)
     assert shown.exit_code == 0, shown.output
     assert re.search(r'#\d+ .* recall +1 message \(#2\)', shown.output) and 'X1234567' in shown.output
+    shown = await asyncio.to_thread(invoke, 'show', 'c', store=path)
+    assert shown.exit_code == 0, shown.output
+    assert f'#{entry.seq}' in shown.output and 'recalled into the request: 1 message (#2)' in shown.output
     shown = await asyncio.to_thread(invoke, 'tail', '--kind', 'recall', '-n', '5', store=path)
     assert shown.exit_code == 0, shown.output
     assert f'#{entry.seq}' in shown.output and 'X1234567' in shown.output
