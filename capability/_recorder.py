@@ -290,18 +290,20 @@ class RunRecorder:
         )
         await self._write([Outgoing(WireEntry('tool_effect', entry.payload, f'{key}:{status}'))])
 
-    async def recall(self, info: RecallInfo) -> None:
+    def recall(self, info: RecallInfo) -> None:
         """Record what a recall capability added to the request about to be sent.
 
-        Written after the live history is (its request first, so the entry follows the request it
-        was added to); a run that has not started recording writes nothing.
+        The entry waits for the run's next write (the response, or the run's end if the model call
+        fails), so it costs no commit of its own and lands in the same transaction as what the model
+        answered; it follows the request, which was recorded before. A run that has not started
+        recording writes nothing.
         """
         if not self.started or self.disabled:
             return
         entry = recall_entry(conversation_id=self.conversation_id, run_id=self.run_id, info=info)
         key = f'recall:{self.recalls}'
         self.recalls += 1
-        await self._write([Outgoing(WireEntry('recall', entry.payload, key))])
+        self.pending.append(Outgoing(WireEntry('recall', entry.payload, key)))
 
     async def finish(
         self,

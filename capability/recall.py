@@ -290,7 +290,7 @@ class AutoRecall(AbstractCapability[AgentDepsT]):
         anchor = messages[index]
         assert isinstance(anchor, ModelRequest)
         messages[index] = dataclasses.replace(anchor, parts=[UserPromptPart(block), *anchor.parts])
-        await self._record(ctx, query, block, chosen)
+        self._record(ctx, query, block, chosen)
         return dataclasses.replace(request_context, messages=messages)
 
     async def _recall(self, ctx: RunContext[AgentDepsT], query: str, live: Sequence[ModelMessage]) -> list[_Recalled]:
@@ -341,7 +341,7 @@ class AutoRecall(AbstractCapability[AgentDepsT]):
     def _fits(self, items: Sequence[_Recalled]) -> bool:
         return self.count_tokens(_render(items)) <= self.max_tokens
 
-    async def _record(self, ctx: RunContext[AgentDepsT], query: str, block: str, chosen: list[_Recalled]) -> None:
+    def _record(self, ctx: RunContext[AgentDepsT], query: str, block: str, chosen: list[_Recalled]) -> None:
         """Record the block on every `EventLogPersistence` recording this run."""
         recorders = active_recorders(ctx.run_id)
         if not recorders:
@@ -366,7 +366,7 @@ class AutoRecall(AbstractCapability[AgentDepsT]):
                 tokens=self.count_tokens(block),
                 max_tokens=self.max_tokens,
             )
-            await recorder.recall(info)
+            recorder.recall(info)
 
 
 def _is_count(value: object) -> bool:

@@ -406,3 +406,22 @@ async def test_recall_never_leaves_the_conversation(
     # Everything of the conversation that shares a word with the query is a candidate: up to k of them come back.
     matching = [words for conv, words in runs if conv == conversation and set(words) & set(query)]
     assert len(recalled) == min(3, len(matching))
+
+
+async def test_a_failing_model_call_still_leaves_the_recall_entry() -> None:
+    log = InMemoryEventLog()
+    await _agent(log, Recorder()).run('the lighthouse keeper is Ada', conversation_id='c')
+
+    def broken(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        raise RuntimeError('provider down')
+
+    agent = Agent(FunctionModel(broken), capabilities=[EventLogPersistence(log), AutoRecall(log)])
+    with pytest.raises(RuntimeError, match='provider down'):
+        await agent.run('who is the lighthouse keeper', conversation_id='c')
+    runs = await log.list_runs(conversation_id='c')
+    failed = runs[-1]
+    assert failed.status == 'failed'
+    kinds = [e.kind for e in await log.entries(run_id=failed.run_id)]
+    assert kinds == ['run_started', 'message', 'recall', 'run_finished']
+    ((_, info),) = await _recalls(log, failed.run_id)
+    assert _recalled_texts(info.text) == ['User: the lighthouse keeper is Ada']
