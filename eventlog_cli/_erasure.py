@@ -131,7 +131,8 @@ async def _check_seqs(log: EventLogBase, conversation_id: str, wanted: set[int])
     missing = sorted(wanted - held)
     if missing:
         raise cli.CliError(
-            f'entry {missing[0]} is not a message, compaction or recall entry of conversation {conversation_id!r}'
+            f'entry {missing[0]} of conversation {conversation_id!r} is not one whose content erase removes '
+            f'({", ".join(sorted(ERASABLE_KINDS))})'
         )
 
 
