@@ -16,26 +16,33 @@ if TYPE_CHECKING:
         RedactionError,
         Redactor,
     )
+    from capability.recall import AutoRecall, RecallMode, estimate_tokens
     from capability.search import TOOL_NAME, ConversationSearch, ScopeDefaultWarning, SearchScope
 
 __all__ = [
     'TOOL_NAME',
+    'AutoRecall',
     'ConversationSearch',
     'EventLogDurability',
     'EventLogPersistence',
     'EventLogPersistenceError',
     'EventLogPersistenceWarning',
     'OnError',
+    'RecallMode',
     'RedactionError',
     'Redactor',
     'ScopeDefaultWarning',
     'SearchScope',
+    'estimate_tokens',
 ]
 
 # The names are imported on first use (PEP 562): the `eventlog` command imports
 # `eventlog_cli.cli`, and most of its commands never need pydantic-ai's agent machinery.
 _SUBMODULE: dict[str, str] = {
     'EventLogDurability': 'capability.durability',
+    'AutoRecall': 'capability.recall',
+    'RecallMode': 'capability.recall',
+    'estimate_tokens': 'capability.recall',
     'EventLogPersistence': 'capability.persistence',
     'EventLogPersistenceError': 'capability.persistence',
     'EventLogPersistenceWarning': 'capability.persistence',

@@ -30,8 +30,10 @@ from eventlog import (
     DurableError,
     EventLog,
     EventLogError,
+    RecallInfo,
     compaction_entry,
     encode_message,
+    recall_entry,
     run_finished_entry,
     run_started_entry,
     tool_effect_entry,
@@ -71,7 +73,7 @@ class EventLogPersistenceWarning(UserWarning):
 class WireEntry:
     """One entry to append, in a form a durable engine can serialize (the run ids travel apart)."""
 
-    kind: Literal['message', 'run_started', 'run_finished', 'compaction', 'tool_effect']
+    kind: Literal['message', 'run_started', 'run_finished', 'compaction', 'tool_effect', 'recall']
     payload: bytes
     key: str
     parent: int | None = None
@@ -180,6 +182,7 @@ class RunRecorder:
     messages: int = 0
     compactions: int = 0
     tool_calls: dict[str, int] = field(default_factory=dict[str, int])
+    recalls: int = 0
     live: list[ModelMessage] | None = None
     """The live history as of the last sync: the run's own list, which hooks after the run lack."""
     sent: tuple[ModelMessage, bytes] | None = None
@@ -286,6 +289,21 @@ class RunRecorder:
             error=error,
         )
         await self._write([Outgoing(WireEntry('tool_effect', entry.payload, f'{key}:{status}'))])
+
+    def recall(self, info: RecallInfo) -> None:
+        """Record what a recall capability added to the request about to be sent.
+
+        The entry waits for the run's next write (the response, or the run's end if the model call
+        fails), so it costs no commit of its own and lands in the same transaction as what the model
+        answered; it follows the request, which was recorded before. A run that has not started
+        recording writes nothing.
+        """
+        if not self.started or self.disabled:
+            return
+        entry = recall_entry(conversation_id=self.conversation_id, run_id=self.run_id, info=info)
+        key = f'recall:{self.recalls}'
+        self.recalls += 1
+        self.pending.append(Outgoing(WireEntry('recall', entry.payload, key)))
 
     async def finish(
         self,

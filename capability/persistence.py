@@ -77,6 +77,17 @@ This stays a context variable although each run has its own recorder: the enclos
 another agent's, recorded by another `EventLogPersistence`, and pydantic-ai hands a run nothing
 that names the run whose tool started it; the task's context is what the two runs share."""
 
+_RECORDERS: ContextVar[tuple[RunRecorder, ...]] = ContextVar('eventlog_persistence_recorders', default=())
+"""The recorders of the runs whose `wrap_run` encloses the current task, innermost last: how another
+capability of the same run (`AutoRecall`) records what it added to a request."""
+
+
+def active_recorders(run_id: str | None) -> list[RunRecorder]:
+    """The recorders of `run_id` active in this task: one per `EventLogPersistence` recording it."""
+    if run_id is None:
+        return []
+    return [recorder for recorder in _RECORDERS.get() if recorder.run_id == run_id]
+
 
 @dataclass
 class EventLogPersistence(AbstractCapability[AgentDepsT]):
@@ -195,6 +206,7 @@ class EventLogPersistence(AbstractCapability[AgentDepsT]):
         """
         recorder = self._recording
         token = _ACTIVE_RUN.set(ctx.run_id)
+        recorders = _RECORDERS.set((*_RECORDERS.get(), recorder))
         try:
             try:
                 result = await handler()
@@ -208,6 +220,7 @@ class EventLogPersistence(AbstractCapability[AgentDepsT]):
             await self._run_ended(failing=False)
             return result
         finally:
+            _RECORDERS.reset(recorders)
             _ACTIVE_RUN.reset(token)
 
     async def _run_ended(self, *, failing: bool) -> None:

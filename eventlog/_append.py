@@ -48,6 +48,7 @@ from eventlog.entries import (
     ForkInfo,
     Kind,
     NewEntry,
+    RecallInfo,
     RunFinishedInfo,
     RunRecord,
     RunStartedInfo,
@@ -359,6 +360,15 @@ def _durable_step(batch: _Batch, entry: NewEntry, seq: int, ts: datetime, allow_
     return _follow(run, seq)
 
 
+def _recall(batch: _Batch, entry: NewEntry, seq: int, ts: datetime, allow_internal: bool) -> int | None:
+    run, _ = _running(batch, entry)
+    recall: RecallInfo = _payload(entry)
+    for hit in recall.hits:
+        if hit.seq is not None:
+            check_seq(hit.seq, 'a seq in recall.hits')
+    return _follow(run, seq)
+
+
 def _forked_from(batch: _Batch, entry: NewEntry, seq: int, ts: datetime, allow_internal: bool) -> int | None:
     conv_id = entry.conversation_id
     conv = batch.conv(conv_id)
@@ -463,6 +473,7 @@ _APPLY: Final[dict[Kind, _Rule]] = {
     'compaction': _compaction,
     'tool_effect': _tool_effect,
     'durable_step': _durable_step,
+    'recall': _recall,
     'forked_from': _forked_from,
     'deleted': _deleted,
     'title': _title,

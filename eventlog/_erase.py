@@ -29,6 +29,7 @@ from eventlog.entries import (
     Entry,
     ErasureInfo,
     NewEntry,
+    RecallInfo,
     encode_info,
 )
 from eventlog.errors import InvalidArgumentError, RunNotFound
@@ -50,6 +51,7 @@ MAX_REASON: Final = 1000
 Predicate = Callable[[Entry], bool]
 
 _compaction_decoder = msgspec.json.Decoder(CompactionInfo)
+_recall_decoder = msgspec.json.Decoder(RecallInfo)
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +175,11 @@ def _placeholder_payload(entry: Entry, erasure_seq: int) -> bytes:
         stand_ins = [placeholder_message(m, erasure_seq) for m in summary] or [placeholder_message(None, erasure_seq)]
         out = CompactionInfo(replaced=info.replaced, summary=[msgspec.Raw(encode_message(m)) for m in stand_ins])
         return encode_info(out)
+    if entry.kind == 'recall':
+        # The quoted text and the query go; which messages were recalled (ids, scores) stays.
+        recall = _recall_decoder.decode(entry.payload)
+        text = ERASED_TEXT.format(seq=erasure_seq)
+        return encode_info(msgspec.structs.replace(recall, query=text, text=text))
     try:
         original: ModelMessage | None = entry.message()
     except Exception:

@@ -62,6 +62,7 @@ from eventlog.entries import (
     ErasureInfo,
     ForkInfo,
     Kind,
+    RecallInfo,
     RunFinishedInfo,
     RunRecord,
     RunStartedInfo,
@@ -82,6 +83,7 @@ _compaction: Final = msgspec.json.Decoder(CompactionInfo)
 _title: Final = msgspec.json.Decoder(TitleInfo)
 _fork: Final = msgspec.json.Decoder(ForkInfo)
 _erasure: Final = msgspec.json.Decoder(ErasureInfo)
+_recall: Final = msgspec.json.Decoder(RecallInfo)
 
 _INDEX_NAMES: Final = {
     Table.BY_CONV: 'the conversation index (BY_CONV)',
@@ -288,6 +290,11 @@ class _Rebuild:
         conv, run = self._running(body)
         return conv, _follow(run, seq)
 
+    def _recall(self, seq: int, body: StoredBody) -> _Applied:
+        conv, run = self._running(body)
+        _recall.decode(body.payload)
+        return conv, _follow(run, seq)
+
 
 _Applied = tuple[ConversationRecord, 'RunRecord | None']
 
@@ -305,6 +312,7 @@ _REBUILD: Final[dict[Kind, Callable[[_Rebuild, int, StoredBody], _Applied]]] = {
     'compaction': _Rebuild._compaction,  # pyright: ignore[reportPrivateUsage]
     'tool_effect': _Rebuild._tool_effect,  # pyright: ignore[reportPrivateUsage]
     'durable_step': _Rebuild._durable_step,  # pyright: ignore[reportPrivateUsage]
+    'recall': _Rebuild._recall,  # pyright: ignore[reportPrivateUsage]
     'forked_from': _Rebuild._forked_from,  # pyright: ignore[reportPrivateUsage]
     'deleted': _Rebuild._deleted,  # pyright: ignore[reportPrivateUsage]
     'title': _Rebuild._title,  # pyright: ignore[reportPrivateUsage]

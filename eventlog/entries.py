@@ -36,6 +36,8 @@ __all__ = [
     'ForkInfo',
     'Kind',
     'NewEntry',
+    'RecallInfo',
+    'RecalledHit',
     'RunFinishedInfo',
     'RunRecord',
     'RunStartedInfo',
@@ -52,6 +54,7 @@ __all__ = [
     'encode_message',
     'fold_compaction',
     'message_entry',
+    'recall_entry',
     'run_finished_entry',
     'run_started_entry',
     'tool_effect_entry',
@@ -64,6 +67,7 @@ Kind = Literal[
     'compaction',
     'tool_effect',
     'durable_step',
+    'recall',
     'title',
     'archived',
     'unarchived',
@@ -76,7 +80,7 @@ Kind = Literal[
 T = TypeVar('T')
 
 RUN_KINDS: Final[frozenset[Kind]] = frozenset(
-    {'message', 'run_started', 'run_finished', 'compaction', 'tool_effect', 'durable_step'}
+    {'message', 'run_started', 'run_finished', 'compaction', 'tool_effect', 'durable_step', 'recall'}
 )
 """Kinds that belong to a run: they carry a `run_id` and sit on the run's branch."""
 
@@ -87,9 +91,9 @@ CONVERSATION_KINDS: Final[frozenset[Kind]] = frozenset(
 
 KINDS: Final[frozenset[Kind]] = RUN_KINDS | CONVERSATION_KINDS
 
-ERASABLE_KINDS: Final[frozenset[Kind]] = frozenset({'message', 'compaction', 'durable_step'})
+ERASABLE_KINDS: Final[frozenset[Kind]] = frozenset({'message', 'compaction', 'durable_step', 'recall'})
 """Kinds whose payload holds message content (a `durable_step` holds a model response or a tool
-result), which `erase` replaces with a placeholder."""
+result, a `recall` entry quotes the messages it recalled), which `erase` replaces with a placeholder."""
 
 MAX_SEQ: Final = 2**53 - 1
 """The largest `seq` the log assigns or accepts, and the bound of every seq-like or counting
@@ -239,6 +243,42 @@ class DurableStepInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=T
     """The unit's result as the engine's codec encoded it (JSON)."""
 
 
+class RecalledHit(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One stored message a `recall` entry brought into a model request."""
+
+    run_id: str
+    """The run whose record holds the message."""
+    position: int
+    """Its position in that run's full record."""
+    score: float
+    """Its relevance score (BM25 for `mode='bm25'`)."""
+    seq: int | None = None
+    """The entry that stored it, when the recall read this same log (else unknown)."""
+    truncated: bool = False
+    """Whether only the start of its text fitted in the token budget."""
+
+
+class RecallInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """Payload of a `recall` entry: stored messages added to one model request of the run.
+
+    The injected text is sent to the model with that request only; it is not a message of the
+    run, so replay and search ignore it (docs/recall.md).
+    """
+
+    query: str
+    """The text the recall searched with (the run's latest user prompt)."""
+    mode: str
+    """How it ranked: `'bm25'`, `'semantic'` or `'hybrid'`."""
+    hits: list[RecalledHit]
+    """The recalled messages, best first."""
+    text: str
+    """Exactly the text added to the request."""
+    tokens: int
+    """`text`'s size as the capability estimated it."""
+    max_tokens: int
+    """The budget it was held to."""
+
+
 class TitleInfo(msgspec.Struct, frozen=True):
     """Payload of a `title` entry."""
 
@@ -272,6 +312,7 @@ PAYLOAD_TYPES: Final[Mapping[Kind, type[msgspec.Struct] | None]] = {
     'compaction': CompactionInfo,
     'tool_effect': ToolEffectInfo,
     'durable_step': DurableStepInfo,
+    'recall': RecallInfo,
     'title': TitleInfo,
     'archived': None,
     'unarchived': None,
@@ -495,6 +536,19 @@ def durable_step_entry(
         conversation_id=conversation_id,
         run_id=run_id,
         kind='durable_step',
+        payload=encode_info(info),
+        idempotency_key=idempotency_key,
+    )
+
+
+def recall_entry(
+    *, conversation_id: str, run_id: str, info: RecallInfo, idempotency_key: str | None = None
+) -> NewEntry:
+    """A `recall` entry: what a recall capability added to one model request of the run."""
+    return NewEntry(
+        conversation_id=conversation_id,
+        run_id=run_id,
+        kind='recall',
         payload=encode_info(info),
         idempotency_key=idempotency_key,
     )

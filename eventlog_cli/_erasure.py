@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from eventlog import Entry, Erased, LmdbEventLog, RetentionPolicy, RetentionReport
+from eventlog.entries import ERASABLE_KINDS
 from eventlog.log import EventLogBase
 from eventlog.retention import RetentionAction
 
@@ -109,9 +110,7 @@ async def _erase(
         if not yes:
             found = [
                 e
-                for e in await log.entries(
-                    conversation_id=conversation_id, run_id=run_id, kinds=['message', 'compaction']
-                )
+                for e in await log.entries(conversation_id=conversation_id, run_id=run_id, kinds=ERASABLE_KINDS)
                 if not e.erased and where(e)
             ]
             sys.stderr.write(
@@ -128,11 +127,12 @@ async def _erase(
 async def _check_seqs(log: EventLogBase, conversation_id: str, wanted: set[int]) -> None:
     from eventlog_cli import cli
 
-    held = {e.seq for e in await log.entries(conversation_id=conversation_id, kinds=['message', 'compaction'])}
+    held = {e.seq for e in await log.entries(conversation_id=conversation_id, kinds=ERASABLE_KINDS)}
     missing = sorted(wanted - held)
     if missing:
         raise cli.CliError(
-            f'entry {missing[0]} is not a message or compaction entry of conversation {conversation_id!r}'
+            f'entry {missing[0]} of conversation {conversation_id!r} is not one whose content erase removes '
+            f'({", ".join(sorted(ERASABLE_KINDS))})'
         )
 
 

@@ -8,6 +8,7 @@ the fast commands (`eventlog_cli._fast`) print exactly what the full command lin
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import sys
@@ -25,6 +26,7 @@ from eventlog.entries import (
     ErasureInfo,
     ForkInfo,
     Kind,
+    RecallInfo,
     RunFinishedInfo,
     RunRecord,
     RunStartedInfo,
@@ -282,6 +284,21 @@ def _durable_step_headline(entry: Entry, limit: int) -> str:
     return f'durable step {info.step} {clip(info.name, limit)} ({size(len(info.result))} result)'
 
 
+_RECALLED_MESSAGE = re.compile(r'<message [^>]*>\n(.*?)\n</message>', re.S)
+"""One recalled message's (escaped) text inside a `recall` entry's block."""
+
+
+def _recall_headline(entry: Entry, limit: int) -> str:
+    info = msgspec.json.decode(entry.payload, type=RecallInfo)
+    count = len(info.hits)
+    recalled = [f'#{hit.seq}' if hit.seq is not None else f'{hit.run_id}[{hit.position}]' for hit in info.hits]
+    what = f'{count} {"message" if count == 1 else "messages"} ({", ".join(recalled)})' if recalled else 'nothing'
+    head = f'{what} for {clip(repr(info.query), 80)} ({info.mode}, {info.tokens}/{info.max_tokens} tokens)'
+    quoted = [html.unescape(text) for text in _RECALLED_MESSAGE.findall(info.text)]  # without the framing
+    shown = ' | '.join(quoted) if quoted else info.text
+    return f'{head}: {clip(shown, limit)}' if shown else head
+
+
 def _compaction_headline(entry: Entry, limit: int) -> str:
     info = compaction_info(entry)
     return f'summary replaces {seq_list(info.replaced)}: {clip(compaction_summary_text(info), limit)}'
@@ -302,6 +319,7 @@ HEADLINES: dict[Kind, Callable[[Entry, int], str]] = {
     'run_finished': _run_finished_headline,
     'tool_effect': _tool_effect_headline,
     'durable_step': _durable_step_headline,
+    'recall': _recall_headline,
     'compaction': _compaction_headline,
     'title': _title_headline,
     'forked_from': _forked_from_headline,

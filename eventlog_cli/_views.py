@@ -313,6 +313,7 @@ KIND_STYLES = {
     'run_finished': 'cyan',
     'tool_effect': 'magenta',
     'durable_step': 'blue',
+    'recall': 'green',
     'compaction': 'yellow',
 }
 """How each kind of entry is styled in one-line views (other kinds: bold)."""

@@ -476,10 +476,18 @@ def _compaction_body(entry: Entry, note: _Replaced | None = None) -> Text:
     return out
 
 
+_TRANSCRIPT_KINDS = ['message', 'compaction', 'recall']
+"""What `show` lists: the messages, with markers where a compaction replaced some and where
+`AutoRecall` added stored messages to a request (docs/recall.md)."""
+
+
 def _entry_rows(rows: render.Rows, entries: Sequence[Entry], notes: dict[int, _Replaced] | None = None) -> None:
     for entry in entries:
         if entry.kind == 'compaction':
             body = _compaction_body(entry, (notes or {}).get(entry.seq))
+        elif entry.kind == 'recall':
+            body = Text('recalled into the request: ', style='green')
+            body.append(render.entry_headline(entry, limit=400), style='dim')
         else:
             body = render.message_text(entry.message())
         rows.add(_label(f'#{entry.seq}'), body)
@@ -569,7 +577,7 @@ async def _show(store: str, conversation_id: str | None, run_id: str | None, ful
             rows.flush()
             out.print(Text('then this conversation:', style='dim italic'))
         rows = render.Rows(out, 7)
-        async for batch in _entry_batches(log, conversation_id=conversation_id, kinds=['message', 'compaction']):
+        async for batch in _entry_batches(log, conversation_id=conversation_id, kinds=_TRANSCRIPT_KINDS):
             _entry_rows(rows, batch, await _replaced_notes(log, batch))
         rows.flush()
 
@@ -604,7 +612,7 @@ async def _show_run(log: EventLogBase, run_id: str, full: bool, as_json: bool) -
     earlier = await _count_messages(log, record.branch_parent)
     if earlier > 0:
         out.print(Text(f'(continues {earlier} earlier messages; --full shows them)', style='dim italic'))
-    async for batch in _entry_batches(log, run_id=run_id, kinds=['message', 'compaction']):
+    async for batch in _entry_batches(log, run_id=run_id, kinds=_TRANSCRIPT_KINDS):
         _entry_rows(rows, batch, await _replaced_notes(log, batch))
     rows.flush()
 

@@ -78,7 +78,10 @@ def test_erase_and_retain_bad_input_one_line(fresh: Store) -> None:  # noqa: F81
     cases = [
         (('erase', 'nope', '--yes'), "no conversation 'nope'"),
         (('erase', 'beta', '--run', fresh.alpha_runs[0], '--yes'), 'no run'),
-        (('erase', 'beta', '--seq', '1', '--yes'), 'entry 1 is not a message or compaction entry'),
+        (
+            ('erase', 'beta', '--seq', '1', '--yes'),
+            "entry 1 of conversation 'beta' is not one whose content erase removes",
+        ),
         (('erase', 'beta', '--contains', '', '--yes'), '--contains needs some text'),
         (('retain', '--max-age', '3x'), "'3x' is not an age"),
         (('retain', '--max-age', '0d'), 'is zero'),

@@ -25,6 +25,8 @@ from eventlog.entries import (
     ErasureInfo,
     ForkInfo,
     NewEntry,
+    RecalledHit,
+    RecallInfo,
     TitleInfo,
     durable_step_entry,
     encode_info,
@@ -100,6 +102,24 @@ def _build() -> MemoryTables:
                 name='a__model.request',
                 result=b'{"parts":[],"kind":"response"}',
                 idempotency_key='durable:1',
+            ),
+        ],
+        [
+            NewEntry(
+                conversation_id='c2',
+                run_id='r2',
+                kind='recall',
+                payload=encode_info(
+                    RecallInfo(
+                        query='q',
+                        mode='bm25',
+                        hits=[RecalledHit(run_id='r1', position=0, score=1.5, seq=2)],
+                        text='<recalled_history>hi</recalled_history>',
+                        tokens=13,
+                        max_tokens=100,
+                    )
+                ),
+                idempotency_key='recall:0',
             ),
         ],
     ]
