@@ -5,8 +5,9 @@ Every durable unit of a run (a model request, a tool call, a capability's `@dura
 encoded with the engine's codec (`JSON_CODEC`), is appended to the log as a `durable_step` entry
 of the run. When a run is executed again under the same `run_id` (after a crash, or through
 `EventLogDurability.resume`), each unit the journal holds returns its recorded result without
-executing, after checking it is the unit the journal holds at that step; the first unit the
-journal lacks runs live and the run goes on from there.
+executing, after checking it is the unit the journal holds at that step, with the same input
+(the entry keeps a digest of it); the first unit the journal lacks runs live and the run goes on
+from there.
 
 Guarantees: a unit whose `durable_step` entry is committed never executes again; a unit that
 was executing, or had returned but was not journaled yet, when the process died executes once
@@ -15,7 +16,8 @@ step numbers are the same on every execution.
 
 A lease kept in the store (a projection record per run) lets one process at a time execute a
 run: another process that tries gets `RunLeaseError` while the holder is alive (a holder on the
-same host whose process is gone, or whose lease expired, is taken over).
+same host whose process is gone, or whose lease expired, is taken over). A holder whose lease
+was taken over executes and journals nothing more.
 """
 
 from __future__ import annotations
@@ -226,7 +228,6 @@ class _Backend(JournalCallableOperationBackend[None]):
             default_model_id=default_model_id,
             config=RoleBasedOperationConfig(model=None, event=None, capability=None, tool=None),
         )
-        self.check_inputs = True
 
     def bind(self, operation: DurableOperation[Any, Any, Any]) -> BoundDurableOperation[Any, Any, Any]:
         return _ParamsBound(super().bind(operation))
@@ -246,7 +247,7 @@ class _Backend(JournalCallableOperationBackend[None]):
         step = journal.next_step
         journal.next_step += 1
         held = journal.recorded.get(step)
-        inputs = _input_digests(operation_id, _PARAMS.get()) if self.check_inputs else None
+        inputs = _input_digests(operation_id, _PARAMS.get())
         if held is not None:
             if _unit_kind(held.name) != _unit_kind(name):
                 raise DurableDeterminismError(journal.run_id, step, held.name, name)
@@ -279,7 +280,8 @@ class EventLogDurability(BaseDurabilityCapability[AgentDepsT]):
     Every agent run with this capability is durable. Each model request, tool call and
     capability `@durable_operation` is a unit: its result is appended once, as a `durable_step`
     entry of the run, and a run executed again returns the journaled results instead of
-    executing (no model request is sent again, no finished tool runs again). Resume an
+    executing (no model request is sent again, no finished tool runs again), after checking the
+    run asks for the same units with the same inputs (`DurableDeterminismError`). Resume an
     interrupted run with `agent.run(..., run_id=..., conversation_id=...)` or with `resume`,
     which reads the prompt and the conversation from the log; `log.list_runs(status='running')`
     lists the runs that need it. A completed run executed again replays entirely from the
@@ -295,7 +297,8 @@ class EventLogDurability(BaseDurabilityCapability[AgentDepsT]):
             the model request unit.
         name: The name in the units' persisted names; defaults to the agent's `name`.
         lease_seconds: How long a run's lease lasts without renewal; the holder renews it every
-            third of that. A process that died on this host frees its leases at once.
+            third of that. A process that died on this host frees its leases at once; one on
+            another host is waited out until its lease expires.
     """
 
     engine_spec = DurabilityEngineSpec(
@@ -440,7 +443,8 @@ class EventLogDurability(BaseDurabilityCapability[AgentDepsT]):
 
         Raises `RunNotFound` (no such run), `DurableRunFailedError` (the run failed or was
         cancelled), `RunLeaseError` (another live process is executing it) and
-        `DurableDeterminismError` (the agent asks for other units than the journal holds).
+        `DurableDeterminismError` (the agent asks for other units than the journal holds, or
+        sends them other inputs).
         """
         run = await self.log.get_run(run_id)
         if run is None:

@@ -558,3 +558,46 @@ async def test_digests_are_recorded_and_journals_without_them_still_resume(log: 
     assert all(s.inputs is None for s in await steps(old, 'r1'))
     result = await script.agent(old).run('look things up', run_id='r1', conversation_id='c1')
     assert result.output == 'done: alpha, beta'
+
+
+@pytest.mark.parametrize('budget', [2, 4, 6, 8])
+async def test_generated_tool_call_ids_instructions_and_system_prompts_resume(log: EventLogBase, budget: int) -> None:
+    """Inputs a legitimate re-execution reproduces are not flagged: tool call ids the model left to
+    pydantic-ai (random, but journaled with the response), instructions and a system prompt."""
+    calls: Counter[str] = Counter()
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        step = 1 + sum(isinstance(m, ModelResponse) for m in messages)
+        calls[f'model:{step}'] += 1
+        if step <= 2:
+            return ModelResponse(parts=[ToolCallPart('lookup', {'key': f'k{step}'})])  # no tool_call_id
+        return ModelResponse(parts=[TextPart('done')])
+
+    def make(target: Any) -> Agent[None, str]:
+        agent = Agent(
+            FunctionModel(model),
+            name='generated',
+            instructions='Be brief.',
+            system_prompt='You look things up.',
+            capabilities=[EventLogPersistence(target), EventLogDurability(target)],
+        )
+
+        @agent.tool_plain
+        def lookup(key: str) -> str:
+            """Look a key up."""
+            calls[f'tool:{key}'] += 1
+            return key.upper()
+
+        return agent
+
+    with pytest.raises((Died, BaseExceptionGroup)):
+        await make(Dying(log, budget)).run('go', run_id='r1', conversation_id='c1', model_settings={'seed': 1})
+    if await log.get_run('r1') is None:
+        result = await make(log).run('go', run_id='r1', conversation_id='c1', model_settings={'seed': 1})
+    else:
+        result = await EventLogDurability(log).resume(make(log), 'r1', model_settings={'seed': 1})
+    assert result.output == 'done'
+    assert all(count <= 2 for count in calls.values()), calls
+    assert await replayed(log, 'r1') == dump(result.all_messages())
+    journal = await steps(log, 'r1')
+    assert sum(1 for s in journal if s.inputs and 'messages' in s.inputs) == 3
