@@ -5,8 +5,9 @@ Every durable unit of a run (a model request, a tool call, a capability's `@dura
 encoded with the engine's codec (`JSON_CODEC`), is appended to the log as a `durable_step` entry
 of the run. When a run is executed again under the same `run_id` (after a crash, or through
 `EventLogDurability.resume`), each unit the journal holds returns its recorded result without
-executing, after checking it is the unit the journal holds at that step; the first unit the
-journal lacks runs live and the run goes on from there.
+executing, after checking it is the unit the journal holds at that step, with the same input
+(the entry keeps a digest of it); the first unit the journal lacks runs live and the run goes on
+from there.
 
 Guarantees: a unit whose `durable_step` entry is committed never executes again; a unit that
 was executing, or had returned but was not journaled yet, when the process died executes once
@@ -15,12 +16,14 @@ step numbers are the same on every execution.
 
 A lease kept in the store (a projection record per run) lets one process at a time execute a
 run: another process that tries gets `RunLeaseError` while the holder is alive (a holder on the
-same host whose process is gone, or whose lease expired, is taken over).
+same host whose process is gone, or whose lease expired, is taken over). A holder whose lease
+was taken over executes and journals nothing more.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import socket
 import time
@@ -40,16 +43,23 @@ from pydantic_ai.capabilities.wrapper import WrapperCapability
 from pydantic_ai.durable_exec import (
     JSON_CODEC,
     BaseDurabilityCapability,
+    BoundDurableOperation,
     CapabilityOperationId,
+    CapabilityOperationParams,
     DurabilityEngineSpec,
+    DurableOperation,
     DurableOperationId,
+    DynamicToolsetCallToolParams,
     JournalCallableOperationBackend,
+    ModelRequestParams,
     RoleBasedOperationConfig,
+    ToolsetCallToolParams,
 )
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelRequest, UserPromptPart
 from pydantic_ai.models import Model
 from pydantic_ai.run import AgentRunResult
 from pydantic_ai.tools import AgentDepsT, RunContext
+from pydantic_core import PydanticSerializationError
 
 from eventlog import (
     DurableDeterminismError,
@@ -121,14 +131,22 @@ class _Journal:
     """Entries waiting for the run to exist (`EventLogPersistence` starts it with its first append)
     or for the next write (the journal entries of idempotent appends)."""
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    lease: _LeaseHolder | None = None
+    """The run's lease: once another process took it over, this execution writes nothing more."""
 
-    def entry(self, step: int, name: str, result: bytes) -> NewEntry:
+    def check_lease(self) -> None:
+        """Raise `RunLeaseError` if another process took the run's lease over."""
+        if self.lease is not None and self.lease.lost is not None:
+            raise RunLeaseError(self.lease.lost)
+
+    def entry(self, step: int, name: str, result: bytes, inputs: dict[str, str] | None = None) -> NewEntry:
         return durable_step_entry(
             conversation_id=self.conversation_id,
             run_id=self.run_id,
             step=step,
             name=name,
             result=result,
+            inputs=inputs,
             idempotency_key=f'durable:{step}',
         )
 
@@ -138,6 +156,7 @@ class _Journal:
             self.pending.extend(entries)
             if defer:
                 return
+            self.check_lease()
             if not self.run_exists:
                 if await self.log.get_run(self.run_id) is None:
                     if not self.records_run:
@@ -178,6 +197,27 @@ _CURRENT: ContextVar[_Journal | None] = ContextVar('eventlog_durability_journal'
 _IN_STEP: ContextVar[bool] = ContextVar('eventlog_durability_in_step', default=False)
 """True inside a durable unit's body: anything durable it calls runs inline, inside the unit."""
 
+_PARAMS: ContextVar[object] = ContextVar('eventlog_durability_params', default=None)
+"""The parameters of the unit being dispatched, for the digest of its input."""
+
+
+class _ParamsBound(BoundDurableOperation[Any, Any, Any]):
+    """A bound operation that lets `_Backend.execute` see the unit's parameters."""
+
+    def __init__(self, inner: BoundDurableOperation[Any, Any, Any]) -> None:
+        self._inner = inner
+
+    @property
+    def operation(self) -> DurableOperation[Any, Any, Any]:
+        return self._inner.operation
+
+    async def __call__(self, params: Any, *, config: object | None = None) -> Any:
+        token = _PARAMS.set(params)
+        try:
+            return await self._inner(params, config=config)
+        finally:
+            _PARAMS.reset(token)
+
 
 class _Backend(JournalCallableOperationBackend[None]):
     """Runs each durable unit through the current run's journal."""
@@ -188,6 +228,9 @@ class _Backend(JournalCallableOperationBackend[None]):
             default_model_id=default_model_id,
             config=RoleBasedOperationConfig(model=None, event=None, capability=None, tool=None),
         )
+
+    def bind(self, operation: DurableOperation[Any, Any, Any]) -> BoundDurableOperation[Any, Any, Any]:
+        return _ParamsBound(super().bind(operation))
 
     async def execute(
         self,
@@ -204,10 +247,18 @@ class _Backend(JournalCallableOperationBackend[None]):
         step = journal.next_step
         journal.next_step += 1
         held = journal.recorded.get(step)
+        inputs = _input_digests(operation_id, _PARAMS.get())
         if held is not None:
             if _unit_kind(held.name) != _unit_kind(name):
                 raise DurableDeterminismError(journal.run_id, step, held.name, name)
+            if held.inputs is not None and inputs is not None:
+                changed = [
+                    _PART_NOUNS.get(part, part) for part, digest in inputs.items() if held.inputs.get(part) != digest
+                ]
+                if changed:
+                    raise DurableDeterminismError(journal.run_id, step, held.name, name, ' and '.join(changed))
             return msgspec.json.decode(held.result)
+        journal.check_lease()
         token = _IN_STEP.set(True)
         try:
             payload = await body()
@@ -218,7 +269,7 @@ class _Backend(JournalCallableOperationBackend[None]):
             isinstance(operation_id, CapabilityOperationId)
             and (operation_id.capability_id, operation_id.operation) == _PERSISTENCE_APPEND
         )
-        await journal.write([journal.entry(step, name, result)], defer=idempotent)
+        await journal.write([journal.entry(step, name, result, inputs)], defer=idempotent)
         return payload
 
 
@@ -229,7 +280,8 @@ class EventLogDurability(BaseDurabilityCapability[AgentDepsT]):
     Every agent run with this capability is durable. Each model request, tool call and
     capability `@durable_operation` is a unit: its result is appended once, as a `durable_step`
     entry of the run, and a run executed again returns the journaled results instead of
-    executing (no model request is sent again, no finished tool runs again). Resume an
+    executing (no model request is sent again, no finished tool runs again), after checking the
+    run asks for the same units with the same inputs (`DurableDeterminismError`). Resume an
     interrupted run with `agent.run(..., run_id=..., conversation_id=...)` or with `resume`,
     which reads the prompt and the conversation from the log; `log.list_runs(status='running')`
     lists the runs that need it. A completed run executed again replays entirely from the
@@ -245,7 +297,8 @@ class EventLogDurability(BaseDurabilityCapability[AgentDepsT]):
             the model request unit.
         name: The name in the units' persisted names; defaults to the agent's `name`.
         lease_seconds: How long a run's lease lasts without renewal; the holder renews it every
-            third of that. A process that died on this host frees its leases at once.
+            third of that. A process that died on this host frees its leases at once; one on
+            another host is waited out until its lease expires.
     """
 
     engine_spec = DurabilityEngineSpec(
@@ -323,6 +376,7 @@ class EventLogDurability(BaseDurabilityCapability[AgentDepsT]):
         await lease.acquire()
         try:
             journal = await self._open(run_id, conversation_id)
+            journal.lease = lease
             if journal.status in ('failed', 'cancelled'):
                 raise DurableRunFailedError(f'run {run_id!r} ended {journal.status}; it is not executed again')
             if INPUT_STEP not in journal.recorded:
@@ -389,7 +443,8 @@ class EventLogDurability(BaseDurabilityCapability[AgentDepsT]):
 
         Raises `RunNotFound` (no such run), `DurableRunFailedError` (the run failed or was
         cancelled), `RunLeaseError` (another live process is executing it) and
-        `DurableDeterminismError` (the agent asks for other units than the journal holds).
+        `DurableDeterminismError` (the agent asks for other units than the journal holds, or
+        sends them other inputs).
         """
         run = await self.log.get_run(run_id)
         if run is None:
@@ -444,6 +499,8 @@ class _LeaseHolder:
         self.owner = uuid.uuid4().hex
         self.host = socket.gethostname()
         self.renewer: asyncio.Task[None] | None = None
+        self.lost: str | None = None
+        """Why the lease is no longer this execution's (another process took it over after it expired)."""
 
     async def acquire(self) -> None:
         if self.store is None:
@@ -470,8 +527,11 @@ class _LeaseHolder:
             await asyncio.sleep(self.seconds / 3)
             try:
                 await asyncio.to_thread(store.write_projection, LEASE_PROJECTION, self._take)
-            except Exception:  # taken over after it expired, or the store failed: the run's own writes will say
+            except RunLeaseError as error:  # taken over after it expired: this execution must stop
+                self.lost = f'run {self.run_id!r} lost its lease: {error}'
                 return
+            except Exception:  # the store failed: the run's own writes will say, the next renewal may work
+                continue
 
     async def release(self) -> None:
         if self.store is None:
@@ -499,6 +559,77 @@ def _alive(lease: _Lease) -> bool:
     except PermissionError:
         return True
     return True
+
+
+_VOLATILE = 'timestamp'
+"""The one field of pydantic-ai messages left out of input digests: a request, its user prompt,
+its tool returns and retry prompts are rebuilt with the current time on every execution. Every
+other field is reproduced exactly: the responses (and the tool call ids and arguments in them)
+come from the journal, run and conversation ids are the run's own, and the prompt and history
+come from the caller or the log."""
+
+_PART_NOUNS = {
+    'messages': 'messages',
+    'model_settings': 'model settings',
+    'args': 'arguments',
+    'entries': 'entries to record',
+}
+"""How `DurableDeterminismError` names each part of a unit's input."""
+
+
+def _input_digests(operation_id: DurableOperationId, params: object) -> dict[str, str] | None:
+    """Digests of a unit's input by part, or `None` for a unit compared by name alone.
+
+    Model requests: the messages sent (without `_VOLATILE`) and the model settings; tool calls:
+    the arguments (the tool is in the unit's name); capability operations: their arguments
+    (`EventLogPersistence`'s append: the entries it records, messages without `_VOLATILE`).
+    Each part is reduced to JSON by the engine's codec and encoded with sorted keys.
+    """
+    try:
+        if isinstance(params, ModelRequestParams):
+            messages = JSON_CODEC.dump(list[ModelMessage], params.messages)
+            settings = JSON_CODEC.dump(dict[str, Any] | None, params.model_settings)
+            return {'messages': _digest(_without_volatile(messages)), 'model_settings': _digest(settings)}
+        if isinstance(params, ToolsetCallToolParams | DynamicToolsetCallToolParams):
+            return {'args': _digest(JSON_CODEC.dump(dict[str, Any], params.tool_args))}
+        if isinstance(params, CapabilityOperationParams):
+            if (
+                isinstance(operation_id, CapabilityOperationId)
+                and (operation_id.capability_id, operation_id.operation) == _PERSISTENCE_APPEND
+            ):
+                return {'entries': _digest(_persistence_entries(params.arguments))}
+            return {'args': _digest(JSON_CODEC.dump(dict[str, Any], params.arguments))}
+    except PydanticSerializationError:  # an input the codec cannot encode: the unit is compared by name alone
+        return None
+    return None
+
+
+def _digest(value: object) -> str:
+    return hashlib.sha256(msgspec.json.encode(value, order='sorted')).hexdigest()
+
+
+def _without_volatile(messages: Any) -> Any:
+    """JSON messages (as the codec dumps them) without the `_VOLATILE` field of each message and part."""
+    for message in messages:
+        message.pop(_VOLATILE, None)
+        for part in message.get('parts', ()):
+            part.pop(_VOLATILE, None)
+    return messages
+
+
+def _persistence_entries(arguments: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The entries of one `EventLogPersistence` append as JSON, messages without `_VOLATILE`."""
+    out: list[dict[str, Any]] = []
+    for wire in arguments['entries']:
+        payload: Any = msgspec.json.decode(wire.payload)
+        if wire.kind == 'message':
+            payload = _without_volatile([payload])[0]
+        elif wire.kind == 'compaction':
+            payload['summary'] = _without_volatile(payload.get('summary', []))
+        out.append(
+            {'kind': wire.kind, 'key': wire.key, 'parent': wire.parent, 'inherited': wire.inherited, 'payload': payload}
+        )
+    return out
 
 
 def _unit_kind(name: str) -> str:

@@ -241,6 +241,10 @@ class DurableStepInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=T
     """The unit's persisted operation name; a re-executed run must ask for the same one here."""
     result: msgspec.Raw = msgspec.field(default_factory=lambda: msgspec.Raw(b'null'))
     """The unit's result as the engine's codec encoded it (JSON)."""
+    inputs: dict[str, str] | None = None
+    """Digests of the unit's input by part (`messages`, `model_settings`, `args`, ...): SHA-256 of
+    each part as the engine's codec encodes it, canonically; a re-executed run must send the same.
+    `None` in entries journaled before inputs were recorded (and once the run is erased)."""
 
 
 class RecalledHit(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -528,10 +532,12 @@ def durable_step_entry(
     step: int,
     name: str,
     result: bytes,
+    inputs: dict[str, str] | None = None,
     idempotency_key: str | None = None,
 ) -> NewEntry:
-    """A `durable_step` entry: the JSON `result` of unit `step` (operation `name`) of a run."""
-    info = DurableStepInfo(step=step, name=name, result=msgspec.Raw(result))
+    """A `durable_step` entry: the JSON `result` of unit `step` (operation `name`) of a run, and
+    the digests of its `inputs`."""
+    info = DurableStepInfo(step=step, name=name, result=msgspec.Raw(result), inputs=inputs)
     return NewEntry(
         conversation_id=conversation_id,
         run_id=run_id,

@@ -138,18 +138,24 @@ class DurableError(EventLogError):
 
 
 class DurableDeterminismError(DurableError):
-    """A re-executed run asked for another durable unit than its journal holds at that step
-    (the code, the prompt or the tools changed since the run was journaled)."""
+    """A re-executed run asked for another durable unit than its journal holds at that step, or
+    for the same unit with another input (the code, the prompt or the tools changed since the run
+    was journaled)."""
 
-    def __init__(self, run_id: str, step: int, journaled: str, requested: str) -> None:
-        super().__init__(
-            f'run {run_id!r} diverged from its journal at step {step}: '
-            f'the journal holds {journaled!r}, the run now asks for {requested!r}'
-        )
+    def __init__(self, run_id: str, step: int, journaled: str, requested: str, changed: str | None = None) -> None:
+        if changed is None:
+            detail = f'the journal holds {journaled!r}, the run now asks for {requested!r}'
+        else:
+            detail = f'the input to {requested!r} changed: its {changed} differ from those journaled for {journaled!r}'
+
+        super().__init__(f'run {run_id!r} diverged from its journal at step {step}: {detail}')
         self.run_id = run_id
         self.step = step
         self.journaled = journaled
         self.requested = requested
+        self.changed = changed
+        """What differs when the operation is the same (`'messages'`, `'model settings'`, `'arguments'`);
+        `None` when the operations differ."""
 
 
 class RunLeaseError(DurableError):

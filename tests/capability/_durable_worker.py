@@ -211,7 +211,7 @@ def main(workdir: Path, mode: str, names: str, store: Sequence[str]) -> None:
             raise ModelRetry('try again')
         return 'worked'
 
-    durability = EventLogDurability(log)
+    durability = EventLogDurability(log, lease_seconds=float(os.environ.get('DURABLE_LEASE_SECONDS', '60')))
     agent = Agent(
         FunctionModel(model),
         name=AGENT,

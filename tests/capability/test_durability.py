@@ -78,8 +78,10 @@ class Script:
             return ModelResponse(parts=[ToolCallPart('lookup', {'key': self.keys[step - 1]}, tool_call_id=f'c{step}')])
         return ModelResponse(parts=[TextPart('done: ' + ', '.join(self.keys))])
 
-    def agent(self, log: Any, *, persistence: bool = True, name: str = 'scripted') -> Agent[None, str]:
-        capabilities: list[Any] = [EventLogPersistence(log)] if persistence else []
+    def agent(
+        self, log: Any, *, persistence: bool = True, name: str = 'scripted', extra: Sequence[Any] = ()
+    ) -> Agent[None, str]:
+        capabilities: list[Any] = [*extra, EventLogPersistence(log)] if persistence else [*extra]
         agent = Agent(FunctionModel(self.model), name=name, capabilities=[*capabilities, EventLogDurability(log)])
 
         @agent.tool_plain
@@ -460,3 +462,142 @@ async def test_conversation_search_tool_calls_are_journaled_and_ignore_the_journ
     assert names.count('searcher__function_toolset__conversation-search.call_tool:' + TOOL_NAME) == 1
     assert await replayed(log, 'r1') == dump(result.all_messages())
     assert calls['model'] <= 3
+
+
+async def test_a_changed_prompt_fails_with_the_step_and_what_differs(log: EventLogBase) -> None:
+    script = Script()
+    await interrupt(log, script, 6)
+    calls = Counter(script.calls)
+    with pytest.raises(DurableDeterminismError) as caught:
+        await script.agent(log).run('look other things up', run_id='r1', conversation_id='c1')
+    error = caught.value
+    # EventLogPersistence's append of the first request is the run's first unit.
+    assert error.step == 1 and error.changed == 'entries to record'
+    assert error.journaled == error.requested == 'scripted__capability__eventlog_persistence.append'
+    assert str(error) == (
+        "run 'r1' diverged from its journal at step 1: the input to "
+        "'scripted__capability__eventlog_persistence.append' changed: its entries to record differ from "
+        "those journaled for 'scripted__capability__eventlog_persistence.append'"
+    )
+    assert script.calls == calls  # nothing executed
+    # Without EventLogPersistence the first unit is the model request, and its messages differ.
+    other = InMemoryEventLog()
+    await interrupt(other, script, 3, persistence=False)
+    with pytest.raises(DurableDeterminismError) as caught:
+        await script.agent(other, persistence=False).run('look other things up', run_id='r1', conversation_id='c1')
+    assert caught.value.step == 1 and caught.value.changed == 'messages'
+    assert "the input to 'scripted__model.request' changed: its messages differ" in str(caught.value)
+
+
+async def test_changed_model_settings_fail(log: EventLogBase) -> None:
+    script = Script()
+    await interrupt(log, script, 3, persistence=False)
+    agent = script.agent(log, persistence=False)
+    with pytest.raises(DurableDeterminismError, match='its model settings differ') as caught:
+        await EventLogDurability(log).resume(agent, 'r1', model_settings={'temperature': 0.5})
+    assert caught.value.step == 1
+    run = await log.get_run('r1')
+    assert run is not None and run.status == 'failed'  # as every run whose error escaped
+    assert run.error is not None and 'DurableDeterminismError' in run.error
+
+
+async def test_changed_tool_arguments_fail(log: EventLogBase) -> None:
+    """The model's response is journaled; the tool's arguments change because the code that
+    prepares them did (here a capability that rewrites them)."""
+    from pydantic_ai.capabilities import AbstractCapability
+    from pydantic_ai.capabilities.abstract import ValidatedToolArgs
+    from pydantic_ai.tools import ToolDefinition
+
+    class Shout(AbstractCapability[None]):
+        async def before_tool_execute(
+            self, ctx: RunContext[None], *, call: ToolCallPart, tool_def: ToolDefinition, args: ValidatedToolArgs
+        ) -> ValidatedToolArgs:
+            assert isinstance(args, dict)
+            return {**args, 'key': str(args['key']).upper()}
+
+    script = Script()
+    await interrupt(log, script, 3, persistence=False)
+    journal = await steps(log, 'r1')
+    assert [s.name for s in journal][-1] == 'scripted__function_toolset__<agent>.call_tool:lookup'
+    changed = script.agent(log, persistence=False, extra=[Shout()])
+    calls = Counter(script.calls)
+    with pytest.raises(DurableDeterminismError) as caught:
+        await EventLogDurability(log).resume(changed, 'r1')
+    error = caught.value
+    assert error.step == journal[-1].step and error.changed == 'arguments'
+    assert error.requested == 'scripted__function_toolset__<agent>.call_tool:lookup'
+    assert script.calls == calls
+
+
+async def test_digests_are_recorded_and_journals_without_them_still_resume(log: EventLogBase) -> None:
+    script = Script()
+    await interrupt(log, script, 6)
+    journal = await steps(log, 'r1')
+    assert journal[0].inputs is None  # the input record
+    assert all(s.inputs for s in journal[1:])
+    assert {k for s in journal[1:] if s.inputs for k in s.inputs} == {'entries', 'messages', 'model_settings', 'args'}
+    # An entry journaled before digests were recorded is compared by name alone.
+    old = InMemoryEventLog()
+    for entry in await log.entries():
+        if entry.kind == 'durable_step':
+            info = msgspec.json.decode(entry.payload, type=DurableStepInfo)
+            payload = msgspec.json.encode(DurableStepInfo(step=info.step, name=info.name, result=info.result))
+        else:
+            payload = entry.payload
+        await old.append(
+            NewEntry(
+                conversation_id=entry.conversation_id,
+                run_id=entry.run_id,
+                kind=entry.kind,
+                payload=payload,
+                parent=entry.parent,
+                idempotency_key=entry.idempotency_key,
+                inherited=entry.inherited,
+            )
+        )
+    assert all(s.inputs is None for s in await steps(old, 'r1'))
+    result = await script.agent(old).run('look things up', run_id='r1', conversation_id='c1')
+    assert result.output == 'done: alpha, beta'
+
+
+@pytest.mark.parametrize('budget', [2, 4, 6, 8])
+async def test_generated_tool_call_ids_instructions_and_system_prompts_resume(log: EventLogBase, budget: int) -> None:
+    """Inputs a legitimate re-execution reproduces are not flagged: tool call ids the model left to
+    pydantic-ai (random, but journaled with the response), instructions and a system prompt."""
+    calls: Counter[str] = Counter()
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        step = 1 + sum(isinstance(m, ModelResponse) for m in messages)
+        calls[f'model:{step}'] += 1
+        if step <= 2:
+            return ModelResponse(parts=[ToolCallPart('lookup', {'key': f'k{step}'})])  # no tool_call_id
+        return ModelResponse(parts=[TextPart('done')])
+
+    def make(target: Any) -> Agent[None, str]:
+        agent = Agent(
+            FunctionModel(model),
+            name='generated',
+            instructions='Be brief.',
+            system_prompt='You look things up.',
+            capabilities=[EventLogPersistence(target), EventLogDurability(target)],
+        )
+
+        @agent.tool_plain
+        def lookup(key: str) -> str:
+            """Look a key up."""
+            calls[f'tool:{key}'] += 1
+            return key.upper()
+
+        return agent
+
+    with pytest.raises((Died, BaseExceptionGroup)):
+        await make(Dying(log, budget)).run('go', run_id='r1', conversation_id='c1', model_settings={'seed': 1})
+    if await log.get_run('r1') is None:
+        result = await make(log).run('go', run_id='r1', conversation_id='c1', model_settings={'seed': 1})
+    else:
+        result = await EventLogDurability(log).resume(make(log), 'r1', model_settings={'seed': 1})
+    assert result.output == 'done'
+    assert all(count <= 2 for count in calls.values()), calls
+    assert await replayed(log, 'r1') == dump(result.all_messages())
+    journal = await steps(log, 'r1')
+    assert sum(1 for s in journal if s.inputs and 'messages' in s.inputs) == 3
