@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     from pydantic_ai.messages import ModelMessage
 
     from eventlog.local_projections import PendingPosition
-    from search.backend import Corpus, Hit, RankedHits, RunSpan
+    from search.backend import Corpus, CorpusDocuments, Hit, RankedHits, RunSpan
     from search.bm25 import TermPostings
 
 # numpy and pydantic-ai (with the search modules that need them) are imported where the index
@@ -862,6 +862,49 @@ class _LmdbCorpus:
             return name, doc_id & 0xFFFFFFFF
 
         return self._ix.log.read_projection(INDEX_PROJECTION, read)
+
+    async def documents(self) -> CorpusDocuments:
+        """Every message in scope, in corpus order, with the `seq` of the entry that stored it."""
+        import numpy as np
+
+        from search.backend import CorpusDocuments
+
+        def read(records: ProjectionRecords, _: LogReader) -> tuple[list[int], list[int], dict[int, str]]:
+            if self._conversation_id is not None:
+                prefix = ck(self._conversation_id)
+                names = [key[len(prefix) :].decode() for key, _ in records.scan('convruns', prefix=prefix)]
+                pairs = [(name, records.get('runs', name.encode())) for name in names]
+            else:
+                pairs = [(key.decode(), value) for key, value in records.scan('runs')]
+            doc_ids: list[int] = []
+            seqs: list[int] = []
+            starts: dict[int, str] = {}
+            for name, raw in pairs:
+                if raw is None:
+                    continue
+                run = _run_dec.decode(raw)
+                starts[run.start_seq] = name
+                first = run.first if self._conversation_id is not None else run.prefix
+                end = run.prefix + run.own
+                if end <= first:
+                    continue
+                key_prefix = ck(name)
+                for key, value in records.scan('pos', prefix=key_prefix, start=key_prefix + _POS.pack(first)):
+                    position = _POS.unpack_from(key, len(key_prefix))[0]
+                    if position >= end:
+                        break
+                    doc_ids.append(_doc_id(run.start_seq, position))
+                    seqs.append(key_seq(value))
+            return doc_ids, seqs, starts
+
+        doc_ids, seqs, starts = self._ix.log.read_projection(INDEX_PROJECTION, read)
+        ids = np.asarray(doc_ids, dtype=np.int64)
+        order = np.argsort(ids, kind='stable')
+
+        def locate(doc_id: int) -> tuple[str, int]:
+            return starts.get(doc_id >> 32, '?'), doc_id & 0xFFFFFFFF
+
+        return CorpusDocuments(ids[order], np.asarray(seqs, dtype=np.int64)[order], locate)
 
     def _read_span(self, records: ProjectionRecords, run_id: str) -> RunSpan | None:
         """The run's span, read from `records` and remembered for this search (`None` for an unknown run)."""
