@@ -330,6 +330,7 @@ async def main() -> None:
     parser.add_argument('--filler', type=int, default=None)
     parser.add_argument('--sizes', default=None)
     parser.add_argument('--repeats', type=int, default=20)
+    parser.add_argument('--no-latency', action='store_true', help='recall and embedding cost only')
     args = parser.parse_args()
     filler = args.filler if args.filler is not None else (600 if args.quick else 2000)
     sizes = [int(s) for s in args.sizes.split(',')] if args.sizes else ([10_000] if args.quick else [10_000, 100_000])
@@ -337,7 +338,8 @@ async def main() -> None:
 
     minilm = minilm_embedder()
     await recall(filler, minilm)
-    await latency(sizes, minilm, args.repeats)
+    if not args.no_latency:
+        await latency(sizes, minilm, args.repeats)
 
 
 if __name__ == '__main__':

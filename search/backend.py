@@ -14,7 +14,7 @@ by position, and positions are those of the run's full record.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, overload, runtime_checkable
 
 import numpy as np
@@ -127,6 +127,13 @@ class CorpusDocuments:
 
     texts: Callable[[], list[str]] | None = None
     """The documents' indexed texts, in the same order, when the corpus holds them (in memory)."""
+
+    seq_list: list[int] = field(default_factory=list[int])
+    """`seqs` as a list (filled on creation; one object per listing, so lookups by it can be remembered)."""
+
+    def __post_init__(self) -> None:
+        """Fill `seq_list`."""
+        object.__setattr__(self, 'seq_list', self.seqs.tolist())
 
 
 @runtime_checkable

@@ -4,9 +4,10 @@
 - `'semantic'`: every document of the corpus that has an embedding, ranked by the cosine
   similarity of its embedding to the query's (exact: one matrix-vector product with numpy).
 - `'hybrid'`: reciprocal-rank fusion of the two rankings. A document ranked `r` (from 1) by a
-  ranking gets `1 / (RRF_K + r)` from it; its fused score is the sum over the rankings it
-  appears in (BM25 ranks only documents with a positive score). `RRF_K = 60`, the constant of
-  the original RRF paper: large enough that the very first ranks do not drown everything else.
+  ranking gets `1 / (RRF_K + r)` from it when `r <= RRF_DEPTH` (50); its fused score is the sum
+  over both rankings (BM25 ranks only documents with a positive score). `RRF_K = 60`, the
+  constant of the original RRF paper: large enough that the very first ranks do not drown
+  everything else. Equal fused scores go to the semantically closer document.
 
 Both rank the same corpus the BM25 search opens, so scope rules, `run_id` confinement and the
 exclusion of the searching run apply identically in every mode. Embeddings come from the log's
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     from search.backend import Corpus
     from search.vector_index import VectorIndex
 
-__all__ = ['RRF_K', 'SEARCH_MODES', 'SearchMode', 'TextVectors', 'fuse_rankings', 'semantic_ranking']
+__all__ = ['RRF_DEPTH', 'RRF_K', 'SEARCH_MODES', 'SearchMode', 'TextVectors', 'fuse_rankings', 'semantic_ranking']
 
 SearchMode = Literal['bm25', 'semantic', 'hybrid']
 """How a search ranks: `'bm25'` (lexical, the default), `'semantic'` (embeddings) or `'hybrid'` (both, fused)."""
@@ -42,6 +43,11 @@ SEARCH_MODES: Final[tuple[SearchMode, ...]] = ('bm25', 'semantic', 'hybrid')
 
 RRF_K: Final = 60
 """The `k` of reciprocal-rank fusion: a document ranked `r` scores `1 / (RRF_K + r)` per ranking."""
+
+RRF_DEPTH: Final = 50
+"""How far down each ranking fusion reads: a document beyond a ranking's first `RRF_DEPTH` gets nothing
+from it. Semantic ranking orders every message, so without a depth any message matching one query word
+would beat the best semantic match that matches none."""
 
 CATCH_UP_ON_SEARCH: Final = 512
 """Messages a semantic search embeds itself, at most, when the vector index is behind; the rest
@@ -107,7 +113,7 @@ async def semantic_ranking(
         await vectors.catch_up(limit=CATCH_UP_ON_SEARCH)
         pending = vectors.pending()
         query_vector = await vectors.embed_query(query)
-        scores, present = vectors.similarities(docs.seqs.tolist(), query_vector)
+        scores, present = vectors.similarities(docs.seq_list, query_vector)
     else:
         from search.vector_index import unit_rows
 
@@ -132,8 +138,13 @@ def _ranks(doc_ids: NDArray[np.int64], scores: NDArray[np.float64]) -> NDArray[n
     return ranks
 
 
-def fuse_rankings(rankings: Sequence[Sequence[Hit]], *, k: int = RRF_K) -> RankedHits:
-    """Reciprocal-rank fusion of rankings of one corpus (each a `RankedHits`): `sum 1 / (k + rank)`.
+def fuse_rankings(rankings: Sequence[Sequence[Hit]], *, k: int = RRF_K, depth: int = RRF_DEPTH) -> RankedHits:
+    """Reciprocal-rank fusion of rankings of one corpus (each a `RankedHits`): `sum 1 / (k + rank)` over
+    the rankings that place a document within their first `depth`.
+
+    Equal fused scores (a document first in one ranking against another first in the other) go to
+    the one ranked better by the last ranking (the semantic one, as the engine passes them), then
+    to corpus order.
 
     Raises:
         InvalidArgumentError: a ranking is not a `RankedHits` (its document ids are unknown).
@@ -144,11 +155,19 @@ def fuse_rankings(rankings: Sequence[Sequence[Hit]], *, k: int = RRF_K) -> Ranke
         if not isinstance(ranking, RankedHits):
             raise InvalidArgumentError(f'hybrid search needs ranked document ids; got {type(ranking).__name__}')
         ids, scores = ranking.scored()
-        parts.append((ids, 1.0 / (k + _ranks(ids, scores))))
+        ranks = _ranks(ids, scores)
+        keep = ranks <= depth
+        parts.append((ids[keep], ranks[keep]))
         locate = ranking.locate
     assert locate is not None
     union = np.unique(np.concatenate([ids for ids, _ in parts])) if parts else np.zeros(0, dtype=np.int64)
     fused = np.zeros(union.shape[0], dtype=np.float64)
-    for ids, contribution in parts:
-        np.add.at(fused, np.searchsorted(union, ids), contribution)
+    for ids, ranks in parts:
+        np.add.at(fused, np.searchsorted(union, ids), 1.0 / (k + ranks))
+    if parts:
+        # a tie-break far below any difference between distinct rank sums within `depth`
+        ids, ranks = parts[-1]
+        tie = np.zeros(union.shape[0], dtype=np.float64)
+        tie[np.searchsorted(union, ids)] = (depth + 1 - ranks) / (depth + 1)
+        fused += tie * 1e-12
     return RankedHits(union.astype(np.int64), fused, locate, ranked=False)

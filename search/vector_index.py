@@ -176,6 +176,7 @@ class VectorIndex:
         self._busy = threading.Lock()
         self._cache_lock = threading.Lock()
         self._rows = _Rows()
+        self._last_index: tuple[tuple[int, int, str | None, int], Sequence[int], NDArray[np.int64]] | None = None
         stored, fmt = self.log.read_projection(
             VECTOR_PROJECTION, lambda records, _: (_meta(records, b'model'), _meta(records, b'format'))
         )
@@ -375,7 +376,12 @@ class VectorIndex:
         self.log.read_projection(VECTOR_PROJECTION, read)
         with self._cache_lock:
             rows = self._rows
-            index = np.fromiter((rows.rows.get(seq, -1) for seq in seqs), dtype=np.int64, count=len(seqs))
+            key = (id(seqs), len(seqs), rows.epoch, rows.count)
+            if self._last_index is not None and self._last_index[0] == key and self._last_index[1] is seqs:
+                index = self._last_index[2]
+            else:
+                index = np.fromiter((rows.rows.get(seq, -1) for seq in seqs), dtype=np.int64, count=len(seqs))
+                self._last_index = (key, seqs, index)
             present = index >= 0
             scores = np.zeros(len(seqs), dtype=np.float64)
             if rows.count and present.any():
