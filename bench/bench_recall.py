@@ -38,7 +38,7 @@ from pydantic_ai.embeddings.settings import EmbeddingSettings
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart
 
 from bench._search_corpus import conversation_messages
-from eventlog import LmdbEventLog, ReplayHistorySource, message_entry, run_started_entry
+from eventlog import LmdbEventLog, message_entry, run_started_entry
 from search import SearchEngine, SearchOptions, get_analyzer
 from search.lmdb_index import LmdbIndex
 from search.vector_index import VectorIndex
@@ -246,6 +246,8 @@ async def recall(filler: int, minilm: Embedder) -> None:
     messages += conversation_messages(filler, seed=7)
     with tempfile.TemporaryDirectory() as tmp:
         log = await store_conversation(Path(tmp) / 'store', messages)
+        # the same conversation in a second store, whose BM25 index uses the english analyzer
+        english_log = await store_conversation(Path(tmp) / 'store-english', messages)
         try:
             began = time.perf_counter()
             embedded = await VectorIndex.for_log(log, minilm).catch_up()
@@ -253,7 +255,8 @@ async def recall(filler: int, minilm: Embedder) -> None:
             engines = {
                 'bm25 default': SearchEngine(LmdbIndex.for_log(log), SearchOptions(context_lines=0)),
                 'bm25 english': SearchEngine(
-                    ReplayHistorySource(log), SearchOptions(analyzer=get_analyzer('english'), context_lines=0)
+                    LmdbIndex(english_log, 'english'),
+                    SearchOptions(analyzer=get_analyzer('english'), context_lines=0),
                 ),
                 'semantic': SearchEngine(LmdbIndex.for_log(log), SearchOptions(mode='semantic', embedder=minilm)),
                 'hybrid': SearchEngine(LmdbIndex.for_log(log), SearchOptions(mode='hybrid', embedder=minilm)),
@@ -280,6 +283,7 @@ async def recall(filler: int, minilm: Embedder) -> None:
             )
         finally:
             log.close()
+            english_log.close()
 
 
 async def latency(sizes: list[int], minilm: Embedder, repeats: int) -> None:
