@@ -6,19 +6,24 @@ UV := $(VENV)/bin/uv
 PY := $(VENV)/bin/python
 PY_LATEST := $(VENV_LATEST)/bin/python
 PYTEST_ARGS ?=
+TORCH ?= torch==2.13.0
 
 .PHONY: install install-latest browser lint typecheck test test-ref test-latest test-long demo bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV) || (rm -rf $(VENV) && $(PYTHON) -m venv $(VENV))
 	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check uv
-	$(UV) pip install --python $(PY) --quiet --compile-bytecode -e '.[dev,cli,english]' 'pydantic-ai-slim==2.62.0'
+	# torch's CPU build first, through pip (the extra `semantic` needs torch; asked for through uv it
+	# would be a CUDA build of several GB).
+	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check $(TORCH)
+	$(UV) pip install --python $(PY) --quiet --compile-bytecode -e '.[dev,cli,english,semantic]' 'pydantic-ai-slim==2.62.0'
 	$(PY) -m compileall -q eventlog search capability eventlog_cli
 	touch $@
 
 $(VENV_LATEST)/.installed: pyproject.toml $(VENV)/.installed
 	$(PYTHON) -m venv --without-pip $(VENV_LATEST)
-	$(UV) pip install --python $(PY_LATEST) --quiet --upgrade --compile-bytecode -e '.[test,cli,english]' pydantic-ai-slim
+	$(VENV)/bin/python -m pip --python $(PY_LATEST) install --quiet --disable-pip-version-check $(TORCH)
+	$(UV) pip install --python $(PY_LATEST) --quiet --upgrade --compile-bytecode -e '.[test,cli,english,semantic]' pydantic-ai-slim
 	touch $@
 
 install: $(VENV)/.installed

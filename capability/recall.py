@@ -20,7 +20,7 @@ import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import KW_ONLY, dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from pydantic_ai.capabilities import AbstractCapability, CapabilityOrdering
 from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
@@ -30,10 +30,10 @@ from pydantic_ai.tools import AgentDepsT, RunContext
 from capability.persistence import EventLogPersistence, active_recorders
 from capability.search import backend_for
 from eventlog import EventLogBase, InvalidArgumentError, RecalledHit, RecallInfo, ReplayHistorySource
-from search import Analyzer, HistorySource, SearchBackend, SearchEngine, SearchOptions, SearchScope
+from search import Analyzer, HistorySource, SearchBackend, SearchEngine, SearchMode, SearchOptions, SearchScope
 from search.analyzers import resolve_analyzer
 from search.bm25 import DEFAULT_B, DEFAULT_K1
-from search.engine import validate_search_options
+from search.engine import validate_mode, validate_search_options
 from search.lmdb_index import LmdbIndex
 from search.memory_index import message_identity
 from search.render import message_segments
@@ -46,7 +46,7 @@ __all__ = ['RECALL_TAG', 'AutoRecall', 'RecallMode', 'escape_recalled', 'estimat
 
 logger = logging.getLogger('capability.recall')
 
-RecallMode = Literal['bm25', 'semantic', 'hybrid']
+RecallMode = SearchMode
 """How recall ranks stored messages: lexical BM25, embedding similarity, or both fused."""
 
 RECALL_TAG = 'recalled_history'
@@ -158,7 +158,7 @@ class AutoRecall(AbstractCapability[AgentDepsT]):
     entry (query, recalled entries, the exact text). A failing search adds nothing and is logged.
 
     Raises:
-        InvalidArgumentError (a `ValueError`): an option is out of range, or `mode` is not available.
+        InvalidArgumentError (a `ValueError`): an option is out of range, or `'semantic'`/`'hybrid'` has no `embedder`.
     """
 
     source: HistorySource | SearchBackend | EventLogBase
@@ -171,7 +171,8 @@ class AutoRecall(AbstractCapability[AgentDepsT]):
     """The most messages added to one request; at least 1."""
 
     mode: RecallMode = 'bm25'
-    """How stored messages are ranked. Only `'bm25'` is available in this version."""
+    """How stored messages are ranked: `'bm25'` (words), `'semantic'` (meaning, through `embedder`) or
+    `'hybrid'` (both rankings fused by reciprocal rank); see `ConversationSearch.mode`."""
 
     max_tokens: int = 1000
     """The budget of the whole block (its framing included), as `count_tokens` counts."""
@@ -241,19 +242,21 @@ class AutoRecall(AbstractCapability[AgentDepsT]):
     def search_options(self, max_matches: int) -> SearchOptions:
         """The search options for `mode`: the one place the mode and the embedder reach the search layer.
 
-        Raises `InvalidArgumentError` for a mode the search layer does not offer yet.
+        Raises `InvalidArgumentError` for an unknown mode, or for `'semantic'` or `'hybrid'` without
+        an `Embedder`.
         """
-        if self.mode != 'bm25':
-            # TODO(semantic): pass mode=self.mode and embedder=self.embedder to SearchOptions once it has them.
-            raise InvalidArgumentError(
-                f"mode={self.mode!r} is not available in this version of AutoRecall; use mode='bm25'"
-            )
+        try:
+            validate_mode(self.mode, self.embedder)
+        except ValueError as exc:
+            raise InvalidArgumentError(str(exc)) from None
         return SearchOptions(
             max_matches=max_matches,
             context_lines=0,
             bm25_k1=self.bm25_k1,
             bm25_b=self.bm25_b,
             analyzer=resolve_analyzer(self.analyzer),
+            mode=self.mode,
+            embedder=self.embedder,
         )
 
     def _search_backend(self) -> HistorySource | SearchBackend:

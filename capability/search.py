@@ -25,9 +25,13 @@ from eventlog import EventLogBase, ReplayHistorySource
 from search import Analyzer, HistorySource, ScopeDefaultWarning, SearchBackend, SearchEngine, SearchOptions, SearchScope
 from search.analyzers import resolve_analyzer
 from search.answer import AnswerStyle
-from search.engine import validate_search_options
+from search.engine import validate_mode, validate_search_options
 from search.lmdb_index import IndexAnalyzerMismatch, LmdbIndex
 from search.render import SEARCH_TOOL_NAME
+from search.semantic import SearchMode
+
+if typing.TYPE_CHECKING:
+    from pydantic_ai.embeddings import Embedder
 
 __all__ = ['TOOL_NAME', 'ConversationSearch', 'ScopeDefaultWarning', 'SearchScope', 'backend_for']
 
@@ -73,14 +77,28 @@ each with the messages around it.
 {reach} Messages that were dropped from your context to save space (compaction, summaries) \
 are still stored, so this is how to get an exact detail back.
 
-Ranking is BM25: every word of the query counts on its own, and rare, exact words weigh most, \
-so search with distinctive words (names, numbers, identifiers, file paths) rather than whole \
-sentences. Each result gives its score, the run and conversation it comes from, and the \
+{ranking} Each result gives its score, the run and conversation it comes from, and the \
 matching message with its neighbours, numbered by their position in that run. Pass `run_id` \
 to search one run only, e.g. a run that a summary or another tool refers to.
 
 Use it when your current context or a summary lacks a detail you need. Do not use it for what \
 is already in your context, or for information from outside the conversation."""
+
+_RANKING: dict[SearchMode, str] = {
+    'bm25': (
+        'Ranking is BM25: every word of the query counts on its own, and rare, exact words weigh most, '
+        'so search with distinctive words (names, numbers, identifiers, file paths) rather than whole '
+        'sentences.'
+    ),
+    'semantic': (
+        'Ranking is by meaning: messages are compared with the query as a whole, so describe what you are '
+        'looking for in a short sentence; different wording than the original message still finds it.'
+    ),
+    'hybrid': (
+        'Ranking combines exact words (BM25) with meaning: distinctive words (names, numbers, identifiers) '
+        'weigh in, and so does a short description of what you are looking for in other words.'
+    ),
+}
 
 _INSTRUCTIONS: dict[SearchScope, str] = {
     'conversation': (
@@ -185,6 +203,13 @@ class ConversationSearch(AbstractCapability[AgentDepsT]):
     no prompt. `'explained'`: answers that find nothing say why and what to try, quoted text is
     escaped, and messages an earlier result already showed are not repeated."""
 
+    mode: SearchMode = 'bm25'
+    """How results are ranked: `'bm25'` (lexical; answers unchanged), `'semantic'` (embeddings, via the
+    log's `VectorIndex` or in memory) or `'hybrid'` (reciprocal-rank fusion of both); docs/semantic.md."""
+
+    embedder: Embedder | None = None
+    """The pydantic-ai `Embedder` for `'semantic'` and `'hybrid'` (required there)."""
+
     id: str | None = 'conversation_search'
     """The capability's id. Two `ConversationSearch` under one id must agree on every option."""
 
@@ -207,6 +232,7 @@ class ConversationSearch(AbstractCapability[AgentDepsT]):
             bm25_b=self.bm25_b,
         )
         resolve_analyzer(self.analyzer)
+        validate_mode(self.mode, self.embedder)
         if self.answer_style not in ('reference', 'explained'):
             raise ValueError(f"answer_style must be 'reference' or 'explained', got {self.answer_style!r}.")
         if self.scope is None:
@@ -249,6 +275,8 @@ class ConversationSearch(AbstractCapability[AgentDepsT]):
             bm25_b=self.bm25_b,
             analyzer=resolve_analyzer(self.analyzer),
             answer_style=self.answer_style,
+            mode=self.mode,
+            embedder=self.embedder,
         )
         return SearchEngine(backend_for(self.source, options.analyzer), options)
 
@@ -281,7 +309,7 @@ class ConversationSearch(AbstractCapability[AgentDepsT]):
         toolset.add_function(
             search_conversation_history,
             name=TOOL_NAME,
-            description=_DESCRIPTION.format(reach=_SCOPE_REACH[scope]),
+            description=_DESCRIPTION.format(reach=_SCOPE_REACH[scope], ranking=_RANKING[self.mode]),
         )
         return toolset
 

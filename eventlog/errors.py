@@ -35,6 +35,7 @@ __all__ = [
     'StoreConnectionError',
     'StoreLocationError',
     'StoreVersionError',
+    'VectorIndexMismatch',
 ]
 
 
@@ -110,6 +111,10 @@ class AmbiguousIdError(InvalidArgumentError):
 
 class MissingExtraError(EventLogError, ImportError):
     """A feature needs an optional package that is not installed (the message names the extra)."""
+
+
+class VectorIndexMismatch(EventLogError):
+    """A store's vector index was built with another embedding model (or dimension); rebuild it to switch."""
 
 
 class CheckpointError(EventLogError):

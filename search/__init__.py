@@ -15,6 +15,9 @@ capabilities, and the event log never imports search. Its parts:
 - `search.result`: `SearchResult` and its hits, what one search found, as data.
 - `search.answer`: a result as the text a model reads (the reference's wording, or explained).
 - `search.lmdb_index`: the index kept in the log's store, current with the log by position.
+- `search.vector_index`: message embeddings kept in the log's store the same way (extra `semantic`
+  for a local model: `search.local_model`).
+- `search.semantic`: the `'semantic'` and `'hybrid'` search modes (cosine similarity, rank fusion).
 
 The package exports what an application needs to search or to plug in its own history;
 scoring and index internals stay in their modules (`search.bm25`, `search.backend`, ...).
@@ -32,7 +35,9 @@ if TYPE_CHECKING:
     from search.backend import SearchBackend
     from search.engine import ScopeDefaultWarning, SearchEngine, SearchOptions, SearchScope
     from search.result import SearchHit, SearchOutcome, SearchResult, SearchTimings, WindowMessage
+    from search.semantic import SearchMode
     from search.source import HistorySource, RunInfo
+    from search.vector_index import VectorIndex, VectorState
 
 __all__ = [
     'ANALYZER_NAMES',
@@ -47,11 +52,14 @@ __all__ = [
     'SearchBackend',
     'SearchEngine',
     'SearchHit',
+    'SearchMode',
     'SearchOptions',
     'SearchOutcome',
     'SearchResult',
     'SearchScope',
     'SearchTimings',
+    'VectorIndex',
+    'VectorState',
     'WindowMessage',
     'answer_text',
     'get_analyzer',
@@ -72,11 +80,14 @@ _SUBMODULE: dict[str, str] = {
     'SearchBackend': 'search.backend',
     'SearchEngine': 'search.engine',
     'SearchHit': 'search.result',
+    'SearchMode': 'search.semantic',
     'SearchOptions': 'search.engine',
     'SearchOutcome': 'search.result',
     'SearchResult': 'search.result',
     'SearchScope': 'search.engine',
     'SearchTimings': 'search.result',
+    'VectorIndex': 'search.vector_index',
+    'VectorState': 'search.vector_index',
     'WindowMessage': 'search.result',
     'answer_text': 'search.answer',
     'get_analyzer': 'search.analyzers',

@@ -42,10 +42,27 @@ _REFERENCE_NO_TEXT = '[no text content]'
 
 
 def answer_text(result: SearchResult, options: SearchOptions) -> str:
-    """The answer a model reads for `result`, worded in `options.answer_style`."""
+    """The answer a model reads for `result`, worded in `options.answer_style`.
+
+    A `'semantic'` or `'hybrid'` search whose vector index was behind says so in a last line
+    (a `'bm25'` answer is never changed)."""
     if options.answer_style == 'reference':
-        return _unsearched_text(result) or _reference_text(result, options)
-    return _explained_text(result, options)
+        text = _unsearched_text(result) or _reference_text(result, options)
+    else:
+        text = _explained_text(result, options)
+    if result.mode != 'bm25' and result.pending > 0 and result.outcome in ('found', 'no_match'):
+        text += (
+            f'\n\n(The semantic index is {result.pending} log entries behind: the newest messages could only '
+            'be matched once they are embedded.)'
+        )
+    return text
+
+
+def _score(hit: SearchHit, mode: str) -> str:
+    """A hit's score as shown: one decimal for BM25, more for a similarity or a fused rank score."""
+    if mode == 'bm25':
+        return f'{hit.score:.1f}'
+    return f'{hit.score:.3f}' if mode == 'semantic' else f'{hit.score:.4f}'
 
 
 def _unsearched_text(result: SearchResult) -> str | None:
@@ -98,7 +115,7 @@ def _reference_text(result: SearchResult, options: SearchOptions) -> str:
         label = f'run: {hit.run_id}'
         if hit.conversation_id is not None:
             label += f' | conversation: {hit.conversation_id}'
-        lines = [f'[score: {hit.score:.1f} | {label}]']
+        lines = [f'[score: {_score(hit, result.mode)} | {label}]']
         for shown in hit.window:
             text = '\n'.join(display_lines(shown.message, locate, ellipsis=_REFERENCE_ELLIPSIS))
             lines.append(f'[{shown.position}] {text or _REFERENCE_NO_TEXT}')
@@ -192,11 +209,13 @@ def _explained_text(result: SearchResult, options: SearchOptions) -> str:
         f'{_plural(len(result.hits), "result", "results")} for {_echo(query)} from {total} {where}, '
         'best first. Numbers in brackets are positions in the run.'
     )
-    numbered = [f'Result {hit.rank} of {len(result.hits)} | {_explained_block(hit, locate)}' for hit in result.hits]
+    numbered = [
+        f'Result {hit.rank} of {len(result.hits)} | {_explained_block(hit, locate, result.mode)}' for hit in result.hits
+    ]
     return '\n\n'.join([header, *numbered])
 
 
-def _explained_block(hit: SearchHit, locator: Locator) -> str:
+def _explained_block(hit: SearchHit, locator: Locator, mode: str = 'bm25') -> str:
     """A hit's heading line, then the messages of its window no earlier hit showed."""
     lines: list[str] = []
     for shown in hit.window:
@@ -205,5 +224,5 @@ def _explained_block(hit: SearchHit, locator: Locator) -> str:
         rendered = display_lines(shown.message, locator) or ['(no text in this message)']
         lines.append(f'[{shown.position}] {_indent_continuation(rendered)}')
     conversation = f'conversation {hit.conversation_id}' if hit.conversation_id is not None else 'no conversation id'
-    heading = f'score {hit.score:.1f} | run {hit.run_id} | {conversation}'
+    heading = f'score {_score(hit, mode)} | run {hit.run_id} | {conversation}'
     return '\n'.join([heading, *lines])

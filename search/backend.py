@@ -14,7 +14,7 @@ by position, and positions are those of the run's full record.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, overload, runtime_checkable
 
 import numpy as np
@@ -25,7 +25,16 @@ from search.analyzers import Analyzer
 if TYPE_CHECKING:
     from pydantic_ai.messages import ModelMessage
 
-__all__ = ['Corpus', 'Hit', 'NumberedCorpus', 'RankedHits', 'RunSpan', 'SearchBackend']
+__all__ = [
+    'Corpus',
+    'CorpusDocuments',
+    'Hit',
+    'ListedCorpus',
+    'NumberedCorpus',
+    'RankedHits',
+    'RunSpan',
+    'SearchBackend',
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +112,39 @@ class NumberedCorpus(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class CorpusDocuments:
+    """Every document of a corpus, in corpus order: what a semantic ranking scores."""
+
+    doc_ids: NDArray[np.int64]
+    """The documents' ids, in corpus order (the ids `Corpus.rank`'s hits are built from)."""
+
+    seqs: NDArray[np.int64]
+    """The `seq` of the entry that stored each document's message; -1 where the corpus cannot tell."""
+
+    locate: Callable[[int], tuple[str, int]]
+    """A document id to its `(run_id, position)`."""
+
+    texts: Callable[[], list[str]] | None = None
+    """The documents' indexed texts, in the same order, when the corpus holds them (in memory)."""
+
+    seq_list: list[int] = field(default_factory=list[int])
+    """`seqs` as a list (filled on creation; one object per listing, so lookups by it can be remembered)."""
+
+    def __post_init__(self) -> None:
+        """Fill `seq_list`."""
+        object.__setattr__(self, 'seq_list', self.seqs.tolist())
+
+
+@runtime_checkable
+class ListedCorpus(Protocol):
+    """A corpus that can list its documents (needed for the `'semantic'` and `'hybrid'` modes)."""
+
+    async def documents(self) -> CorpusDocuments:
+        """Every document in scope, in corpus order."""
+        ...
+
+
 @runtime_checkable
 class SearchBackend(Protocol):
     """Opens the corpus of one search."""
@@ -169,6 +211,15 @@ class RankedHits(Sequence[Hit]):
             ids, scores = ids[keep], scores[keep]
         order = np.argsort(-scores, kind='stable')
         self._doc_ids, self._scores, self._valid = ids[order], scores[order], int(order.shape[0])
+
+    def scored(self) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+        """Every matching document's id and score, unordered (as given)."""
+        return self._pool_ids, self._pool_scores
+
+    @property
+    def locate(self) -> Callable[[int], tuple[str, int]]:
+        """A document id to its `(run_id, position)`."""
+        return self._locate
 
     def leading_ids(self, count: int) -> NDArray[np.int64]:
         """The document ids of the best `count` hits (fewer when fewer matched), best first."""

@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Literal, overload
+from typing import TYPE_CHECKING, Literal, overload
 
 from pydantic_ai.messages import ModelMessage
 
@@ -29,16 +29,24 @@ from search.backend import Corpus, Hit, NumberedCorpus, RunSpan, SearchBackend
 from search.bm25 import DEFAULT_B, DEFAULT_K1, unique_terms
 from search.memory_index import HistorySourceBackend
 from search.result import SearchHit, SearchOutcome, SearchResult, SearchTimings, WindowMessage
+from search.semantic import SEARCH_MODES, SearchMode, TextVectors, fuse_rankings, semantic_ranking
 from search.source import HistorySource
+
+if TYPE_CHECKING:
+    from pydantic_ai.embeddings import Embedder
+
+    from search.vector_index import VectorIndex
 
 __all__ = [
     'MAX_QUERY_TERMS',
     'AnswerStyle',
     'ScopeDefaultWarning',
     'SearchEngine',
+    'SearchMode',
     'SearchOptions',
     'SearchScope',
     'as_backend',
+    'validate_mode',
     'validate_search_options',
 ]
 
@@ -110,6 +118,13 @@ class SearchOptions:
     `ConversationSearch` gives, byte for byte; `'explained'`, answers that say why nothing was
     found and what to try, and do not repeat a message an earlier result already showed."""
 
+    mode: SearchMode = 'bm25'
+    """How results are ranked (`search.semantic`): `'bm25'` (lexical; answers unchanged), `'semantic'`
+    (cosine similarity of embeddings) or `'hybrid'` (reciprocal-rank fusion of both)."""
+
+    embedder: Embedder | None = field(default=None, compare=False)
+    """The pydantic-ai `Embedder` that embeds messages and queries; required by `'semantic'` and `'hybrid'`."""
+
     def __post_init__(self) -> None:
         """Reject invalid values with a `ValueError`."""
         validate_search_options(
@@ -120,6 +135,22 @@ class SearchOptions:
         )
         if self.answer_style not in ('reference', 'explained'):
             raise ValueError(f"answer_style must be 'reference' or 'explained', got {self.answer_style!r}.")
+        validate_mode(self.mode, self.embedder)
+
+
+def validate_mode(mode: object, embedder: object) -> None:
+    """Check a search mode and its embedder, raising `ValueError` for an unknown mode, or for
+    `'semantic'` or `'hybrid'` without an `Embedder`."""
+    if mode not in SEARCH_MODES:
+        raise ValueError(f"mode must be 'bm25', 'semantic' or 'hybrid', got {mode!r}.")
+    if mode != 'bm25':
+        from pydantic_ai.embeddings import Embedder
+
+        if not isinstance(embedder, Embedder):
+            raise ValueError(
+                f"mode={mode!r} needs embedder=, a pydantic-ai Embedder (such as Embedder('sentence-transformers:"
+                f"all-MiniLM-L6-v2')); got {type(embedder).__name__}."
+            )
 
 
 def as_backend(source: HistorySource | SearchBackend) -> SearchBackend:
@@ -136,6 +167,23 @@ class SearchEngine:
         """Search `source` (a `HistorySource`, or a `SearchBackend` with its own index) with `options`."""
         self.backend: SearchBackend = as_backend(source)
         self.options: SearchOptions = options if options is not None else SearchOptions()
+        self._vectors: VectorIndex | None = None
+        self._texts: TextVectors | None = None
+
+    def vector_index(self) -> VectorIndex | None:
+        """The vector index semantic searches read: the one of the event log the backend reads
+        (`VectorIndex.for_log`), or `None` when the backend reads no event log or no embedder is set."""
+        embedder = self.options.embedder
+        if embedder is None:
+            return None
+        if self._vectors is None:
+            from eventlog.projection import ProjectionStore
+            from search.vector_index import VectorIndex
+
+            log = _log_of(self.backend)
+            if isinstance(log, ProjectionStore):
+                self._vectors = VectorIndex.for_log(log, embedder)
+        return self._vectors
 
     async def search(
         self,
@@ -169,6 +217,7 @@ class SearchEngine:
                 conversation_id=conversation_id if scope == 'conversation' else None,
                 run_id=run_id,
                 error=type(exc).__name__,
+                mode=self.options.mode,
             )
         return answer_text(result, self.options)
 
@@ -200,7 +249,9 @@ class SearchEngine:
         """
         within = conversation_id if scope == 'conversation' else None
         terms = tuple(unique_terms(self.options.analyzer.tokens(query)))
-        facts = partial(SearchResult, query=query, terms=terms, conversation_id=within, run_id=run_id)
+        facts = partial(
+            SearchResult, query=query, terms=terms, conversation_id=within, run_id=run_id, mode=self.options.mode
+        )
         if scope == 'conversation' and conversation_id is None:
             return facts(outcome='no_conversation')
         if len(terms) > MAX_QUERY_TERMS:
@@ -217,7 +268,22 @@ class SearchEngine:
             await _settle(corpus)
             return facts(outcome='no_terms', documents=corpus.document_count, timings=SearchTimings(opened - began))
 
-        hits: Sequence[Hit] = await corpus.rank(terms, k1=options.bm25_k1, b=options.bm25_b)
+        pending = 0
+        if options.mode == 'bm25':
+            hits: Sequence[Hit] = await corpus.rank(terms, k1=options.bm25_k1, b=options.bm25_b)
+        else:
+            assert options.embedder is not None
+            if self._texts is None:
+                self._texts = TextVectors(options.embedder)
+            semantic, pending = await semantic_ranking(
+                corpus, query, embedder=options.embedder, vectors=self.vector_index(), texts=self._texts
+            )
+            if options.mode == 'semantic':
+                hits = semantic
+            else:
+                lexical = await corpus.rank(terms, k1=options.bm25_k1, b=options.bm25_b)
+                hits = fuse_rankings([lexical, semantic])
+        facts = partial(facts, pending=pending)
         # A corpus may learn while ranking that the store moved on, and rank again: count after it.
         total = corpus.document_count
         if total == 0:
@@ -281,6 +347,15 @@ class SearchEngine:
                 )
             )
         return out
+
+
+def _log_of(backend: SearchBackend) -> object:
+    """The event log a backend reads, if any: a persistent index's log, or a replayed log's."""
+    log = getattr(backend, 'log', None)
+    if log is not None:
+        return log
+    source = getattr(backend, 'source', None)
+    return getattr(source, 'log', None)
 
 
 class _WithoutRun(Sequence[Hit]):

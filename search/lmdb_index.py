@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     from pydantic_ai.messages import ModelMessage
 
     from eventlog.local_projections import PendingPosition
-    from search.backend import Corpus, Hit, RankedHits, RunSpan
+    from search.backend import Corpus, CorpusDocuments, Hit, RankedHits, RunSpan
     from search.bm25 import TermPostings
 
 # numpy and pydantic-ai (with the search modules that need them) are imported where the index
@@ -82,6 +82,8 @@ _CATCH_UP_BATCH: Final = 5000
 """Entries applied per write transaction while catching up."""
 _THREAD_BACKLOG: Final = 500
 """A backlog larger than this is applied in a worker thread."""
+_LISTED_SCOPES: Final = 64
+"""Scopes whose document lists an index remembers (for semantic and hybrid searches)."""
 _PREFETCH_HITS: Final = 24
 """Leading hits whose runs are resolved in the ranking transaction itself."""
 
@@ -429,6 +431,9 @@ class LmdbIndex:
         self.analyzer: Analyzer = resolve_analyzer(analyzer)
         self._lock = threading.Lock()
         self.decoded = _DecodedCache()
+        self.listed: OrderedDict[str | None, tuple[int, CorpusDocuments]] = OrderedDict()
+        """The documents of recent scopes (`_LmdbCorpus.documents`), by scope, with the index position they
+        were read at (a scope's documents change only when the position does)."""
         stored, stored_format = self._read(lambda records, _: (_meta(records, b'analyzer'), _meta(records, b'format')))
         if stored is not None and stored != self.analyzer.name:
             raise IndexAnalyzerMismatch(
@@ -862,6 +867,70 @@ class _LmdbCorpus:
             return name, doc_id & 0xFFFFFFFF
 
         return self._ix.log.read_projection(INDEX_PROJECTION, read)
+
+    async def documents(self) -> CorpusDocuments:
+        """Every message in scope, in corpus order, with the `seq` of the entry that stored it."""
+        import numpy as np
+
+        from search.backend import CorpusDocuments
+
+        listed = self._ix.listed
+        scope = self._conversation_id
+
+        def read(
+            records: ProjectionRecords, _: LogReader, fresh: bool = False
+        ) -> tuple[int, list[int], list[int], dict[int, str]] | None:
+            at = records.position() or 0
+            cached = listed.get(scope)
+            if not fresh and cached is not None and cached[0] == at:
+                return None
+            if self._conversation_id is not None:
+                prefix = ck(self._conversation_id)
+                names = [key[len(prefix) :].decode() for key, _ in records.scan('convruns', prefix=prefix)]
+                pairs = [(name, records.get('runs', name.encode())) for name in names]
+            else:
+                pairs = [(key.decode(), value) for key, value in records.scan('runs')]
+            doc_ids: list[int] = []
+            seqs: list[int] = []
+            starts: dict[int, str] = {}
+            for name, raw in pairs:
+                if raw is None:
+                    continue
+                run = _run_dec.decode(raw)
+                starts[run.start_seq] = name
+                first = run.first if self._conversation_id is not None else run.prefix
+                end = run.prefix + run.own
+                if end <= first:
+                    continue
+                key_prefix = ck(name)
+                for key, value in records.scan('pos', prefix=key_prefix, start=key_prefix + _POS.pack(first)):
+                    position = _POS.unpack_from(key, len(key_prefix))[0]
+                    if position >= end:
+                        break
+                    doc_ids.append(_doc_id(run.start_seq, position))
+                    seqs.append(key_seq(value))
+            return at, doc_ids, seqs, starts
+
+        found = self._ix.log.read_projection(INDEX_PROJECTION, read)
+        if found is None:
+            cached = listed.get(scope)
+            if cached is not None:
+                return cached[1]
+            found = self._ix.log.read_projection(INDEX_PROJECTION, lambda records, reader: read(records, reader, True))
+            assert found is not None
+        position, doc_ids, seqs, starts = found
+        ids = np.asarray(doc_ids, dtype=np.int64)
+        order = np.argsort(ids, kind='stable')
+
+        def locate(doc_id: int) -> tuple[str, int]:
+            return starts.get(doc_id >> 32, '?'), doc_id & 0xFFFFFFFF
+
+        documents = CorpusDocuments(ids[order], np.asarray(seqs, dtype=np.int64)[order], locate)
+        listed[scope] = (position, documents)
+        listed.move_to_end(scope)
+        while len(listed) > _LISTED_SCOPES:
+            listed.popitem(last=False)
+        return documents
 
     def _read_span(self, records: ProjectionRecords, run_id: str) -> RunSpan | None:
         """The run's span, read from `records` and remembered for this search (`None` for an unknown run)."""

@@ -17,12 +17,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from pydantic import TypeAdapter
 from pydantic_ai import messages as _messages
 from pydantic_ai.messages import ModelMessage, ModelRequest
 
 from search.analyzers import Analyzer
-from search.backend import Corpus, Hit, RankedHits, RunSpan
+from search.backend import Corpus, CorpusDocuments, Hit, RankedHits, RunSpan
 from search.bm25 import TermPostings, average_length, score_unranked
 from search.render import index_text
 from search.source import HistorySource, NumberedHistorySource
@@ -192,6 +193,21 @@ class MemoryCorpus:
         first = max(start, section.start)
         last = min(end, section.start + len(section.messages))
         return [(position, section.messages[position - section.start]) for position in range(first, last)]
+
+    async def documents(self) -> CorpusDocuments:
+        """Every message in scope, in corpus order, with its entry number when the source can tell."""
+        count = self.document_count
+        windows = [(s.run_id, s.start, s.start + len(s.messages)) for s in self._sections]
+        numbered = await self.entry_seqs(windows)
+        seqs = np.full(count, -1, dtype=np.int64)
+        for section, found in zip(self._sections, numbered, strict=True):
+            for position, seq in found.items():
+                seqs[section.first_doc + position - section.start] = seq
+
+        def texts() -> list[str]:
+            return [index_text(message) for section in self._sections for message in section.messages]
+
+        return CorpusDocuments(np.arange(count, dtype=np.int64), seqs, self._locate, texts)
 
     async def entry_seqs(self, windows: Sequence[tuple[str, int, int]]) -> list[dict[int, int]]:
         """The entry numbers of the windows' messages, when the source can number them (else none)."""

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from pydantic_ai.messages import ModelMessage
 
     from search.backend import Hit
+    from search.semantic import SearchMode
 
 __all__ = ['SearchHit', 'SearchOutcome', 'SearchResult', 'SearchTimings', 'WindowMessage']
 
@@ -132,6 +133,11 @@ class SearchResult:
     error: str | None = None
     """With `outcome='failed'`: the name of the exception."""
 
+    mode: SearchMode = 'bm25'
+    """How the hits were ranked (`score` is a BM25 score, a cosine similarity, or a fused RRF score)."""
+    pending: int = 0
+    """With `'semantic'` or `'hybrid'`: how many log entries the vector index had not applied yet
+    (messages among them could not be found by meaning); 0 when it was current."""
     ranked: Sequence[Hit] = field(default=(), repr=False, compare=False)
     """Every matching message, best first (read lazily; most callers need only `hits`)."""
 

@@ -425,3 +425,30 @@ async def test_a_failing_model_call_still_leaves_the_recall_entry() -> None:
     assert kinds == ['run_started', 'message', 'recall', 'run_finished']
     ((_, info),) = await _recalls(log, failed.run_id)
     assert _recalled_texts(info.text) == ['User: the lighthouse keeper is Ada']
+
+
+@pytest.mark.parametrize('mode', ['semantic', 'hybrid'])
+async def test_semantic_modes_recall_a_paraphrased_fact_bm25_cannot_find(tmp_path: Path, mode: str) -> None:
+    from search.local_model import minilm_embedder
+
+    embedder = minilm_embedder()
+    log = LmdbEventLog(tmp_path / 'store')
+    try:
+        model = Recorder()
+        lexical = _agent(log, model, k=1)
+        agent = _agent(log, model, k=1, mode=mode, embedder=embedder)
+        for conversation in ('words', 'meaning'):  # the same facts stored in two conversations
+            await lexical.run('Our dog is called Biscuit.', conversation_id=conversation)
+            await lexical.run('Deployments happen on Tuesdays.', conversation_id=conversation)
+        await lexical.run('family pet name', conversation_id='words')
+        assert model.block() is None  # no word in common: BM25 recalls nothing
+
+        result = await agent.run('family pet name', conversation_id='meaning')
+        block = model.block()
+        assert block is not None
+        assert _recalled_texts(block) == ['User: Our dog is called Biscuit.']
+        assert await replayed(log, result.run_id) == dump(result.all_messages())
+        ((_, info),) = await _recalls(log, result.run_id)
+        assert info.mode == mode
+    finally:
+        log.close()
