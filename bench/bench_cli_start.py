@@ -107,6 +107,9 @@ def _figure(seconds: float) -> str:
 
 def main() -> None:
     args = sys.argv[1:]
+    if '-h' in args or '--help' in args:
+        print(__doc__)
+        return
     scripts = [Path(sys.executable).parent / 'eventlog']
     store: Path | None = None
     cached = '--as-installed' not in args
@@ -119,6 +122,10 @@ def main() -> None:
             else:
                 store = Path(args[at + 1])
             del args[at : at + 2]
+    if len(args) > 1 or (args and not args[0].isdigit()):
+        raise SystemExit(
+            f'usage: python bench/bench_cli_start.py [RUNS] [--eventlog PATH] [--store PATH] [--as-installed]; got {args}'
+        )
     runs = int(args[0]) if args else 5
     with tempfile.TemporaryDirectory() as tmp:
         env = _environment(Path(tmp) / 'bytecode' if cached else None)
