@@ -39,7 +39,7 @@ pytest.importorskip('dbos')
 pytest.importorskip('pydantic_ai.durable_exec.dbos')
 
 from _dbos_worker import ANSWER, SCENARIOS, Scenario, Store, dbos_schema
-from conftest import postgres_dsn, schema_for
+from backends import postgres_dsn, schema_for
 from pgserver import drop_schema
 
 from eventlog import Entry, LmdbEventLog, RunRecord, ToolEffectInfo, VerifyReport

@@ -31,7 +31,7 @@ from typing import Any
 import msgspec
 import pytest
 from _durable_worker import ANSWER, SCENARIOS, UNITS, Scenario
-from conftest import postgres_dsn, schema_for
+from backends import postgres_dsn, schema_for
 from pgserver import drop_schema
 from pydantic_ai.messages import ModelMessagesTypeAdapter
 

@@ -307,7 +307,7 @@ async def test_delete_removes_everything_and_leaves_a_tombstone(log: EventLogBas
 
 
 async def test_export_import_round_trip(log: EventLogBase, tmp_path: Path, backend: str) -> None:
-    from conftest import make_log
+    from backends import make_log
 
     seqs = await add_run(log, 'a', 'r1', exchange(1, 'ünïcode') + tool_exchange(2))
     await add_run(log, 'a', 'r2', exchange(3), parent=seqs[-1])
@@ -488,7 +488,7 @@ async def test_closed_log_refuses_calls(log: EventLogBase) -> None:
 
 
 async def test_async_context_manager_closes(backend: str, tmp_path: Path) -> None:
-    from conftest import make_log
+    from backends import make_log
 
     async with make_log(backend, tmp_path) as opened:
         await opened.append(run_started_entry(conversation_id='c', run_id='r'))

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import hypothesis.strategies as st
 import pytest
-from conftest import make_log, postgres_dsn, schema_for
+from backends import make_log, postgres_dsn, schema_for
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from logtools import at

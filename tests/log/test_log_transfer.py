@@ -12,7 +12,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from conftest import make_log
+from backends import make_log
 from logtools import add_run, exchange, tool_exchange
 from pydantic_ai.messages import ModelRequest, UserPromptPart
 from transfertools import Crafted

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import make_log, postgres_dsn, schema_for
+from backends import make_log, postgres_dsn, schema_for
 from pgserver import drop_schema
 from pydantic_ai.messages import ModelRequest, UserPromptPart
 

@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from conftest import make_log, postgres_dsn, schema_for
+from backends import make_log, postgres_dsn, schema_for
 from pgserver import drop_schema
 from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
 

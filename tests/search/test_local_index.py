@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import psycopg
-from conftest import schema_for
+from backends import schema_for
 from pydantic_ai.messages import ModelRequest, UserPromptPart
 
 from eventlog import PostgresEventLog, message_entry, run_started_entry

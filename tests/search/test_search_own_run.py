@@ -123,6 +123,7 @@ async def test_an_index_of_the_previous_format_is_rebuilt_without_search_calls(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import search.render
+    import search.wire_text
     from search.lmdb_index import INDEX_FORMAT, LmdbIndex
 
     log = LmdbEventLog(tmp_path / 'store')
@@ -137,7 +138,9 @@ async def test_an_index_of_the_previous_format_is_rebuilt_without_search_calls(
         first = await agent.run(f'Please remember: {FACT}', conversation_id='shop')
         await agent.run(QUESTION, message_history=first.all_messages())
         # Build the index as format 1 did: with the search tool's calls and returns indexed.
+        # (both places that know the tool's name: decoded messages, and stored JSON read directly)
         monkeypatch.setattr(search.render, 'SEARCH_TOOL_NAME', 'no-such-tool')
+        monkeypatch.setattr(search.wire_text, 'SEARCH_TOOL_NAME', 'no-such-tool')
         old = LmdbIndex(log)
         old.rebuild()
         meta = log.open_table(b'ix.meta')

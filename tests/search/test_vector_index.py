@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from conftest import postgres_dsn, schema_for
+from backends import postgres_dsn, schema_for
 from pgserver import drop_schema
 from pydantic_ai.embeddings import Embedder, TestEmbeddingModel
 from pydantic_ai.messages import ModelRequest, UserPromptPart
