@@ -101,6 +101,29 @@ def _environment(cache: Path | None) -> dict[str, str]:
     return env
 
 
+_PROBE = """
+import importlib.util, os, sys
+import eventlog_cli._views, eventlog_cli._styled, eventlog.lmdb_log, rich.table, rich.console
+missing = sorted(
+    name
+    for name, module in list(sys.modules.items())
+    if (path := getattr(module, '__file__', None)) and path.endswith('.py')
+    and not os.path.exists(importlib.util.cache_from_source(path))
+)
+print(' '.join(missing))
+"""
+"""Lists the modules a browsing command imports (piped or on a terminal) that have no bytecode
+beside their source: each of those is compiled again on every start."""
+
+
+def uncompiled_modules(script: Path) -> list[str]:
+    """The modules the browsing commands of `script`'s install import without cached bytecode."""
+    python = script.parent / 'python'
+    env = _environment(None)
+    done = subprocess.run([str(python), '-c', _PROBE], check=True, capture_output=True, text=True, env=env)
+    return done.stdout.split()
+
+
 def _figure(seconds: float) -> str:
     return f'{seconds:>6.3f}s' + ('!' if seconds >= TARGET else ' ')
 
@@ -158,6 +181,12 @@ def main() -> None:
         print(f'target: under {TARGET} s wall on a quiet machine; ! marks a figure at or over it')
         for number, script in enumerate(scripts):
             print(f'  [{number}] {script}')
+            if not cached and (missing := uncompiled_modules(script)):
+                shown = ', '.join(missing[:8]) + (f' and {len(missing) - 8} more' if len(missing) > 8 else '')
+                print(
+                    f'      warning: {len(missing)} modules it imports have no bytecode and are compiled on every '
+                    f'start ({shown}); `make install` compiles them'
+                )
         columns = f' {"wall":>8} {"cpu":>8} {"tty wall":>8} {"tty cpu":>8} '
         print(f'  {"command":<31}' + ''.join(columns for _ in scripts))
         for command in commands:
