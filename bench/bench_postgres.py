@@ -31,6 +31,7 @@ import gc
 import math
 import multiprocessing
 import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -306,9 +307,10 @@ async def bench_single(cfg: Config, env: Env, verdicts: Verdicts) -> dict[str, f
 
 
 def writer_process(backend: str, where: str, conversation: str, seconds: float, gate: Any, out: Any) -> None:
-    """One writer process: single appends to its own conversation for `seconds` once `gate` opens."""
+    """One writer process: single appends to its own conversation for `seconds` once `gate` opens;
+    puts the number of appends and the CPU time (user + system) the process spent on them."""
 
-    async def run() -> int:
+    async def run() -> tuple[int, float]:
         log: EventLogBase
         if backend == 'pg':
             dsn, schema = where.split(' ', 1)
@@ -325,24 +327,64 @@ def writer_process(backend: str, where: str, conversation: str, seconds: float, 
             await asyncio.sleep(max(0.0, start_at.value - time.time()))
             done = 0
             end = start_at.value + seconds
+            cpu = process_cpu()
             while time.time() < end:
                 await log.append(entry)
                 done += 1
-            return done
+            return done, process_cpu() - cpu
         finally:
             log.close()
 
     out.put(asyncio.run(run()))
 
 
-def run_writers(backend: str, where: str, writers: int, seconds: float) -> float:
-    """Appends per second of `writers` processes appending at once (all started and warmed up first)."""
+def process_cpu() -> float:
+    """CPU seconds (user + system) this process has used."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def server_cpu() -> float | None:
+    """CPU seconds used so far by the PostgreSQL processes of this machine (`None` if none is
+    visible, e.g. a server named by `--dsn` on another host)."""
+    tick = os.sysconf('SC_CLK_TCK')
+    total, seen = 0.0, False
+    for pid in os.listdir('/proc'):
+        if not pid.isdigit():
+            continue
+        try:
+            if not Path(f'/proc/{pid}/comm').read_text().startswith(('postgres', 'postmaster')):
+                continue
+            fields = Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        seen = True
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total if seen else None
+
+
+@dataclass(frozen=True, slots=True)
+class WriterRun:
+    """What N writer processes did in one timed window."""
+
+    rate: float
+    """Appends per second, all processes together."""
+    client_cpu: float
+    """CPU seconds per append spent in the writer processes."""
+    server_cpu: float | None
+    """CPU seconds per append spent by the PostgreSQL server (`None`: not measurable here)."""
+
+
+def run_writers(backend: str, wheres: Sequence[str], seconds: float) -> WriterRun:
+    """Appends per second of one writer process per store in `wheres` (a store may be named more
+    than once: those processes share it), appending at once (all started and warmed up first)."""
     ctx = multiprocessing.get_context('spawn')
     out = ctx.Queue()
     gate = (ctx.Event(), ctx.Value('d', 0.0))
+    writers = len(wheres)
     procs = [
         ctx.Process(target=writer_process, args=(backend, where, f'w{writers}-{i}', seconds, gate, out))
-        for i in range(writers)
+        for i, where in enumerate(wheres)
     ]
     for proc in procs:
         proc.start()
@@ -350,11 +392,18 @@ def run_writers(backend: str, where: str, writers: int, seconds: float) -> float
         if out.get(timeout=300) != 'ready':
             raise RuntimeError('a writer process failed to start')
     gate[1].value = time.time() + 0.3
+    server_before = server_cpu() if backend == 'pg' else None
     gate[0].set()
-    counts = [out.get(timeout=120 + seconds) for _ in procs]
+    # Sampled as the window closes, while the writers' server processes still exist (they end
+    # with the writers' connections, taking their CPU figures with them).
+    time.sleep(max(0.0, gate[1].value + seconds - time.time()))
+    server_after = server_cpu() if backend == 'pg' else None
+    results = [out.get(timeout=120 + seconds) for _ in procs]
     for proc in procs:
         proc.join()
-    return sum(counts) / seconds
+    appends = max(1, sum(done for done, _ in results))
+    server = None if server_before is None or server_after is None else (server_after - server_before) / appends
+    return WriterRun(sum(done for done, _ in results) / seconds, sum(cpu for _, cpu in results) / appends, server)
 
 
 def bench_writers(cfg: Config, env: Env, verdicts: Verdicts, single: dict[str, float]) -> None:
@@ -363,22 +412,51 @@ def bench_writers(cfg: Config, env: Env, verdicts: Verdicts, single: dict[str, f
     pg.close()
     lmdb_path = env.tmp / 'writers.lmdb'
     LmdbEventLog(lmdb_path).close()
-    rates: dict[tuple[str, int], float] = {}
+    runs: dict[tuple[str, int], WriterRun] = {}
     for writers in (1, 4, 8):
         for backend, where in (('pg', pg_where), ('lmdb', str(lmdb_path))):
             progress(f'{writers} writer process(es) on {backend}')
-            rates[(backend, writers)] = run_writers(backend, where, writers, cfg.writer_seconds)
+            runs[(backend, writers)] = run_writers(backend, [where] * writers, cfg.writer_seconds)
+    # The same 8 processes, each on a store of its own: nothing shared, no lock to take turns at.
+    # No scheme for one shared log can append faster on this machine than that.
+    separate = {
+        'pg': [f'{pg_where}_own{i}' for i in range(8)],
+        'lmdb': [str(env.tmp / f'writers-own{i}.lmdb') for i in range(8)],
+    }
+    for backend, wheres in separate.items():
+        progress(f'8 writer processes on {backend}, a store each')
+        runs[(backend, -8)] = run_writers(backend, wheres, cfg.writer_seconds)
+
+    def label(writers: int) -> str:
+        if writers < 0:
+            return f'{-writers} processes, a store each'
+        return f'{writers} writer process{"es" if writers > 1 else ""}'
+
     rows = [
         [
-            f'{writers} writer process{"es" if writers > 1 else ""}',
-            f'{rates[("pg", writers)]:,.0f}/s',
-            ratio(rates[('pg', writers)], rates[('pg', 1)]),
-            f'{rates[("lmdb", writers)]:,.0f}/s',
-            ratio(rates[('lmdb', writers)], rates[('lmdb', 1)]),
+            label(writers),
+            f'{runs[("pg", writers)].rate:,.0f}/s',
+            ratio(runs[('pg', writers)].rate, runs[('pg', 1)].rate),
+            f'{runs[("lmdb", writers)].rate:,.0f}/s',
+            ratio(runs[('lmdb', writers)].rate, runs[('lmdb', 1)].rate),
         ]
-        for writers in (1, 4, 8)
+        for writers in (1, 4, 8, -8)
     ]
     ceiling = single['pg append'] / single['pg txn']
+    one = runs[('pg', 1)]
+    cores = os.cpu_count() or 1
+    if one.server_cpu is not None:
+        busy = (one.client_cpu + one.server_cpu) * one.rate
+        cpu_note = [
+            f'CPU per PostgreSQL append with one writer: {ms(one.client_cpu * 1e9)} in the writer process, '
+            f'{ms(one.server_cpu * 1e9)} in the server, so one writer keeps {busy:.2f} of the {cores} cores busy',
+            f'and no scheme can make N writers on this machine append more than {cores / busy:.2f}x as fast as one.',
+        ]
+    else:
+        busy = None
+        cpu_note = [
+            f'CPU per append in the writer process: {ms(one.client_cpu * 1e9)} (the server is not on this machine).'
+        ]
     print_table(
         f'2. single appends per second, N processes at once ({cfg.writer_seconds:.0f} s each)',
         ['writers', 'PostgreSQL', 'vs 1', 'LMDB', 'vs 1'],
@@ -390,15 +468,21 @@ def bench_writers(cfg: Config, env: Env, verdicts: Verdicts, single: dict[str, f
             f'outside it. From section 1: PostgreSQL append {ms(single["pg append"])}, transaction '
             f'{ms(single["pg txn"])} (last round trip, writes + COMMIT: {ms(single["pg in commit"])}),',
             f'so with the lock held for the whole transaction 8 writers can reach at most {ceiling:.2f}x one writer.',
+            '"a store each": the same 8 processes, each appending to a store (schema, LMDB directory) of its own,',
+            'sharing no lock: what this machine allows any scheme for one shared log.',
+            *cpu_note,
         ],
     )
-    scale = rates[('pg', 8)] / rates[('pg', 1)]
+    scale = runs[('pg', 8)].rate / runs[('pg', 1)].rate
+    apart = runs[('pg', -8)].rate / runs[('pg', 1)].rate
+    machine = '' if busy is None else f'; CPU bound on {cores} cores: {cores / busy:.2f}x'
     verdicts.target(
         'PostgreSQL appends/s, 8 writers >= 3x 1 writer',
         scale >= 3,
-        f'{scale:.2f}x ({rates[("pg", 1)]:,.0f}/s -> {rates[("pg", 8)]:,.0f}/s); LMDB '
-        f'{rates[("lmdb", 8)] / rates[("lmdb", 1)]:.2f}x ({rates[("lmdb", 1)]:,.0f}/s -> {rates[("lmdb", 8)]:,.0f}/s);'
-        f' ceiling with the lock held through the transaction ~{ceiling:.2f}x',
+        f'{scale:.2f}x ({runs[("pg", 1)].rate:,.0f}/s -> {runs[("pg", 8)].rate:,.0f}/s); LMDB '
+        f'{runs[("lmdb", 8)].rate / runs[("lmdb", 1)].rate:.2f}x ({runs[("lmdb", 1)].rate:,.0f}/s -> '
+        f'{runs[("lmdb", 8)].rate:,.0f}/s); ceiling with the lock held through the transaction ~{ceiling:.2f}x; '
+        f'8 processes with a store each {apart:.2f}x{machine}',
     )
 
 
