@@ -736,7 +736,7 @@ async def bench_search_conversation(cfg: Config, env: Env, verdicts: Verdicts) -
                 progress(f'{name}: {n:,} messages loaded in {load_s:.1f} s')
             index, index_s = build_index(log, name)
             built.append((index, load_s, index_s))
-        queries = [q for q, _ in make_queries([index_text(m) for m in messages], seed=n)]
+        queries = [q for _, q in make_queries([index_text(m) for m in messages], seed=n)]
         rows: list[list[str]] = []
         meds: dict[tuple[str, int], float] = {}
         for context in (0, 5):
@@ -793,7 +793,7 @@ async def bench_search_all(cfg: Config, env: Env, verdicts: Verdicts) -> None:
                 await load_many(log, plan)
                 progress(f'{name}: {n:,} messages loaded in {(now_ns() - t0) / 1e9:.1f} s')
             indexes.append(build_index(log, name)[0])
-        queries = [q for q, _ in make_queries([index_text(m) for m in plan[count // 2][1]], seed=7)]
+        queries = [q for _, q in make_queries([index_text(m) for m in plan[count // 2][1]], seed=7)]
         engines = [SearchEngine(index, SearchOptions(max_matches=10, context_lines=0)) for index in indexes]
         fns = [lambda q, e=e: e.search(q, scope='all', conversation_id=None) for e in engines]  # type: ignore[misc]
         times = await search_latency(fns, queries)
