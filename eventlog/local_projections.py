@@ -94,6 +94,9 @@ class LocalProjections:
     """
 
     persistent = True
+    projections_apart = True
+    """The records are kept apart from the log: a projection keeps locally what its readers show
+    (the search index keeps the messages it shows), since every read of the log is a round trip."""
 
     def __init__(self, log: SnapshotLog, path: str | os.PathLike[str]) -> None:
         self.log = log

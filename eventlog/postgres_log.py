@@ -556,6 +556,12 @@ class PostgresEventLog(EventLogBase):
 
         return self._run(run, begin=_BEGIN_WRITE, lock=self._projection_lock_sql)
 
+    @property
+    def projections_apart(self) -> bool:
+        """Whether projections are kept in a local directory (`projections_dir`) rather than in the
+        database: a projection then keeps there what its readers show (`LocalProjections`)."""
+        return self._local is not None
+
     def has_projection(self, name: str) -> bool:
         """Whether the projection called `name` was ever opened in this store; asking creates nothing."""
         if self._local is not None:

@@ -22,9 +22,17 @@ last `seq` applied, is kept by the backend beside them:
 - `ix.stats`    ck(conv) -> (documents, total length, own documents, own total length)
 - `ix.runs`     run id -> (conversation, start seq, prefix length, own count, first position)
 - `ix.convruns` ck(conv) + run id -> ''
-- `ix.pos`      ck(run) + position -> seq of the message shown at that position
+- `ix.pos`      ck(run) + position -> seq of the message shown at that position (followed by the
+                message's payload in an index kept apart from its log)
 - `ix.held`     ck(conv) + seq -> '' (messages the conversation's corpus already holds)
 - `ix.copies`   ck(source conv) + ck(conv) -> '' (conversations holding copies of another's messages)
+- `ix.starts`   seq of a run's `run_started` entry -> run id (only in an index kept apart from its log)
+
+An index kept apart from its log (`eventlog.local_projections.LocalProjections`, where every read
+of the log is a round trip to PostgreSQL) keeps what a search shows: the payloads in `ix.pos` and
+the run names in `ix.starts`, so that a search reads nothing of the log but its last `seq`. They
+follow erasure and deletion as the rest of the index does: an `erasure` or `deleted` entry drops
+the conversation's records, and an erased conversation is indexed again from its placeholders.
 
 A document id is `start seq of its run << 32 | position`, so ids sort in corpus order
 (runs in start order, then positions), which is how BM25 ties are ordered.
@@ -44,7 +52,7 @@ from typing import TYPE_CHECKING, Final, Protocol, TypeVar, cast
 import msgspec
 
 from eventlog import Entry, EventLogBase, LmdbEventLog, ReplayHistorySource, RunRecord, decode_messages
-from eventlog._keys import ck, key_seq, seq_key
+from eventlog._keys import ck, seq_key
 from eventlog._threads import to_thread
 from eventlog.errors import CorruptStoreError, EventLogError, InvalidArgumentError
 from eventlog.lmdb_log import register_compaction_hook
@@ -75,6 +83,9 @@ INDEX_FORMAT: Final = 3
 """What the index holds, by version: 2 leaves the search tool's own calls and returns out of
 the documents; 3 keeps the position with the projection API rather than in `ix.meta`. An
 index of another version is rebuilt from the entries when first opened."""
+LOCAL_INDEX_FORMAT: Final = 4
+"""The format of an index kept apart from its log: 3, and it keeps the payloads and run names a
+search shows (`ix.pos` values, `ix.starts`)."""
 _BLOCK: Final = 64
 """Postings per block: small enough that rewriting the last block on append stays cheap."""
 _MAX_TERM_BYTES: Final = 200
@@ -89,8 +100,9 @@ _PREFETCH_HITS: Final = 24
 
 _POS = struct.Struct('>I')
 _TRIPLE = struct.Struct('<qqq')
+_SEQ = struct.Struct('>Q')
 _BLOCK_NO = struct.Struct('>I')
-_TABLES = ('meta', 'post', 'stats', 'runs', 'convruns', 'pos', 'held', 'copies')
+_TABLES = ('meta', 'post', 'stats', 'runs', 'convruns', 'pos', 'held', 'copies', 'starts')
 
 INDEX_PROJECTION: Final = ProjectionSpec('ix', _TABLES)
 """The index as a projection of the store: its name and tables."""
@@ -142,11 +154,13 @@ _MAX_INDEX_FINDINGS: Final = 20
 
 
 def _table_items(records: ProjectionRecords) -> dict[str, dict[bytes, bytes]]:
-    return {name: dict(records.scan(name)) for name in _TABLES}
+    items = {name: dict(records.scan(name)) for name in _TABLES}
+    items['meta'].pop(_DROPPED, None)  # a mark for caches (absent from indexes built before it), not derived content
+    return items
 
 
 def _index_conversation(table: str, key: bytes) -> str:
-    if table in ('meta', 'runs') or key == _ALL:
+    if table in ('meta', 'runs', 'starts') or key == _ALL:
         return ''
     cut = key.find(b'\x00')
     return key[: max(cut, 0)].decode(errors='replace')
@@ -195,6 +209,9 @@ _run_dec = msgspec.msgpack.Decoder(_Run)
 _stats_dec = msgspec.msgpack.Decoder(_Stats)
 _enc = msgspec.msgpack.Encoder()
 _ALL = b'\x00all'
+_DROPPED = b'dropped'
+"""`ix.meta` key: the `seq` of the last `erasure` or `deleted` entry applied. Processes sharing the
+index compare it to what their caches of shown messages were filled under (`_DecodedCache.follow`)."""
 
 
 def _term_key(term: str) -> bytes:
@@ -280,7 +297,8 @@ class _Writer:
             else:
                 chunk.append(triple)
         self.records.put('held', conv_key + seq_key(seq), b'')
-        self.records.put('pos', ck(run_id) + _POS.pack(position), seq_key(seq))
+        shown = seq_key(seq) + payload if self.ix.apart else seq_key(seq)
+        self.records.put('pos', ck(run_id) + _POS.pack(position), shown)
         stats = self.stat(conv_key)
         stats.docs += 1
         stats.length += length
@@ -303,8 +321,10 @@ class _Writer:
             self.add_message(entry)
         elif entry.kind == 'deleted':
             self.drop_conversation(entry.conversation_id, reindex_before=entry.seq)
+            self.records.put('meta', _DROPPED, seq_key(entry.seq))
         elif entry.kind == 'erasure':
             self.reindex_conversation(entry.conversation_id, before=entry.seq)
+            self.records.put('meta', _DROPPED, seq_key(entry.seq))
 
     def reindex_conversation(self, conversation_id: str, *, before: int) -> None:
         """Index a conversation again from its entries before `before` (and the conversations that
@@ -318,6 +338,8 @@ class _Writer:
     def start_run(self, entry: Entry) -> None:
         assert entry.run_id is not None
         conv = entry.conversation_id
+        if self.ix.apart:
+            self.records.put('starts', seq_key(entry.seq), entry.run_id.encode())
         threaded = self.threaded_prefix(conv, entry.parent)
         if threaded is not None:
             # The usual case: the run continues a run of its own conversation, whose history the
@@ -354,7 +376,7 @@ class _Writer:
         prefix = ck(parent_entry.run_id)
         count = 0
         for _, value in self.records.scan('pos', prefix=prefix, start=prefix + _POS.pack(earlier.prefix)):
-            if key_seq(value) > parent:
+            if _pos_seq(value) > parent:
                 break
             count += 1
         return earlier.prefix + count
@@ -384,6 +406,8 @@ class _Writer:
         records = self.records
         for key in records.delete_prefix('convruns', conv_key):
             run_id = key[len(conv_key) :].decode()
+            if self.ix.apart and (run := self.run(run_id)) is not None:
+                records.delete('starts', seq_key(run.start_seq))
             records.delete_prefix('pos', ck(run_id))
             records.delete('runs', run_id.encode())
             self.runs.pop(run_id, None)
@@ -429,6 +453,10 @@ class LmdbIndex:
     def __init__(self, log: IndexedLog, analyzer: str | Analyzer = 'default') -> None:
         self.log = log
         self.analyzer: Analyzer = resolve_analyzer(analyzer)
+        self.apart: bool = getattr(log, 'projections_apart', False) is True
+        """Whether the index is kept apart from its log (`LocalProjections`): it then keeps the
+        payloads and run names a search shows, and reads nothing of the log but its position."""
+        self._format = str(LOCAL_INDEX_FORMAT if self.apart else INDEX_FORMAT)
         self._lock = threading.Lock()
         self.decoded = _DecodedCache()
         self.listed: OrderedDict[str | None, tuple[int, CorpusDocuments]] = OrderedDict()
@@ -440,7 +468,7 @@ class LmdbIndex:
                 f'the search index of this store was built with the {stored!r} analyzer, not {self.analyzer.name!r}; '
                 f'rebuild it with that analyzer first (`eventlog reindex --analyzer {self.analyzer.name}`)'
             )
-        if stored is not None and stored_format != str(INDEX_FORMAT):
+        if stored is not None and stored_format != self._format:
             self.rebuild()
 
     def _read(self, fn: Callable[[ProjectionRecords, LogReader], T]) -> T:
@@ -485,7 +513,7 @@ class LmdbIndex:
 
         def read(records: ProjectionRecords, _: LogReader) -> int | None:
             raw = records.get('pos', ck(run_id) + _POS.pack(position))
-            return None if raw is None else key_seq(raw)
+            return None if raw is None else _pos_seq(raw)
 
         if not 0 <= position <= 0xFFFFFFFF:
             return None
@@ -511,7 +539,7 @@ class LmdbIndex:
         stored = _meta(records, b'analyzer')
         if stored is None:
             records.put('meta', b'analyzer', self.analyzer.name.encode())
-            records.put('meta', b'format', str(INDEX_FORMAT).encode())
+            records.put('meta', b'format', self._format.encode())
         elif stored != self.analyzer.name:
             raise IndexAnalyzerMismatch(
                 f'the search index of this store was built with the {stored!r} analyzer, '
@@ -586,9 +614,15 @@ class LmdbIndex:
 
         def read(records: ProjectionRecords, reader: LogReader) -> tuple[_Stats, int]:
             behind = reader.last_seq() - (records.position() or 0)
-            return _stats_of(records.get('stats', key)), behind
+            return self._scope_stats(records, key), behind
 
         return self._read(read)
+
+    def _scope_stats(self, records: ProjectionRecords, key: bytes) -> _Stats:
+        """The scope's statistics; the cache of shown messages is emptied first if an erasure or a
+        deletion was applied since it was filled (by this process or another sharing the index)."""
+        self.decoded.follow(records.get('meta', _DROPPED))
+        return _stats_of(records.get('stats', key))
 
     # -- searching ----------------------------------------------------------------------------
 
@@ -607,9 +641,7 @@ class LmdbIndex:
             # A local index of a remote log: the log's position travels while the corpus ranks
             # from the local records; it catches up and ranks again only if the log moved on.
             try:
-                stats, position = self._read(
-                    lambda records, _: (_stats_of(records.get('stats', key)), records.position())
-                )
+                stats, position = self._read(lambda records, _: (self._scope_stats(records, key), records.position()))
             except BaseException:
                 with suppress(Exception):
                     pending.result()
@@ -697,6 +729,11 @@ register_compaction_hook(_apply_before_compaction, _nothing_after_compaction)
 register_scrub_hook(_apply_before_scrub)
 
 
+def _pos_seq(value: bytes) -> int:
+    """The `seq` an `ix.pos` value starts with (a payload may follow it)."""
+    return _SEQ.unpack_from(value)[0]
+
+
 def _stats_of(raw: bytes | None) -> _Stats:
     return _Stats() if raw is None else _stats_dec.decode(raw)
 
@@ -768,7 +805,7 @@ class _LmdbCorpus:
         if behind <= 0:
             return False
         await self._ix._catch_up_behind(behind)  # pyright: ignore[reportPrivateUsage]
-        stats = self._ix.log.read_projection(INDEX_PROJECTION, lambda records, _: _stats_of(records.get('stats', key)))
+        stats = self._ix.log.read_projection(INDEX_PROJECTION, lambda records, _: self._ix._scope_stats(records, key))  # pyright: ignore[reportPrivateUsage]
         self._count, self._length = stats.docs, stats.length
         self._spans.clear()
         return True
@@ -828,9 +865,20 @@ class _LmdbCorpus:
 
         names: dict[int, str] = {}
         cache = self._ix.decoded
+        apart = self._ix.apart
 
-        def run_at(reader: LogReader, start: int) -> str:
+        def kept_name(records: ProjectionRecords, start: int) -> str | None:
+            """The run's name from the cache, or from `ix.starts` in an index kept apart from its log."""
             name = cache.run_name(start)
+            if name is None and apart:
+                raw = records.get('starts', seq_key(start))
+                if raw is not None:
+                    name = raw.decode()
+                    cache.put_run_name(start, name)
+            return name
+
+        def run_at(records: ProjectionRecords, reader: LogReader, start: int) -> str:
+            name = kept_name(records, start)
             if name is None:
                 name = reader.run_at(start)
                 if name is None:
@@ -847,14 +895,14 @@ class _LmdbCorpus:
             # An answer shows a handful of the best hits: name their runs and read their spans in
             # this same snapshot rather than one transaction per run later.
             starts = list(dict.fromkeys(doc_id >> 32 for doc_id in hits.leading_ids(_PREFETCH_HITS).tolist()))
-            unknown = [start for start in starts if cache.run_name(start) is None]
+            unknown = [start for start in starts if kept_name(records, start) is None]
             if len(unknown) > 1:  # named together (one round trip to a remote log)
                 for start, name in zip(unknown, reader.runs_at(unknown), strict=True):
                     if name is not None:
                         cache.put_run_name(start, name)
             for start in starts:
                 if start not in names:
-                    name = names[start] = run_at(reader, start)
+                    name = names[start] = run_at(records, reader, start)
                     self._read_span(records, name)
             return hits
 
@@ -862,7 +910,9 @@ class _LmdbCorpus:
             start = doc_id >> 32
             name = names.get(start)
             if name is None:
-                name = self._ix.log.read_projection(INDEX_PROJECTION, lambda _, reader: run_at(reader, start))
+                name = self._ix.log.read_projection(
+                    INDEX_PROJECTION, lambda records, reader: run_at(records, reader, start)
+                )
                 names[start] = name
             return name, doc_id & 0xFFFFFFFF
 
@@ -908,7 +958,7 @@ class _LmdbCorpus:
                     if position >= end:
                         break
                     doc_ids.append(_doc_id(run.start_seq, position))
-                    seqs.append(key_seq(value))
+                    seqs.append(_pos_seq(value))
             return at, doc_ids, seqs, starts
 
         found = self._ix.log.read_projection(INDEX_PROJECTION, read)
@@ -982,7 +1032,7 @@ class _LmdbCorpus:
                     position = _POS.unpack_from(key, len(prefix))[0]
                     if position >= end:
                         break
-                    found[position] = key_seq(value)
+                    found[position] = _pos_seq(value)
             return out
 
         return self._ix.log.read_projection(INDEX_PROJECTION, read)
@@ -992,6 +1042,7 @@ class _LmdbCorpus:
         spans = {run_id: await self.span(run_id) for run_id, _, _ in windows}
 
         cache = self._ix.decoded
+        generation = cache.generation  # before reading: a message read before an erasure is not kept after it
 
         def read(records: ProjectionRecords, reader: LogReader) -> list[list[tuple[int, int, bytes | None]]]:
             out: list[list[tuple[int, int, bytes | None]]] = []
@@ -1006,17 +1057,22 @@ class _LmdbCorpus:
                     position = _POS.unpack_from(key, len(prefix))[0]
                     if position >= end:
                         break
-                    found.append((position, key_seq(value), None))
-            # The payloads not in the cache, read together (one round trip to a remote log).
-            missing = list(dict.fromkeys(seq for window in out for _, seq, _ in window if seq not in cache))
+                    seq = _pos_seq(value)
+                    # An index kept apart from its log keeps the payload after the seq.
+                    kept = value[_SEQ.size :] if len(value) > _SEQ.size and seq not in cache else None
+                    found.append((position, seq, kept))
+            # The payloads neither kept nor in the cache, read together (one round trip to a remote log).
+            missing = list(
+                dict.fromkeys(seq for window in out for _, seq, kept in window if kept is None and seq not in cache)
+            )
             if not missing:
                 return out
             payloads = dict(zip(missing, reader.payloads(missing), strict=True))
             return [
                 [
-                    (position, seq, payloads.get(seq))
-                    for position, seq, _ in window
-                    if payloads.get(seq, b'') is not None
+                    (position, seq, kept if kept is not None else payloads.get(seq))
+                    for position, seq, kept in window
+                    if kept is not None or payloads.get(seq, b'') is not None
                 ]
                 for window in out
             ]
@@ -1040,7 +1096,7 @@ class _LmdbCorpus:
         if present:
             decoded = decode_messages(list(present.values()))
             for seq, message in zip(present, decoded, strict=True):
-                cache.put(seq, message)
+                cache.put(seq, message, generation)
                 messages[seq] = message
         return [[(position, messages[seq]) for position, seq, _ in window if seq in messages] for window in found]
 
@@ -1055,6 +1111,19 @@ class _DecodedCache:
         self._items: OrderedDict[int, ModelMessage] = OrderedDict()
         self._lock = threading.Lock()
         self._run_names: dict[int, str] = {}
+        self._dropped: bytes | None = None
+        self.generation = 0
+        """How many times the cache was emptied (`put` takes the generation its message was read at)."""
+
+    def follow(self, dropped: bytes | None) -> None:
+        """Empty the cache unless `dropped` (the index's `ix.meta` mark of the last erasure or
+        deletion applied) is the mark it was filled under: another process sharing the index may
+        have applied one, and an erased message must not be shown from here."""
+        if dropped != self._dropped:
+            with self._lock:
+                self._items.clear()
+                self._dropped = dropped
+                self.generation += 1
 
     def run_name(self, start: int) -> str | None:
         """The id of the run whose first entry is `start`, if remembered (a run's start never changes)."""
@@ -1077,8 +1146,12 @@ class _DecodedCache:
                 self._items.move_to_end(seq)
             return message
 
-    def put(self, seq: int, message: ModelMessage) -> None:
+    def put(self, seq: int, message: ModelMessage, generation: int) -> None:
+        """Remember `message`, read while the cache was at `generation`: not if it was emptied since
+        (the message may have been read before the erasure that emptied it)."""
         with self._lock:
+            if generation != self.generation:
+                return
             self._items[seq] = message
             if len(self._items) > self._size:
                 self._items.popitem(last=False)
@@ -1087,3 +1160,4 @@ class _DecodedCache:
         with self._lock:
             self._items.clear()
             self._run_names.clear()
+            self.generation += 1

@@ -250,6 +250,35 @@ async def test_index_sees_what_another_process_appended(tmp_path: Path) -> None:
     log.close()
 
 
+async def test_a_message_another_process_erased_is_not_shown_from_this_ones_cache(tmp_path: Path) -> None:
+    """The erasure is applied to the shared index by the process that made it: this process's
+    cache of shown messages must still let go of the erased text (the index's erasure mark)."""
+    path = tmp_path / 's'
+    log = LmdbEventLog(path)
+    await log.append(run_started_entry(conversation_id='c', run_id='r'))
+    secret = ModelRequest(parts=[UserPromptPart('the vault password is hunter2')])
+    await log.append(message_entry(secret, conversation_id='c', run_id='r'))
+    engine = SearchEngine(LmdbIndex(log), SearchOptions())
+    assert 'hunter2' in await engine.search('vault', scope='conversation', conversation_id='c')  # now cached
+    code = (
+        'import asyncio\n'
+        'from eventlog import LmdbEventLog\n'
+        'from search.lmdb_index import LmdbIndex\n'
+        'async def main():\n'
+        f'    log = LmdbEventLog({str(path)!r})\n'
+        "    await log.erase('c', run_id='r')\n"
+        '    LmdbIndex(log).catch_up()\n'
+        '    log.close()\n'
+        'asyncio.run(main())\n'
+    )
+    subprocess.run([sys.executable, '-c', code], check=True, timeout=120)
+    # The placeholder's own words find the erased message; it is shown as the placeholder.
+    answer = await engine.search('erased', scope='conversation', conversation_id='c')
+    assert answer.startswith('Found 1 match'), answer
+    assert 'hunter2' not in answer and '[erased: ' in answer
+    log.close()
+
+
 async def test_rebuild_gives_identical_results(tmp_path: Path) -> None:
     log = LmdbEventLog(tmp_path / 's', sync=False)
     await Builder(log, 3).build(20)

@@ -18,8 +18,9 @@ from backends import schema_for
 from pydantic_ai.messages import ModelRequest, UserPromptPart
 
 from eventlog import PostgresEventLog, message_entry, run_started_entry
+from eventlog._keys import key_seq
 from search import SearchEngine, SearchOptions
-from search.lmdb_index import LmdbIndex
+from search.lmdb_index import INDEX_PROJECTION, LmdbIndex
 from tests.log.logtools import at
 
 
@@ -73,6 +74,7 @@ _APPENDER = """
 import asyncio, sys
 from pydantic_ai.messages import ModelRequest, UserPromptPart
 from eventlog import PostgresEventLog, message_entry, run_started_entry
+from eventlog._keys import key_seq
 
 async def main() -> None:
     log = PostgresEventLog(sys.argv[1], schema=sys.argv[2])
@@ -132,3 +134,74 @@ async def test_a_search_sees_what_another_process_committed_before_it(
         proc.stdin.close()
         assert proc.wait(timeout=120) == 0
         reader.close()
+
+
+def _local_records(log: PostgresEventLog) -> dict[str, list[tuple[bytes, bytes]]]:
+    """Every record of the local index, by table."""
+    return log.read_projection(INDEX_PROJECTION, lambda r, _: {t: list(r.scan(t)) for t in INDEX_PROJECTION.tables})
+
+
+async def test_a_local_index_keeps_what_it_shows_and_reads_only_the_position(
+    pg_dsn: str, pg_schemas: list[str], tmp_path: Path
+) -> None:
+    """The local index holds the payload of every message it indexes and the name of every run,
+    so a search asks the database for nothing but the log's last `seq` (no connection is taken
+    from the pool), even for messages this process never showed."""
+    schema = schema_for(tmp_path / 'shared')
+    pg_schemas.append(schema)
+    writer = PostgresEventLog(pg_dsn, schema=schema)
+    reader = PostgresEventLog(pg_dsn, schema=schema, projections_dir=tmp_path / 'local-index')
+    try:
+        for number in range(3):
+            await _append(writer, f'run-{number}', [f'walrus {number} counted', f'seal {number} slept'], number * 10)
+        LmdbIndex(reader).catch_up()
+        payloads = {entry.seq: entry.payload for entry in await writer.entries(conversation_id='conv')}
+        records = _local_records(reader)
+        kept = {key_seq(value[:8]): value[8:] for _, value in records['pos']}
+        assert len(kept) == 6 and all(kept[seq] == payloads[seq] for seq in kept)
+        starts = {key_seq(key): value.decode() for key, value in records['starts']}
+        assert sorted(starts.values()) == ['run-0', 'run-1', 'run-2']
+        assert all(payloads[seq] == b'' or seq not in kept for seq in starts)  # run_started entries
+
+        before = reader._pool.get_stats().get('requests_num', 0)  # pyright: ignore[reportPrivateUsage]
+        answers = await _answers(reader, ['walrus', 'seal', 'counted slept'])  # a new index object: nothing cached
+        after = reader._pool.get_stats().get('requests_num', 0)  # pyright: ignore[reportPrivateUsage]
+        assert all('walrus 2 counted' in answer or 'seal 2 slept' in answer for answer in answers), answers
+        assert after == before
+    finally:
+        reader.close()
+        writer.close()
+
+
+async def test_an_erasure_on_another_machine_reaches_what_the_local_index_keeps(
+    pg_dsn: str, pg_schemas: list[str], tmp_path: Path
+) -> None:
+    """An erasure committed on another machine: the next search here shows the placeholder (not
+    the kept payload, not a cached message), and no local record holds the erased text; a
+    deleted conversation leaves no local record."""
+    schema = schema_for(tmp_path / 'shared')
+    pg_schemas.append(schema)
+    writer = PostgresEventLog(pg_dsn, schema=schema)
+    reader = PostgresEventLog(pg_dsn, schema=schema, projections_dir=tmp_path / 'local-index')
+    try:
+        await _append(writer, 'run-1', ['the vault password is hunter2', 'lunch is at noon'], 0)
+        engine = SearchEngine(LmdbIndex.for_log(reader), SearchOptions(context_lines=1))  # keeps its cache
+        assert 'hunter2' in await engine.search('vault', scope='conversation', conversation_id='conv')
+        assert any(b'hunter2' in value for _, value in _local_records(reader)['pos'])
+
+        await writer.erase('conv', run_id='run-1')
+        answer = await engine.search('erased', scope='conversation', conversation_id='conv')
+        assert answer.startswith('Found '), answer
+        assert 'hunter2' not in answer and '[erased: ' in answer
+        records = _local_records(reader)
+        assert not any(b'hunter2' in key + value for rows in records.values() for key, value in rows)
+        assert records['pos'] and records['starts']
+
+        await writer.delete_conversation('conv')
+        answer = await engine.search('erased', scope='conversation', conversation_id='conv')
+        assert answer.startswith('No ') and '[erased: ' not in answer, answer
+        records = _local_records(reader)
+        assert records['pos'] == [] and records['starts'] == [] and records['runs'] == []
+    finally:
+        reader.close()
+        writer.close()
