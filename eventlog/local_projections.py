@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, ExitStack
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Protocol, TypeVar, cast
 
 from eventlog._storage import ReadTxn, TableId
@@ -55,16 +55,29 @@ class _LazySnapshot:
     need only their own records, and then cost no round trip to the log), each read a statement
     of its own."""
 
-    def __init__(self, log: SnapshotLog, stack: ExitStack) -> None:
+    def __init__(self, log: SnapshotLog) -> None:
         self._log = log
-        self._stack = stack
+        self._opened: AbstractContextManager[ReadTxn] | None = None
         self._txn: ReadTxn | None = None
 
     def _open(self) -> ReadTxn:
         if self._txn is None:
             # Searches read entries (which never change) and the last seq: no snapshot needed.
-            self._txn = self._stack.enter_context(self._log.snapshot(consistent=False))
+            opened = self._log.snapshot(consistent=False)
+            self._txn = opened.__enter__()
+            self._opened = opened
         return self._txn
+
+    def close(self, error: BaseException | None = None) -> None:
+        """Give back the connection, if a read took one (most reads of a local projection take
+        none); `error` is what the reader raised, if anything."""
+        opened, self._opened, self._txn = self._opened, None, None
+        if opened is None:
+            return
+        if error is None:
+            opened.__exit__(None, None, None)
+        else:
+            opened.__exit__(type(error), error, error.__traceback__)
 
     def get(self, table: TableId, key: bytes) -> bytes | None:
         return self._open().get(table, key)
@@ -108,8 +121,14 @@ class LocalProjections:
         (entries never change; a projection's reads that need a snapshot happen in `write_projection`)."""
 
         def run(records: ProjectionRecords, _: LogReader) -> T:
-            with ExitStack() as stack:
-                return fn(records, LogReader(_LazySnapshot(self.log, stack)))
+            lazy = _LazySnapshot(self.log)
+            try:
+                result = fn(records, LogReader(lazy))
+            except BaseException as exc:
+                lazy.close(exc)
+                raise
+            lazy.close()
+            return result
 
         return self._records.read_projection(spec, run)
 
