@@ -765,7 +765,7 @@ async def bench_search_conversation(cfg: Config, env: Env, verdicts: Verdicts) -
             f'(LMDB sync=False), indexing {built[0][2]:.1f} s PG / {built[1][2]:.1f} s PG local / '
             f'{built[2][2]:.1f} s LMDB',
             'PG, local index: PostgresEventLog(projections_dir=...): the index in a local LMDB directory that '
-            'follows the log; each search asks the database for the last seq (and for messages it shows)',
+            'follows the log and keeps the messages it shows; each search asks the database for the last seq only',
         ],
     )
     for name in names[:2]:
