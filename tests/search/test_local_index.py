@@ -185,18 +185,25 @@ async def test_an_erasure_on_another_machine_reaches_what_the_local_index_keeps(
     reader = PostgresEventLog(pg_dsn, schema=schema, projections_dir=tmp_path / 'local-index')
     try:
         await _append(writer, 'run-1', ['the vault password is hunter2', 'lunch is at noon'], 0)
+        # A fork whose run continues the history: its corpus holds copies of the messages.
+        await writer.fork('conv', new_conversation_id='copy')
+        fork_tip = (await writer.entries(conversation_id='copy'))[-1].seq
+        await writer.append(run_started_entry(conversation_id='copy', run_id='copy-1', parent=fork_tip))
         engine = SearchEngine(LmdbIndex.for_log(reader), SearchOptions(context_lines=1))  # keeps its cache
-        assert 'hunter2' in await engine.search('vault', scope='conversation', conversation_id='conv')
-        assert any(b'hunter2' in value for _, value in _local_records(reader)['pos'])
+        for conversation in ('conv', 'copy'):
+            assert 'hunter2' in await engine.search('vault', scope='conversation', conversation_id=conversation)
+        assert sum(b'hunter2' in value for _, value in _local_records(reader)['pos']) == 2
 
         await writer.erase('conv', run_id='run-1')
-        answer = await engine.search('erased', scope='conversation', conversation_id='conv')
-        assert answer.startswith('Found '), answer
-        assert 'hunter2' not in answer and '[erased: ' in answer
+        for conversation in ('conv', 'copy'):
+            answer = await engine.search('erased', scope='conversation', conversation_id=conversation)
+            assert answer.startswith('Found '), answer
+            assert 'hunter2' not in answer and '[erased: ' in answer
         records = _local_records(reader)
         assert not any(b'hunter2' in key + value for rows in records.values() for key, value in rows)
         assert records['pos'] and records['starts']
 
+        await writer.delete_conversation('copy')
         await writer.delete_conversation('conv')
         answer = await engine.search('erased', scope='conversation', conversation_id='conv')
         assert answer.startswith('No ') and '[erased: ' not in answer, answer
