@@ -13,6 +13,7 @@ answers from what was fetched. Range scans fetch pages by key (keyset paging), s
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
@@ -20,7 +21,17 @@ import psycopg
 
 from eventlog._storage import TableId, prefix_end
 
-__all__ = ['Pending', 'PgProjectionTxn', 'PgReadTxn', 'PgRelation', 'PgWriteTxn']
+__all__ = [
+    'CacheMiss',
+    'CachedWriteTxn',
+    'Known',
+    'Pending',
+    'PgProjectionTxn',
+    'PgReadTxn',
+    'PgRelation',
+    'PgWriteTxn',
+    'guard_sql',
+]
 
 _FIRST_PAGE: Final = 64
 _MAX_PAGE: Final = 2048
@@ -172,19 +183,33 @@ class PgWriteTxn(PgReadTxn):
         relations: dict[TableId, PgRelation],
         pending: Pending,
         fetched: Pending | None = None,
+        *,
+        track: bool = False,
     ) -> None:
         super().__init__(cur, relations)
         self._pending = pending
         self._fetched: Pending = {} if fetched is None else fetched
+        self.reads: Pending | None = {} if track else None
+        """With `track`: the value each key had when this transaction first read it (before its own writes)."""
+        self.written: Pending | None = {} if track else None
+        """With `track`: every key this transaction wrote, with its last value (`None`: deleted)."""
+        self.scanned = False
+        """Whether a range was read (a read `CachedWriteTxn` cannot answer)."""
 
     def get(self, table: TableId, key: bytes) -> bytes | None:
         rel = self._relations[table]
         hit = self._pending.get((rel, key), _MISSING)
+        if hit is _MISSING and self.written is not None:
+            hit = self.written.get((rel, key), _MISSING)  # written, and flushed by a range read since
         if hit is _MISSING:
             hit = self._fetched.get((rel, key), _MISSING)
         if hit is not _MISSING:
-            return hit  # pyright: ignore[reportReturnType]
-        return super().get(table, key)
+            value: bytes | None = hit  # pyright: ignore[reportAssignmentType]
+        else:
+            value = super().get(table, key)
+        if self.reads is not None and (self.written is None or (rel, key) not in self.written):
+            self.reads.setdefault((rel, key), value)
+        return value
 
     def get_many(self, table: TableId, keys: Sequence[bytes]) -> list[bytes | None]:
         return [self.get(table, key) for key in keys]
@@ -193,6 +218,7 @@ class PgWriteTxn(PgReadTxn):
         self, table: TableId, *, prefix: bytes = b'', start: bytes | None = None, reverse: bool = False
     ) -> Iterator[tuple[bytes, bytes]]:
         flush(self._cur, self._pending)
+        self.scanned = True
         return super().scan(table, prefix=prefix, start=start, reverse=reverse)
 
     def put(self, table: TableId, key: bytes, value: bytes) -> None:
@@ -206,6 +232,8 @@ class PgWriteTxn(PgReadTxn):
 
     def _set(self, slot: tuple[PgRelation, bytes], value: bytes | None) -> None:
         self._pending[slot] = value
+        if self.written is not None:
+            self.written[slot] = value
         if self._fetched:
             self._fetched.pop(slot, None)  # once flushed, the table holds the new value
 
@@ -265,6 +293,104 @@ def take_fetched(cur: psycopg.Cursor[Any], reads: Sequence[tuple[PgRelation, byt
     for number, value in cur.fetchall():
         fetched[reads[number]] = value
     return fetched
+
+
+class CacheMiss(Exception):
+    """A `CachedWriteTxn` was asked for something its cache does not hold (nothing was sent)."""
+
+
+Known = dict[tuple['PgRelation', bytes], bytes | None]
+"""Records a handle believes current: (relation, key) -> value, or `None` for a key absent."""
+
+
+class CachedWriteTxn:
+    """A `WriteTxn` answered from a handle's cache of records, without reaching the server.
+
+    A key the cache holds answers its cached value; a key of a relation in `presumed_absent`
+    that the cache does not hold answers absent; anything else (another key, a range) raises
+    `CacheMiss`. Every answer given is recorded in `reads`, so that a guard (`guard_sql`) can
+    check them all on the server under the writers' lock; writes are buffered in `pending`.
+    """
+
+    def __init__(
+        self,
+        relations: dict[TableId, PgRelation],
+        known: Known,
+        presumed_absent: frozenset[PgRelation],
+    ) -> None:
+        self._relations = relations
+        self._known = known
+        self._absent = presumed_absent
+        self.pending: Pending = {}
+        """The writes, to send with the guard and the COMMIT."""
+        self.reads: Pending = {}
+        """Each record read (before this transaction wrote it) with the value it was answered."""
+
+    def get(self, table: TableId, key: bytes) -> bytes | None:
+        slot = (self._relations[table], key)
+        hit = self.pending.get(slot, _MISSING)
+        if hit is not _MISSING:
+            return hit  # pyright: ignore[reportReturnType]
+        hit = self.reads.get(slot, _MISSING)
+        if hit is not _MISSING:
+            return hit  # pyright: ignore[reportReturnType]
+        hit = self._known.get(slot, _MISSING)
+        if hit is _MISSING:
+            if slot[0] not in self._absent:
+                raise CacheMiss(f'{slot[0].table} {key.hex()}')
+            hit = None
+        self.reads[slot] = hit  # pyright: ignore[reportArgumentType]
+        return hit  # pyright: ignore[reportReturnType]
+
+    def get_many(self, table: TableId, keys: Sequence[bytes]) -> list[bytes | None]:
+        """The values of `keys`, each as `get` answers it."""
+        return [self.get(table, key) for key in keys]
+
+    def scan(
+        self, table: TableId, *, prefix: bytes = b'', start: bytes | None = None, reverse: bool = False
+    ) -> Iterator[tuple[bytes, bytes]]:
+        raise CacheMiss('a range read')
+
+    def last(self, table: TableId, prefix: bytes = b'') -> tuple[bytes, bytes] | None:
+        raise CacheMiss('a range read')
+
+    def put(self, table: TableId, key: bytes, value: bytes) -> None:
+        self.pending[(self._relations[table], key)] = value
+
+    def put_last(self, table: TableId, key: bytes, value: bytes) -> None:
+        self.pending[(self._relations[table], key)] = value
+
+    def delete(self, table: TableId, key: bytes) -> None:
+        self.pending[(self._relations[table], key)] = None
+
+
+_DIGEST_OVER: Final = 256
+"""Values longer than this are compared by their SHA-256 (computed by the server) in a guard."""
+
+
+def guard_sql(reads: Pending) -> tuple[bytes, list[object]]:
+    """A statement that fails with `division_by_zero` unless every key of `reads` (log tables
+    only) holds exactly its value there, or is absent where the value is `None`.
+
+    The divisor depends on the tables' rows, so the planner cannot fold it into a constant: the
+    error comes from the check, at execution, never from planning.
+    """
+    parts: list[str] = []
+    params: list[object] = []
+    for (rel, key), value in reads.items():
+        if rel.fixed:
+            raise ValueError('guard_sql checks log tables only')
+        if value is None:
+            parts.append(f'NOT EXISTS (SELECT FROM {rel.table} WHERE k = %s)')
+            params.append(key)
+        elif len(value) > _DIGEST_OVER:
+            parts.append(f'EXISTS (SELECT FROM {rel.table} WHERE k = %s AND sha256(v) = %s)')
+            params += [key, hashlib.sha256(value).digest()]
+        else:
+            parts.append(f'EXISTS (SELECT FROM {rel.table} WHERE k = %s AND v = %s)')
+            params += [key, value]
+    condition = ' AND '.join(parts) or 'TRUE'
+    return f'SELECT 1 / (CASE WHEN {condition} THEN 1 ELSE 0 END)'.encode(), params
 
 
 class PgProjectionTxn:

@@ -51,7 +51,19 @@ from eventlog._keys import (
     run_key,
     seq_key,
 )
-from eventlog._pg_kv import Pending, PgProjectionTxn, PgReadTxn, PgRelation, PgWriteTxn, fetch_sql, flush, take_fetched
+from eventlog._pg_kv import (
+    CachedWriteTxn,
+    Known,
+    Pending,
+    PgProjectionTxn,
+    PgReadTxn,
+    PgRelation,
+    PgWriteTxn,
+    fetch_sql,
+    flush,
+    guard_sql,
+    take_fetched,
+)
 from eventlog._storage import TABLE_NAMES, ReadTxn, Table, TableId, WriteTxn
 from eventlog.entries import Entry, NewEntry, RunRecord
 from eventlog.errors import (
@@ -177,6 +189,23 @@ class PostgresEventLog(EventLogBase):
         self._seq_conns: list[pq.abc.PGconn] = []
         self._seq_lock = threading.Lock()
         self._last_seq_sql = f'SELECT v FROM {self._relations[Table.META].table} WHERE k = $1'.encode()
+        # One round trip per append (see `_try_one_trip`): the records the last write transaction
+        # read and wrote, as they were when it committed.
+        self._cache_lock = threading.Lock()
+        self._known: Known = {}
+        self._generation = 0
+        self._one_trip = True
+        """Internal switch: `False` makes every append take the two-round-trip path (bench, tests)."""
+        self._optimistic = True
+        self._streak = 0
+        self._needed = 1
+        self._presumed_absent = frozenset((self._relations[Table.RUNS], self._relations[Table.IDEM]))
+        self._unread = frozenset(
+            self._relations[table] for table in (Table.BY_CONV, Table.BY_RUN, Table.RUN_ORDER, Table.CONV_RUNS)
+        )
+        """Tables an append writes but never reads: not cached."""
+        self._trips = {'one': 0, 'guard failed': 0, 'miss': 0, 'two': 0}
+        """How appends went: in one round trip, a guard that failed, a cache miss, the two-trip path."""
         self._local: LocalProjections | None = None
         if projections_dir is not None:
             from eventlog.local_projections import LocalProjections
@@ -283,10 +312,7 @@ class PostgresEventLog(EventLogBase):
             try:
                 return self._attempt(fn, begin=begin, lock=lock, last_writes=last_writes)
             except _CommitUnknown as exc:
-                raise StorageError(
-                    f'the connection to PostgreSQL broke while committing; the transaction may or may not '
-                    f'have been applied ({exc}). Appends with idempotency keys can be repeated safely.'
-                ) from None
+                raise _unknown_outcome(str(exc)) from None
             except psycopg.OperationalError as exc:
                 if attempt == _RETRIES - 1 or not _retryable(exc):
                     raise StorageError(f'PostgreSQL failed: {_first_line(exc)}') from None
@@ -431,26 +457,176 @@ class PostgresEventLog(EventLogBase):
         return None if self._local is None else self._local.start_log_position()
 
     def _write_sync(self, fn: Callable[[WriteTxn], T]) -> T:
+        if not _APPENDING.get():
+            # Any other write (erasure, deletion, import, retention...) may change what an append
+            # reads: the cache is dropped before and after it.
+            self._forget()
+            try:
+                return self._write_two_trips(fn, track=False)[0]
+            finally:
+                self._forget()
+        done = self._try_one_trip(fn)
+        if done is not None:
+            return done[0]
+        with self._cache_lock:
+            known, generation = self._known, self._generation
+        result, txn = self._write_two_trips(fn, track=True)
+        if txn is not None:
+            self._learn(txn, known, generation)
+        return result
+
+    def _write_two_trips(self, fn: Callable[[WriteTxn], T], *, track: bool) -> tuple[T, PgWriteTxn | None]:
+        """`fn` in a write transaction of two round trips: BEGIN with the writers' lock and the
+        records it reads first, then its writes with the COMMIT. Returns its result and (with
+        `track`) its transaction, which recorded what it read and wrote."""
         # The records an append reads first (the last seq, its runs and conversations) are read
         # in the round trip that begins the transaction and takes the lock.
         reads = [(self._relations[table], key) for table, key in {(Table.META, META_LAST_SEQ), *_PREFETCH.get()}]
 
         last: list[Pending] = [{}]
+        used: list[PgWriteTxn | None] = [None]
 
         def run(cur: psycopg.Cursor[Any]) -> T:
             pending: Pending = {}
             last[0] = pending  # the last writes go with the COMMIT (see `_attempt`)
-            return fn(PgWriteTxn(cur, self._relations, pending, take_fetched(cur, reads)))
+            txn = PgWriteTxn(cur, self._relations, pending, take_fetched(cur, reads), track=track)
+            used[0] = txn if track else None
+            return fn(txn)
 
         lock = self._lock_sql + b'; ' + fetch_sql(reads)
-        return self._run(run, begin=_BEGIN_WRITE, lock=lock, last_writes=lambda: last[0])
+        result = self._run(run, begin=_BEGIN_WRITE, lock=lock, last_writes=lambda: last[0])
+        return result, used[0]
+
+    # -- one round trip per append --------------------------------------------------------------
+
+    def _try_one_trip(self, fn: Callable[[WriteTxn], T]) -> tuple[T] | None:
+        """Append in one round trip when this handle's cache holds every record `fn` reads.
+
+        `fn` runs against the cache (`CachedWriteTxn`), which never reaches the server. Then one
+        pipeline sends BEGIN, the writers' lock, a guard that fails unless every record `fn` read
+        still has the value it was given (the guard is the transaction's first statement that
+        takes a snapshot, so it sees every commit made before the lock was granted), the writes
+        and the COMMIT. Returns `(result,)`, or `None` when nothing was committed and the
+        append is to take the two-round-trip path: the cache could not answer, `fn` raised (the
+        two-trip path decides on the server's records), the guard failed, or the connection was
+        found broken before anything was sent. A connection that breaks once the pipeline is
+        sent leaves the outcome unknown: `StorageError`, as for a COMMIT in flight.
+        """
+        with self._cache_lock:
+            if not (self._one_trip and self._optimistic and self._known):
+                return None
+            known, generation = self._known, self._generation
+        txn = CachedWriteTxn(self._relations, known, self._presumed_absent)
+        try:
+            result = fn(txn)
+        except Exception:
+            self._trips['miss'] += 1
+            return None
+        sql, params = guard_sql(txn.reads)
+        written = dict(txn.pending)
+        with self._connection() as conn, conn.cursor(binary=True) as cur:
+            try:
+                _check_idle(conn)
+            except _BrokenBefore:
+                return None
+            try:
+                with conn.pipeline():
+                    cur.execute(_BEGIN_WRITE)
+                    cur.execute(self._lock_sql)
+                    cur.execute(sql, params)
+                    flush(cur, txn.pending)
+                    cur.execute(b'COMMIT')
+            except psycopg.Error as exc:
+                if conn.broken:
+                    raise _unknown_outcome(_first_line(exc)) from None
+                with suppress(psycopg.Error):
+                    cur.execute(b'ROLLBACK')
+                if isinstance(exc, psycopg.errors.DivisionByZero):
+                    self._guard_failed()
+                return None
+            except BaseException:
+                if not conn.broken:
+                    with suppress(psycopg.Error):
+                        cur.execute(b'ROLLBACK')
+                raise
+        self._trips['one'] += 1
+        self._remember(known, {**txn.reads, **written}, generation, optimistic=True)
+        return (result,)
+
+    def _guard_failed(self) -> None:
+        """Another writer changed a record since this handle's last write: drop the cache and try
+        one round trip again only once normal appends show the cache would have been right, for
+        twice as many appends in a row as last time (up to `_MAX_STREAK`)."""
+        with self._cache_lock:
+            self._trips['guard failed'] += 1
+            self._known = {}
+            self._generation += 1
+            self._optimistic = False
+            self._streak = 0
+            self._needed = min(self._needed * 2, _MAX_STREAK)
+
+    def _learn(self, txn: PgWriteTxn, known: Known, generation: int) -> None:
+        """After a two-trip append: cache what it read and wrote, and while the one-trip path is
+        off, count the appends in a row for which the cache held every record read, unchanged."""
+        reads = txn.reads or {}
+        self._trips['two'] += 1
+        right = bool(known) and not txn.scanned
+        if right:
+            absent = self._presumed_absent
+            for slot, value in reads.items():
+                hit = known.get(slot, _MISSING)
+                if hit is _MISSING:
+                    hit = None if slot[0] in absent else _MISSING
+                if hit != value:
+                    right = False
+                    break
+        self._remember(known, {**reads, **(txn.written or {})}, generation, optimistic=right)
+
+    def _remember(self, known: Known, records: Known, generation: int, *, optimistic: bool) -> None:
+        """Cache `records` (what a committed append read and wrote) over `known` (the cache it
+        started from). Keeping older records is safe: a guard checks every record an append
+        reads, whatever the cache said; they only make a later one-trip append likelier."""
+        unread = self._unread
+        records = {
+            slot: value
+            for slot, value in records.items()
+            if slot[0] not in unread and (value is None or len(value) <= _CACHE_VALUE)
+        }
+        with self._cache_lock:
+            if generation != self._generation or len(records) > _CACHE_RECORDS:
+                # Another write of this handle committed meanwhile (in an order this one cannot
+                # know), or the transaction was a bulk one: cache nothing.
+                self._known = {}
+                self._generation += 1
+                return
+            merged = {**known, **records}
+            self._known = merged if len(merged) <= _CACHE_RECORDS else records
+            self._generation += 1
+            if self._optimistic:
+                if optimistic:
+                    self._needed = 1  # a one-trip append succeeded
+                return
+            if not optimistic:
+                self._streak = 0
+                return
+            self._streak += 1
+            if self._streak >= self._needed:
+                self._optimistic = True
+                self._streak = 0
+
+    def _forget(self) -> None:
+        with self._cache_lock:
+            self._known = {}
+            self._generation += 1
 
     async def append(self, entry: NewEntry) -> int:
         """Append one entry in its own transaction; return its `seq`."""
         token = _PREFETCH.set(self._records_read(entry))
+        appending = _APPENDING.set(True)
         try:
             seq = await super().append(entry)
         finally:
+            _APPENDING.reset(appending)
             _PREFETCH.reset(token)
         self._note_starts((entry,), (seq,))
         return seq
@@ -461,9 +637,11 @@ class PostgresEventLog(EventLogBase):
         token = _PREFETCH.set(
             tuple({read for entry in batch[:_PREFETCH_ENTRIES] for read in self._records_read(entry)})
         )
+        appending = _APPENDING.set(True)
         try:
             seqs = await super().append_many(batch)
         finally:
+            _APPENDING.reset(appending)
             _PREFETCH.reset(token)
         self._note_starts(batch, seqs)
         return seqs
@@ -542,6 +720,7 @@ class PostgresEventLog(EventLogBase):
     def write_projection(self, spec: ProjectionSpec, fn: Callable[[ProjectionWriter, LogReader], T]) -> T:
         """Run `fn` in one transaction holding the projections' writer lock: its writes and
         position commit together, and two processes catching a projection up take turns."""
+        self._forget()
         if self._local is not None:
             return self._local.write_projection(spec, fn)
         self._register(spec)
@@ -689,6 +868,15 @@ class _OneShotWrite(PgWriteTxn):
 
 _PREFETCH: ContextVar[tuple[tuple[TableId, bytes], ...]] = ContextVar('eventlog_pg_prefetch', default=())
 """Records the append being made will read (set around `append`; `asyncio.to_thread` carries it)."""
+_APPENDING: ContextVar[bool] = ContextVar('eventlog_pg_appending', default=False)
+"""Set around `append`/`append_many`: the write may take one round trip and keeps the cache."""
+_CACHE_RECORDS: Final = 512
+"""Most records the one-round-trip cache keeps (a larger transaction, a bulk one, leaves it empty)."""
+_CACHE_VALUE: Final = 64 * 1024
+"""Longest value the cache keeps (reading a longer one takes the two-round-trip path)."""
+_MAX_STREAK: Final = 64
+"""Most appends in a row the cache must have been right for before one round trip is tried again."""
+_MISSING: Final = object()
 _PREFETCH_ENTRIES: Final = 16
 """Entries of a batch whose records are read ahead (a long batch reads the rest as it goes)."""
 _RUN_STARTS: Final = 4096
@@ -722,6 +910,13 @@ def _retryable(exc: psycopg.OperationalError) -> bool:
             | psycopg.errors.TransactionRollback,
         )
         or exc.sqlstate is None
+    )
+
+
+def _unknown_outcome(detail: str) -> StorageError:
+    return StorageError(
+        f'the connection to PostgreSQL broke while committing; the transaction may or may not '
+        f'have been applied ({detail}). Appends with idempotency keys can be repeated safely.'
     )
 
 

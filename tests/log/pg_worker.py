@@ -14,7 +14,7 @@ Usage:
         --retry     repeat an append that raised `StorageError` (outcome unknown or server down)
                     until it succeeds, printing `retry <message>`; safe with --idem
         --hold-at N hold the N-th append call (0-based) inside its write transaction, after its
-                    seqs were assigned: print `held <first seq> <backend pid>` and wait for a line on
+                    seqs were assigned (every append of this worker takes two round trips): print `held <first seq> <backend pid>` and wait for a line on
                     standard input before committing
         --wait      wait for a line on standard input after `ready` before appending
         --until-stdin  stop after the current run once a line arrives on standard input
@@ -143,6 +143,10 @@ async def append(dsn: str, schema: str, conv: str, name: str, count: int, flags:
     if '--hold-at' in flags:
         hold_call(int(flags[flags.index('--hold-at') + 1]))
     log = PostgresEventLog(dsn, schema=schema, pool_size=2)
+    if '--hold-at' in flags:
+        # The hold stops an append inside its transaction, after the engine ran: an append in one
+        # round trip runs the engine before its transaction starts, so this worker takes two.
+        log._one_trip = False  # pyright: ignore[reportPrivateUsage]
     say('ready')
     if '--wait' in flags:
         hear()
@@ -208,6 +212,10 @@ async def follow(dsn: str, schema: str, last: int) -> None:
 
 async def idem(dsn: str, schema: str, keys: list[str]) -> None:
     log = PostgresEventLog(dsn, schema=schema, pool_size=2)
+    if '--hold-at' in flags:
+        # The hold stops an append inside its transaction, after the engine ran: an append in one
+        # round trip runs the engine before its transaction starts, so this worker takes two.
+        log._one_trip = False  # pyright: ignore[reportPrivateUsage]
     say('ready')
     hear()
     for key in keys:
@@ -233,6 +241,10 @@ async def index(dsn: str, schema: str) -> None:
     from search.lmdb_index import LmdbIndex
 
     log = PostgresEventLog(dsn, schema=schema, pool_size=2)
+    if '--hold-at' in flags:
+        # The hold stops an append inside its transaction, after the engine ran: an append in one
+        # round trip runs the engine before its transaction starts, so this worker takes two.
+        log._one_trip = False  # pyright: ignore[reportPrivateUsage]
     say('ready')
     hear()
     read = LmdbIndex(log).catch_up()
