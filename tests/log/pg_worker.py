@@ -212,10 +212,6 @@ async def follow(dsn: str, schema: str, last: int) -> None:
 
 async def idem(dsn: str, schema: str, keys: list[str]) -> None:
     log = PostgresEventLog(dsn, schema=schema, pool_size=2)
-    if '--hold-at' in flags:
-        # The hold stops an append inside its transaction, after the engine ran: an append in one
-        # round trip runs the engine before its transaction starts, so this worker takes two.
-        log._one_trip = False  # pyright: ignore[reportPrivateUsage]
     say('ready')
     hear()
     for key in keys:
@@ -241,10 +237,6 @@ async def index(dsn: str, schema: str) -> None:
     from search.lmdb_index import LmdbIndex
 
     log = PostgresEventLog(dsn, schema=schema, pool_size=2)
-    if '--hold-at' in flags:
-        # The hold stops an append inside its transaction, after the engine ran: an append in one
-        # round trip runs the engine before its transaction starts, so this worker takes two.
-        log._one_trip = False  # pyright: ignore[reportPrivateUsage]
     say('ready')
     hear()
     read = LmdbIndex(log).catch_up()
