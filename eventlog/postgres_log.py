@@ -530,12 +530,14 @@ class PostgresEventLog(EventLogBase):
             except _BrokenBefore:
                 return None
             try:
+                # Never as prepared statements: psycopg would take a statement whose preparation
+                # a failed guard skipped for prepared, and the next use of it would fail.
                 with conn.pipeline():
-                    cur.execute(_BEGIN_WRITE)
-                    cur.execute(self._lock_sql)
-                    cur.execute(sql, params)
-                    flush(cur, txn.pending)
-                    cur.execute(b'COMMIT')
+                    cur.execute(_BEGIN_WRITE, prepare=False)
+                    cur.execute(self._lock_sql, prepare=False)
+                    cur.execute(sql, params, prepare=False)
+                    flush(cur, txn.pending, prepare=False)
+                    cur.execute(b'COMMIT', prepare=False)
             except psycopg.Error as exc:
                 if conn.broken:
                     raise _unknown_outcome(_first_line(exc)) from None

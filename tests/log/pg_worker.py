@@ -18,6 +18,13 @@ Usage:
                     standard input before committing
         --wait      wait for a line on standard input after `ready` before appending
         --until-stdin  stop after the current run once a line arrives on standard input
+    pg_worker.py turns DSN SCHEMA CONV NAME
+        Append to run `NAME-run` of conversation CONV in turns the parent gives: each line is a
+        comma-separated list of numbers G; the first G ever starts the run (`run_started`), every
+        other appends `message(NAME, G)`, one `append` each, with the timestamp `turn_time(G)`.
+        Prints `ack <seq> <G>` per entry and then `trips <one> <guard failed> <two>` (how this
+        handle's appends went so far: in one round trip, a guard that failed, two round trips); an
+        empty line ends it.
     pg_worker.py follow DSN SCHEMA LAST
         Read `entries(after_seq=...)` by position until `seq` LAST was seen; print `seen <seq>`
         for each entry and exit 3 with `gap ...` when an entry was skipped or repeated.
@@ -43,7 +50,8 @@ import threading
 import time
 import traceback
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -192,6 +200,36 @@ async def append(dsn: str, schema: str, conv: str, name: str, count: int, flags:
     say('done')
 
 
+def turn_time(number: int) -> datetime:
+    """The timestamp of entry `number` of a `turns` worker (fixed, so that a test can append the same entries)."""
+    return datetime(2026, 1, 1, tzinfo=UTC) + timedelta(seconds=number)
+
+
+def turn_entry(conv: str, name: str, number: int, first: bool) -> NewEntry:
+    """Entry `number` of a `turns` worker (its first one starts its run)."""
+    run_id = f'{name}-run'
+    if first:
+        entry = run_started_entry(conversation_id=conv, run_id=run_id)
+    else:
+        entry = message_entry(message(name, number), conversation_id=conv, run_id=run_id)
+    return replace(entry, timestamp=turn_time(number))
+
+
+async def turns(dsn: str, schema: str, conv: str, name: str) -> None:
+    log = PostgresEventLog(dsn, schema=schema, pool_size=2)
+    say('ready')
+    first = True
+    while line := hear().strip():
+        for number in (int(part) for part in line.split(',')):
+            seq = await log.append(turn_entry(conv, name, number, first))
+            first = False
+            say(f'ack {seq} {number}')
+        trips = log._trips  # pyright: ignore[reportPrivateUsage]
+        say(f'trips {trips["one"]} {trips["guard failed"]} {trips["two"]}')
+    log.close()
+    say('done')
+
+
 async def follow(dsn: str, schema: str, last: int) -> None:
     log = PostgresEventLog(dsn, schema=schema, pool_size=1)
     say('ready')
@@ -249,6 +287,8 @@ def main(argv: list[str]) -> None:
     mode, dsn, schema = argv[:3]
     if mode == 'append':
         asyncio.run(append(dsn, schema, argv[3], argv[4], int(argv[5]), argv[6:]))
+    elif mode == 'turns':
+        asyncio.run(turns(dsn, schema, argv[3], argv[4]))
     elif mode == 'follow':
         asyncio.run(follow(dsn, schema, int(argv[3])))
     elif mode == 'idem':

@@ -1,0 +1,319 @@
+"""Appends in one round trip on PostgreSQL: a handle that wrote the records an append reads last
+sends BEGIN, the writers' lock, a guard, the writes and the COMMIT in one pipeline.
+
+Round trips are counted on the client (a statement sent on its own is one, a pipeline is one).
+A guard that fails (another handle or process appended in between) leaves nothing written, and
+the append is made on the two-round-trip path; the log is then exactly what an LMDB log fed the
+same entries holds (same seqs, timestamps, payloads and chain hashes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from pg_worker import turn_entry
+from pgworkers import Worker, lock_waiters, schema_fixture, wait_until, workers_fixture
+from pydantic_ai.messages import ModelRequest, UserPromptPart
+
+from eventlog import LmdbEventLog, NewEntry, message_entry, run_finished_entry, run_started_entry
+from eventlog.log import EventLogBase
+from eventlog.postgres_log import PostgresEventLog
+
+__all__ = ['schema_fixture', 'workers_fixture']  # fixtures used by the tests below
+
+BASE = datetime(2026, 3, 1, tzinfo=UTC)
+
+
+class RoundTrips:
+    """Counts the round trips psycopg makes: a statement executed outside a pipeline, or a pipeline."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._local = threading.local()
+        self._lock = threading.Lock()
+
+    def _add(self) -> None:
+        with self._lock:
+            self.count += 1
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        execute = psycopg.Cursor.execute
+        pipeline = psycopg.Connection.pipeline
+        trips = self
+
+        def counted_execute(self: psycopg.Cursor[Any], *args: Any, **kwargs: Any) -> Any:
+            if not getattr(trips._local, 'piped', False):  # pyright: ignore[reportPrivateUsage]
+                trips._add()  # pyright: ignore[reportPrivateUsage]
+            return execute(self, *args, **kwargs)
+
+        @contextmanager
+        def counted_pipeline(self: psycopg.Connection[Any], *args: Any, **kwargs: Any) -> Iterator[Any]:
+            trips._add()  # pyright: ignore[reportPrivateUsage]
+            trips._local.piped = True  # pyright: ignore[reportPrivateUsage]
+            try:
+                with pipeline(self, *args, **kwargs) as piped:
+                    yield piped
+            finally:
+                trips._local.piped = False  # pyright: ignore[reportPrivateUsage]
+
+        monkeypatch.setattr(psycopg.Cursor, 'execute', counted_execute)
+        monkeypatch.setattr(psycopg.Connection, 'pipeline', counted_pipeline)
+
+
+@pytest.fixture
+def round_trips(monkeypatch: pytest.MonkeyPatch) -> RoundTrips:
+    trips = RoundTrips()
+    trips.install(monkeypatch)
+    return trips
+
+
+def trips(log: PostgresEventLog) -> dict[str, int]:
+    return dict(log._trips)  # pyright: ignore[reportPrivateUsage]
+
+
+def request(text: str) -> ModelRequest:
+    return ModelRequest(parts=[UserPromptPart(text, timestamp=BASE)], timestamp=BASE)
+
+
+def stamped(entry: NewEntry, number: int) -> NewEntry:
+    return replace(entry, timestamp=BASE + timedelta(seconds=number))
+
+
+async def same_log(log: EventLogBase, twin: EventLogBase) -> None:
+    """`log` holds exactly what `twin` holds: entries (with hashes), runs and conversations."""
+    assert await log.entries() == await twin.entries()
+    assert await log.list_runs() == await twin.list_runs()
+    assert await log.list_conversations() == await twin.list_conversations()
+    report = await log.verify()
+    assert report.ok, report.problems
+
+
+async def test_steady_appends_take_one_round_trip_each(pg_dsn: str, schema: str, round_trips: RoundTrips) -> None:
+    log = PostgresEventLog(pg_dsn, schema=schema)
+    try:
+        await log.append(run_started_entry(conversation_id='c', run_id='r'))
+        await log.append(message_entry(request('warm'), conversation_id='c', run_id='r'))
+        before = round_trips.count
+        for i in range(20):
+            await log.append(message_entry(request(f'm{i}'), conversation_id='c', run_id='r'))
+        assert round_trips.count - before == 20
+        # An agent run as the capability appends it: a new run (its start and request in one
+        # batch), the response, the end, each with an idempotency key never recorded before.
+        before = round_trips.count
+        for run in range(5):
+            run_id = f'agent-{run}'
+            await log.append_many(
+                [
+                    run_started_entry(conversation_id='c', run_id=run_id, idempotency_key='s'),
+                    message_entry(request('q'), conversation_id='c', run_id=run_id, idempotency_key='q'),
+                ]
+            )
+            await log.append(message_entry(request('a'), conversation_id='c', run_id=run_id, idempotency_key='a'))
+            await log.append(
+                run_finished_entry(conversation_id='c', run_id=run_id, status='completed', idempotency_key='f')
+            )
+        assert round_trips.count - before == 15
+        assert trips(log)['guard failed'] == 0
+        # The switch the bench uses: the same appends on the two-round-trip path.
+        log._one_trip = False  # pyright: ignore[reportPrivateUsage]
+        before = round_trips.count
+        for i in range(10):
+            await log.append(message_entry(request(f'n{i}'), conversation_id='c', run_id='r'))
+        assert round_trips.count - before == 20
+        report = await log.verify()
+        assert report.ok and report.entries_checked == 2 + 20 + 5 * 4 + 10
+    finally:
+        log.close()
+
+
+async def test_an_idempotent_repeat_through_one_round_trip_answers_the_first_seq(
+    pg_dsn: str, schema: str, round_trips: RoundTrips
+) -> None:
+    log = PostgresEventLog(pg_dsn, schema=schema)
+    try:
+        await log.append(run_started_entry(conversation_id='c', run_id='r'))
+        entry = message_entry(request('once'), conversation_id='c', run_id='r', idempotency_key='k')
+        first = await log.append(entry)
+        done = trips(log)['one']
+        before = round_trips.count
+        assert await log.append(entry) == first
+        assert await log.append_many([entry]) == [first]
+        assert round_trips.count - before == 2
+        assert trips(log)['one'] == done + 2
+        assert [e.seq for e in await log.entries()] == [1, 2]
+        assert await log.last_seq() == 2
+    finally:
+        log.close()
+
+
+async def test_a_failed_guard_leaves_nothing_written(pg_dsn: str, schema: str) -> None:
+    log = PostgresEventLog(pg_dsn, schema=schema)
+    other = PostgresEventLog(pg_dsn, schema=schema)
+    try:
+        await log.append(run_started_entry(conversation_id='c', run_id='r'))
+        await log.append(message_entry(request('mine'), conversation_id='c', run_id='r'))
+        await other.append(message_entry(request('theirs'), conversation_id='c', run_id='r'))
+
+        def refuse(*args: Any, **kwargs: Any) -> Any:
+            raise RuntimeError('the two-trip path is not taken in this test')
+
+        log._write_two_trips = refuse  # pyright: ignore[reportPrivateUsage, reportAttributeAccessIssue]
+        with pytest.raises(RuntimeError, match='two-trip path'):
+            await log.append(message_entry(request('lost'), conversation_id='c', run_id='r'))
+        assert trips(log)['guard failed'] == 1
+        assert [e.seq for e in await other.entries()] == [1, 2, 3]
+        assert await other.last_seq() == 3
+        run = await other.get_run('r')
+        assert run is not None and run.message_count == 2
+        del log._write_two_trips  # pyright: ignore[reportPrivateUsage, reportAttributeAccessIssue]
+        assert await log.append(message_entry(request('again'), conversation_id='c', run_id='r')) == 4
+        assert (await log.verify()).ok
+    finally:
+        log.close()
+        other.close()
+
+
+async def test_two_handles_taking_turns_on_one_conversation_equal_an_lmdb_log(
+    pg_dsn: str, schema: str, tmp_path: Path
+) -> None:
+    handles = [PostgresEventLog(pg_dsn, schema=schema), PostgresEventLog(pg_dsn, schema=schema)]
+    twin = LmdbEventLog(tmp_path / 'twin.lmdb')
+    rng = random.Random(7)
+    number = 0
+    try:
+        for who in (0, 1):
+            for log in (handles[who], twin):
+                await log.append(
+                    stamped(run_started_entry(conversation_id='c', run_id=f'r{who}', idempotency_key='s'), 0)
+                )
+        for turn in range(24):
+            who = turn % 2
+            for _ in range(rng.randint(1, 6)):
+                number += 1
+                entry = stamped(
+                    message_entry(
+                        request(f'{who}:{number}'), conversation_id='c', run_id=f'r{who}', idempotency_key=f'k{number}'
+                    ),
+                    number,
+                )
+                seq = await handles[who].append(entry)
+                assert await twin.append(entry) == seq
+                if rng.random() < 0.3:  # a repeat, answered with the first seq
+                    assert await handles[who].append(entry) == seq
+                    assert await twin.append(entry) == seq
+        for who in (0, 1):
+            counts = trips(handles[who])
+            assert counts['guard failed'] >= 1
+            assert counts['one'] >= 1
+        await same_log(handles[0], twin)
+    finally:
+        for log in handles:
+            log.close()
+        twin.close()
+
+
+async def test_two_processes_taking_turns_on_one_conversation_equal_an_lmdb_log(
+    pg_dsn: str, schema: str, tmp_path: Path, workers: Callable[..., Worker]
+) -> None:
+    PostgresEventLog(pg_dsn, schema=schema).close()
+    names = ['p0', 'p1']
+    procs = [workers('turns', pg_dsn, schema, 'shared', name) for name in names]
+    for proc in procs:
+        proc.expect('ready')
+    twin = LmdbEventLog(tmp_path / 'twin.lmdb')
+    rng = random.Random(11)
+    number = 0
+    started = [False, False]
+    last_trips: list[list[int]] = [[], []]
+    try:
+        for turn in range(16):
+            who = turn % 2
+            numbers = list(range(number, number + rng.randint(2, 7)))
+            number = numbers[-1] + 1
+            procs[who].send(','.join(map(str, numbers)))
+            for n in numbers:
+                _, seq, got = procs[who].expect('ack').split()
+                assert int(got) == n
+                entry = turn_entry('shared', names[who], n, not started[who])
+                started[who] = True
+                assert await twin.append(entry) == int(seq)
+            last_trips[who] = [int(part) for part in procs[who].expect('trips').split()[1:]]
+        for who in (0, 1):
+            one, guard_failed, _ = last_trips[who]
+            assert guard_failed >= 1
+            assert one >= 1
+            procs[who].send('')
+            procs[who].finish()
+        log = PostgresEventLog(pg_dsn, schema=schema)
+        try:
+            await same_log(log, twin)
+        finally:
+            log.close()
+    finally:
+        twin.close()
+
+
+async def test_the_guard_sees_a_commit_made_while_it_waited_for_the_lock(
+    pg_dsn: str, schema: str, workers: Callable[..., Worker]
+) -> None:
+    """The guard's snapshot starts after the lock is granted: a writer that held the lock and
+    committed while this handle's one-trip append waited for it makes the guard fail."""
+    log = PostgresEventLog(pg_dsn, schema=schema)
+    try:
+        await log.append(run_started_entry(conversation_id='c', run_id='mine'))
+        await log.append(message_entry(request('warm'), conversation_id='c', run_id='mine'))
+        assert trips(log)['one'] == 1
+        holder = workers('append', pg_dsn, schema, 'c', 'held', '1', '--hold-at', '0')
+        _, held_seq, held_pid = holder.expect('held').split()
+        assert held_seq == '3'
+        pending = asyncio.create_task(log.append(message_entry(request('waits'), conversation_id='c', run_id='mine')))
+        await asyncio.to_thread(
+            wait_until, lambda: [p for p in lock_waiters(pg_dsn, schema) if p != int(held_pid)] != [], 'a lock waiter'
+        )
+        assert not pending.done()
+        holder.send()
+        holder.finish()
+        seq = await pending
+        acked = [s for s, _ in holder.acks()]
+        assert acked[0] == 3
+        assert seq not in acked and seq > 3
+        assert trips(log)['guard failed'] == 1
+        entries = await log.entries()
+        assert [e.seq for e in entries] == list(range(1, len(entries) + 1))
+        report = await log.verify()
+        assert report.ok, report.problems
+    finally:
+        log.close()
+
+
+async def test_other_writes_through_the_handle_drop_the_cache(pg_dsn: str, schema: str) -> None:
+    log = PostgresEventLog(pg_dsn, schema=schema)
+    try:
+        await log.append(run_started_entry(conversation_id='c', run_id='r'))
+        seqs = [await log.append(message_entry(request(f'm{i}'), conversation_id='c', run_id='r')) for i in range(3)]
+        assert trips(log)['one'] == 3
+        await log.erase('c', where=lambda e: e.seq == seqs[0], reason='test', scrub=False)
+        assert log._known == {}  # pyright: ignore[reportPrivateUsage]
+        await log.append(message_entry(request('after'), conversation_id='c', run_id='r'))
+        assert trips(log)['one'] == 3
+        await log.fork('c', at_seq=seqs[-1], new_conversation_id='c2')
+        assert log._known == {}  # pyright: ignore[reportPrivateUsage]
+        await log.delete_conversation('c2')
+        assert log._known == {}  # pyright: ignore[reportPrivateUsage]
+        await log.append(message_entry(request('later'), conversation_id='c', run_id='r'))
+        await log.append(message_entry(request('last'), conversation_id='c', run_id='r'))
+        assert trips(log)['one'] == 4
+        assert trips(log)['guard failed'] == 0
+        assert (await log.verify()).ok
+    finally:
+        log.close()
