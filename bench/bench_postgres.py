@@ -8,12 +8,15 @@ stores, unless `--dsn` names a server, and measures side by side:
 
 1. durable single-append latency (median, p99), PostgreSQL and LMDB taking turns append by
    append, next to a bare synced PostgreSQL COMMIT (one small row) and a bare synced LMDB commit;
-   where a PostgreSQL append's time goes (inside its transaction, in COMMIT);
+   PostgreSQL both in one round trip (the default: the handle wrote the records the append reads)
+   and with that path switched off (two round trips), interleaved; where a PostgreSQL append's
+   time goes (inside its transaction, in COMMIT);
 2. appends per second with 1, 4 and 8 writer processes, each appending single entries to its own
    conversation for a fixed time, and the scaling 8 writers / 1 writer;
 3. persistence overhead per agent run (the chat workload of `bench_capability.py`):
-   `EventLogPersistence` on PostgreSQL and on LMDB against the reference's `StepPersistence` +
-   `SqliteStepStore`, next to the floor of three bare synced PostgreSQL commits per run;
+   `EventLogPersistence` on PostgreSQL (one round trip per append, and two with that path
+   switched off) and on LMDB against the reference's `StepPersistence` + `SqliteStepStore`, next
+   to the floor of three bare synced PostgreSQL commits per run;
 4. replay rate (`run_messages`) of one long run;
 5. conversation-scope search (persistent `LmdbIndex` on each backend) in one conversation of
    10,000 messages;
@@ -159,9 +162,11 @@ class Env:
     tmp: Path
     schemas: int = 0
 
-    def pg(self, name: str, *, pool_size: int = 4) -> PostgresEventLog:
+    def pg(self, name: str, *, pool_size: int = 4, one_trip: bool = True) -> PostgresEventLog:
         self.schemas += 1
-        return PostgresEventLog(self.dsn, schema=f'bench_{name}_{os.getpid()}_{self.schemas}', pool_size=pool_size)
+        log = PostgresEventLog(self.dsn, schema=f'bench_{name}_{os.getpid()}_{self.schemas}', pool_size=pool_size)
+        log._one_trip = one_trip  # pyright: ignore[reportPrivateUsage]
+        return log
 
     def lmdb(self, name: str, **kwargs: Any) -> LmdbEventLog:
         return LmdbEventLog(self.tmp / f'{name}.lmdb', **kwargs)
@@ -194,8 +199,11 @@ class TxnClock:
 
     txn: list[int] = field(default_factory=list[int])
     commit: list[int] = field(default_factory=list[int])
+    one_trip: list[int] = field(default_factory=list[int])
     on: bool = False
     piped: bool = False
+    two_trips: bool = True
+    """Whether the append being timed takes two round trips (else its one pipeline goes to `one_trip`)."""
 
     def install(self) -> None:
         attempt = PostgresEventLog._attempt  # pyright: ignore[reportPrivateUsage]
@@ -208,7 +216,7 @@ class TxnClock:
             try:
                 return attempt(self, *args, **kwargs)
             finally:
-                if clock.on:
+                if clock.on and clock.two_trips:
                     clock.txn.append(now_ns() - t0)
 
         def timed_execute(self: psycopg.Cursor[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
@@ -231,7 +239,7 @@ class TxnClock:
             finally:
                 clock.piped = False
                 if clock.on:
-                    clock.commit.append(now_ns() - t0)
+                    (clock.commit if clock.two_trips else clock.one_trip).append(now_ns() - t0)
 
         PostgresEventLog._attempt = timed_attempt  # pyright: ignore[reportPrivateUsage, reportAttributeAccessIssue]
         psycopg.Cursor.execute = timed_execute  # pyright: ignore[reportAttributeAccessIssue]
@@ -241,20 +249,25 @@ class TxnClock:
 async def bench_single(cfg: Config, env: Env, verdicts: Verdicts) -> dict[str, float]:
     message = one_message()
     pg, lm = env.pg('single'), env.lmdb('single')
+    pg2 = env.pg('single2', one_trip=False)
     floor = open_floor(env.dsn)
     lmdb_dir = env.tmp / 'bare.lmdb'
     lmdb_dir.mkdir()
     bare_env = lmdb.open(str(lmdb_dir), map_size=64 * MiB)
-    times: dict[str, list[int]] = {'pg': [], 'lmdb': [], 'pg commit': [], 'lmdb commit': []}
+    times: dict[str, list[int]] = {'pg': [], 'pg2': [], 'lmdb': [], 'pg commit': [], 'lmdb commit': []}
     clock = TxnClock()
     clock.install()
     try:
-        for log in (pg, lm):
+        for log in (pg, pg2, lm):
             await log.append(run_started_entry(conversation_id='c', run_id='r'))
         entry = message_entry(message, conversation_id='c', run_id='r')
         for i in range(cfg.single_appends + 30):
             keep = i >= 30
             clock.on = keep
+            clock.two_trips = True
+            t = now_ns()
+            await pg2.append(entry)
+            clock.two_trips = False
             t0 = now_ns()
             await pg.append(entry)
             t1 = now_ns()
@@ -267,40 +280,53 @@ async def bench_single(cfg: Config, env: Env, verdicts: Verdicts) -> dict[str, f
                 txn.put(i.to_bytes(8, 'big'), b'x' * 64)
             t4 = now_ns()
             if keep:
+                times['pg2'].append(t0 - t)
                 times['pg'].append(t1 - t0)
                 times['lmdb'].append(t2 - t1)
                 times['pg commit'].append(commit)
                 times['lmdb commit'].append(t4 - t3)
+        trips = pg._trips  # pyright: ignore[reportPrivateUsage]
     finally:
         pg.close()
+        pg2.close()
         lm.close()
         floor.close()
         bare_env.close()
     med = {name: statistics.median(values) for name, values in times.items()}
     p99 = {name: pct(values, 99) for name, values in times.items()}
     rows = [
-        ['PostgresEventLog.append', ms(med['pg']), ms(p99['pg']), ratio(med['pg'], med['pg commit'])],
+        ['PostgresEventLog.append (one round trip)', ms(med['pg']), ms(p99['pg']), ratio(med['pg'], med['pg commit'])],
+        [
+            'PostgresEventLog.append (two round trips)',
+            ms(med['pg2']),
+            ms(p99['pg2']),
+            ratio(med['pg2'], med['pg commit']),
+        ],
         ['LmdbEventLog.append (sync=True)', ms(med['lmdb']), ms(p99['lmdb']), ratio(med['lmdb'], med['lmdb commit'])],
         ['bare PostgreSQL COMMIT (one row, fsync)', ms(med['pg commit']), ms(p99['pg commit']), '1.00x'],
         ['bare LMDB synced commit (one value)', ms(med['lmdb commit']), ms(p99['lmdb commit']), '1.00x'],
     ]
     txn, commit = statistics.median(clock.txn), statistics.median(clock.commit)
+    one = statistics.median(clock.one_trip)
     print_table(
         f'1. durable single append ({cfg.single_appends} each, taking turns)',
         ['operation', 'median', 'p99', 'vs own bare commit'],
         rows,
         [
-            f'PostgreSQL append: {ms(txn)} inside its transaction (BEGIN to COMMIT, the writer lock held for nearly '
-            f'all of it), of which its last round trip (the writes and COMMIT, one pipeline) {ms(commit)};',
-            f'{ms(med["pg"] - txn)} outside it (thread hand-off, pool, validation, encoding).',
+            f'one round trip: the pipeline (BEGIN, lock, guard, writes, COMMIT) {ms(one)}, '
+            f'{ms(med["pg"] - one)} outside it; {trips["one"]} of {sum(trips.values())} appends took one round trip;',
+            f'two round trips: {ms(txn)} inside the transaction (BEGIN to COMMIT, the writer lock held for nearly '
+            f'all of it), of which the last round trip (the writes and COMMIT, one pipeline) {ms(commit)};',
+            f'{ms(med["pg2"] - txn)} outside it (thread hand-off, pool, validation, encoding).',
         ],
     )
     verdicts.info(
         'single append',
-        f'PG {ms(med["pg"])} (p99 {ms(p99["pg"])}), LMDB {ms(med["lmdb"])} (p99 {ms(p99["lmdb"])}); '
+        f'PG {ms(med["pg"])} (p99 {ms(p99["pg"])}; two round trips {ms(med["pg2"])}, p99 {ms(p99["pg2"])}), '
+        f'LMDB {ms(med["lmdb"])} (p99 {ms(p99["lmdb"])}); '
         f'bare PG COMMIT {ms(med["pg commit"])}, bare LMDB commit {ms(med["lmdb commit"])}',
     )
-    return {'pg commit': med['pg commit'], 'pg txn': txn, 'pg append': med['pg'], 'pg in commit': commit}
+    return {'pg commit': med['pg commit'], 'pg txn': one, 'pg append': med['pg'], 'pg in commit': one}
 
 
 # --- 2. concurrent writers ------------------------------------------------------------------------
@@ -312,9 +338,10 @@ def writer_process(backend: str, where: str, conversation: str, seconds: float, 
 
     async def run() -> tuple[int, float]:
         log: EventLogBase
-        if backend == 'pg':
+        if backend in ('pg', 'pg2'):
             dsn, schema = where.split(' ', 1)
             log = PostgresEventLog(dsn, schema=schema, pool_size=1)
+            log._one_trip = backend == 'pg'  # pyright: ignore[reportPrivateUsage]
         else:
             log = LmdbEventLog(Path(where))
         try:
@@ -407,14 +434,15 @@ def run_writers(backend: str, wheres: Sequence[str], seconds: float) -> WriterRu
 
 
 def bench_writers(cfg: Config, env: Env, verdicts: Verdicts, single: dict[str, float]) -> None:
-    pg = env.pg('writers')
-    pg_where = f'{env.dsn} {pg.schema}'
+    pg, pg2 = env.pg('writers'), env.pg('writers2')
+    pg_where, pg2_where = f'{env.dsn} {pg.schema}', f'{env.dsn} {pg2.schema}'
     pg.close()
+    pg2.close()
     lmdb_path = env.tmp / 'writers.lmdb'
     LmdbEventLog(lmdb_path).close()
     runs: dict[tuple[str, int], WriterRun] = {}
     for writers in (1, 4, 8):
-        for backend, where in (('pg', pg_where), ('lmdb', str(lmdb_path))):
+        for backend, where in (('pg', pg_where), ('pg2', pg2_where), ('lmdb', str(lmdb_path))):
             progress(f'{writers} writer process(es) on {backend}')
             runs[(backend, writers)] = run_writers(backend, [where] * writers, cfg.writer_seconds)
     # The same 8 processes, each on a store of its own: nothing shared, no lock to take turns at.
@@ -437,6 +465,7 @@ def bench_writers(cfg: Config, env: Env, verdicts: Verdicts, single: dict[str, f
             label(writers),
             f'{runs[("pg", writers)].rate:,.0f}/s',
             ratio(runs[('pg', writers)].rate, runs[('pg', 1)].rate),
+            f'{runs[("pg2", writers)].rate:,.0f}/s' if ('pg2', writers) in runs else '',
             f'{runs[("lmdb", writers)].rate:,.0f}/s',
             ratio(runs[('lmdb', writers)].rate, runs[('lmdb', 1)].rate),
         ]
@@ -459,14 +488,15 @@ def bench_writers(cfg: Config, env: Env, verdicts: Verdicts, single: dict[str, f
         ]
     print_table(
         f'2. single appends per second, N processes at once ({cfg.writer_seconds:.0f} s each)',
-        ['writers', 'PostgreSQL', 'vs 1', 'LMDB', 'vs 1'],
+        ['writers', 'PostgreSQL', 'vs 1', 'PG two trips', 'LMDB', 'vs 1'],
         rows,
         [
-            'each process appends one entry per transaction (durable) to its own conversation;',
+            'each process appends one entry per transaction (durable) to its own conversation; PG two trips: the',
+            'same with the one-round-trip path switched off (with other writers in between, its guard would fail);',
             'writers take turns under one lock held until their commit is durable (PostgreSQL: the table lock',
             'until COMMIT returns, LMDB: the write lock through its fsync), so N writers overlap only the work done',
-            f'outside it. From section 1: PostgreSQL append {ms(single["pg append"])}, transaction '
-            f'{ms(single["pg txn"])} (last round trip, writes + COMMIT: {ms(single["pg in commit"])}),',
+            f'outside it. From section 1: PostgreSQL append {ms(single["pg append"])}, its one round trip '
+            f'{ms(single["pg txn"])},',
             f'so with the lock held for the whole transaction 8 writers can reach at most {ceiling:.2f}x one writer.',
             '"a store each": the same 8 processes, each appending to a store (schema, LMDB directory) of its own,',
             'sharing no lock: what this machine allows any scheme for one shared log.',
@@ -513,10 +543,13 @@ class Mode:
 async def overhead_repetition(cfg: Config, env: Env, rep: int, data: list[tuple[str, str]]) -> list[Mode]:
     replies = [reply for _, reply in data]
     pg, lm = env.pg(f'persist{rep}'), env.lmdb(f'persist{rep}')
+    pg2 = env.pg(f'persist2{rep}', one_trip=False)
     floor = open_floor(env.dsn)
     modes = [
         Mode('none-pg', make_agent(replies, [])),
         Mode('postgres', make_agent(replies, [EventLogPersistence(pg)])),
+        Mode('none-pg2', make_agent(replies, [])),
+        Mode('pg two trips', make_agent(replies, [EventLogPersistence(pg2)])),
         Mode('none-lmdb', make_agent(replies, [])),
         Mode('lmdb', make_agent(replies, [EventLogPersistence(lm)])),
         Mode('none-floor', make_agent(replies, [])),
@@ -544,6 +577,7 @@ async def overhead_repetition(cfg: Config, env: Env, rep: int, data: list[tuple[
                     mode.history = result.all_messages()
     finally:
         pg.close()
+        pg2.close()
         lm.close()
         floor.close()
     return modes
@@ -558,7 +592,13 @@ async def bench_overhead(cfg: Config, env: Env, verdicts: Verdicts, single: dict
         for i, name in enumerate(names)
     }
 
-    base = {'postgres': 'none-pg', 'lmdb': 'none-lmdb', 'pg floor': 'none-floor', 'reference': 'none-ref'}
+    base = {
+        'postgres': 'none-pg',
+        'pg two trips': 'none-pg2',
+        'lmdb': 'none-lmdb',
+        'pg floor': 'none-floor',
+        'reference': 'none-ref',
+    }
 
     def overhead(name: str, span: range) -> float:
         return statistics.median(per_run[name][x] - per_run[base[name]][x] for x in span)
@@ -567,8 +607,9 @@ async def bench_overhead(cfg: Config, env: Env, verdicts: Verdicts, single: dict
     for checkpoint in cfg.checkpoints:
         span = window(checkpoint)
         ours, lmdb_ = overhead('postgres', span), overhead('lmdb', span)
+        two = overhead('pg two trips', span)
         floor = overhead('pg floor', span)
-        row = [f'{checkpoint}', ms(ours * 1e9), ms(lmdb_ * 1e9), ms(floor * 1e9)]
+        row = [f'{checkpoint}', ms(ours * 1e9), ms(two * 1e9), ms(lmdb_ * 1e9), ms(floor * 1e9)]
         if cfg.with_reference:
             theirs = overhead('reference', span)
             row += [ms(theirs * 1e9), f'{theirs / ours:.1f}x', f'{theirs / lmdb_:.1f}x', f'{theirs / floor:.1f}x']
@@ -576,12 +617,13 @@ async def bench_overhead(cfg: Config, env: Env, verdicts: Verdicts, single: dict
                 verdicts.target(
                     'persistence overhead per run at 100 exchanges: PostgreSQL >= 10x below the reference',
                     theirs / ours >= 10,
-                    f'PG {ms(ours * 1e9)}, reference {ms(theirs * 1e9)} ({theirs / ours:.1f}x); LMDB '
+                    f'PG {ms(ours * 1e9)} (two round trips per append: {ms(two * 1e9)}, '
+                    f'{theirs / two:.1f}x), reference {ms(theirs * 1e9)} ({theirs / ours:.1f}x); LMDB '
                     f'{ms(lmdb_ * 1e9)} ({theirs / lmdb_:.1f}x); 3-commit PG floor {ms(floor * 1e9)} '
                     f'(best reachable {theirs / floor:.1f}x)',
                 )
         rows.append(row)
-    headers = ['exchanges', 'PostgreSQL', 'LMDB', 'PG 3-commit floor']
+    headers = ['exchanges', 'PostgreSQL', 'PG two trips', 'LMDB', 'PG 3-commit floor']
     if cfg.with_reference:
         headers += ['reference', 'ref / PG', 'ref / LMDB', 'ref / floor']
     print_table(
@@ -590,6 +632,7 @@ async def bench_overhead(cfg: Config, env: Env, verdicts: Verdicts, single: dict
         rows,
         [
             'overhead = run time with persistence - run time of a twin agent without, exchange by exchange;',
+            'PostgreSQL: one round trip per append (default); PG two trips: the same with that path switched off;',
             'PG 3-commit floor: a capability doing only one bare synced PostgreSQL commit (one small row) for the',
             "request, the response and the run's end; bare COMMIT round trip (section 1) "
             f'{ms(single["pg commit"])} -> 3 x = {ms(3 * single["pg commit"])}.',

@@ -241,12 +241,12 @@ class PgWriteTxn(PgReadTxn):
 _MISSING: Final = object()
 
 
-def flush(cur: psycopg.Cursor[Any], pending: Pending, *, prepare: bool | None = None) -> None:
+def flush(cur: psycopg.Cursor[Any], pending: Pending, *, prepare: bool | None = None, tag: str = '') -> None:
     """Send the buffered writes in one statement (one round trip) and empty the buffer.
 
     Each relation's deletes and upserts are a data-modifying CTE of that statement; a key is in
-    `pending` once, so no two of them touch the same row. `prepare` is psycopg's (`False`: never
-    as a prepared statement).
+    `pending` once, so no two of them touch the same row. `prepare` is psycopg's; `tag` starts
+    the statement (a comment that keeps its text apart from other callers' in psycopg's cache).
     """
     if not pending:
         return
@@ -270,7 +270,7 @@ def flush(cur: psycopg.Cursor[Any], pending: Pending, *, prepare: bool | None = 
         if keys:
             parts.append(f'p{number} AS ({rel.sql_put_many})')
             params += [*rel.fixed, keys, values]
-    cur.execute(('WITH ' + ', '.join(parts) + ' SELECT 1').encode(), params, prepare=prepare)
+    cur.execute((tag + 'WITH ' + ', '.join(parts) + ' SELECT 1').encode(), params, prepare=prepare)
 
 
 def fetch_sql(reads: Sequence[tuple[PgRelation, bytes]]) -> bytes:

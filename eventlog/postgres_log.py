@@ -530,13 +530,15 @@ class PostgresEventLog(EventLogBase):
             except _BrokenBefore:
                 return None
             try:
-                # Never as prepared statements: psycopg would take a statement whose preparation
-                # a failed guard skipped for prepared, and the next use of it would fail.
+                # The guard and the writes are prepared statements from their first use, under a
+                # text of their own: psycopg then checks each preparation's result, so one that a
+                # failed guard skipped is not taken for done. (A statement it prepares after
+                # counting uses is taken for prepared when sent, even if the server skipped it.)
                 with conn.pipeline():
                     cur.execute(_BEGIN_WRITE, prepare=False)
                     cur.execute(self._lock_sql, prepare=False)
-                    cur.execute(sql, params, prepare=False)
-                    flush(cur, txn.pending, prepare=False)
+                    cur.execute(sql, params, prepare=True)
+                    flush(cur, txn.pending, prepare=True, tag=_ONE_TRIP_TAG)
                     cur.execute(b'COMMIT', prepare=False)
             except psycopg.Error as exc:
                 if conn.broken:
@@ -870,6 +872,7 @@ class _OneShotWrite(PgWriteTxn):
 
 _PREFETCH: ContextVar[tuple[tuple[TableId, bytes], ...]] = ContextVar('eventlog_pg_prefetch', default=())
 """Records the append being made will read (set around `append`; `asyncio.to_thread` carries it)."""
+_ONE_TRIP_TAG: Final = '/* one trip */ '
 _APPENDING: ContextVar[bool] = ContextVar('eventlog_pg_appending', default=False)
 """Set around `append`/`append_many`: the write may take one round trip and keeps the cache."""
 _CACHE_RECORDS: Final = 512
