@@ -336,7 +336,7 @@ def writer_process(backend: str, where: str, conversation: str, seconds: float, 
     """One writer process: single appends to its own conversation for `seconds` once `gate` opens;
     puts the number of appends and the CPU time (user + system) the process spent on them."""
 
-    async def run() -> tuple[int, float]:
+    async def run() -> tuple[int, float, int, int]:
         log: EventLogBase
         if backend in ('pg', 'pg2'):
             dsn, schema = where.split(' ', 1)
@@ -354,11 +354,15 @@ def writer_process(backend: str, where: str, conversation: str, seconds: float, 
             await asyncio.sleep(max(0.0, start_at.value - time.time()))
             done = 0
             end = start_at.value + seconds
+            trips = log._trips if isinstance(log, PostgresEventLog) else {}  # pyright: ignore[reportPrivateUsage]
+            before = dict(trips)
             cpu = process_cpu()
             while time.time() < end:
                 await log.append(entry)
                 done += 1
-            return done, process_cpu() - cpu
+            spent = process_cpu() - cpu
+            one = trips.get('one', 0) - before.get('one', 0)
+            return done, spent, one, trips.get('guard failed', 0) - before.get('guard failed', 0)
         finally:
             log.close()
 
@@ -400,6 +404,12 @@ class WriterRun:
     """CPU seconds per append spent in the writer processes."""
     server_cpu: float | None
     """CPU seconds per append spent by the PostgreSQL server (`None`: not measurable here)."""
+    appends: int = 0
+    """Appends made in the window, all processes together."""
+    one_trip: int = 0
+    """Of those, appends made in one round trip (PostgreSQL)."""
+    guards_failed: int = 0
+    """One-round-trip attempts whose guard failed (PostgreSQL)."""
 
 
 def run_writers(backend: str, wheres: Sequence[str], seconds: float) -> WriterRun:
@@ -428,9 +438,17 @@ def run_writers(backend: str, wheres: Sequence[str], seconds: float) -> WriterRu
     results = [out.get(timeout=120 + seconds) for _ in procs]
     for proc in procs:
         proc.join()
-    appends = max(1, sum(done for done, _ in results))
+    made = sum(r[0] for r in results)
+    appends = max(1, made)
     server = None if server_before is None or server_after is None else (server_after - server_before) / appends
-    return WriterRun(sum(done for done, _ in results) / seconds, sum(cpu for _, cpu in results) / appends, server)
+    return WriterRun(
+        made / seconds,
+        sum(r[1] for r in results) / appends,
+        server,
+        made,
+        sum(r[2] for r in results),
+        sum(r[3] for r in results),
+    )
 
 
 def bench_writers(cfg: Config, env: Env, verdicts: Verdicts, single: dict[str, float]) -> None:
@@ -493,6 +511,12 @@ def bench_writers(cfg: Config, env: Env, verdicts: Verdicts, single: dict[str, f
         [
             'each process appends one entry per transaction (durable) to its own conversation; PG two trips: the',
             'same with the one-round-trip path switched off (with other writers in between, its guard would fail);',
+            'PostgreSQL appends by N writers, in one round trip of all, guards failed: '
+            + '; '.join(
+                f'{n}: {runs[("pg", n)].one_trip} of {runs[("pg", n)].appends}, {runs[("pg", n)].guards_failed}'
+                for n in (1, 4, 8)
+            )
+            + ';',
             'writers take turns under one lock held until their commit is durable (PostgreSQL: the table lock',
             'until COMMIT returns, LMDB: the write lock through its fsync), so N writers overlap only the work done',
             f'outside it. From section 1: PostgreSQL append {ms(single["pg append"])}, its one round trip '

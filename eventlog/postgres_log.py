@@ -457,6 +457,9 @@ class PostgresEventLog(EventLogBase):
         return None if self._local is None else self._local.start_log_position()
 
     def _write_sync(self, fn: Callable[[WriteTxn], T]) -> T:
+        if not self._one_trip:  # switched off: every write as before, no cache kept
+            self._forget()
+            return self._write_two_trips(fn, track=False)[0]
         if not _APPENDING.get():
             # Any other write (erasure, deletion, import, retention...) may change what an append
             # reads: the cache is dropped before and after it.
@@ -603,7 +606,12 @@ class PostgresEventLog(EventLogBase):
                 self._known = {}
                 self._generation += 1
                 return
-            merged = {**known, **records}
+            # Entries are kept from the last append only (a repeat of it, or the next run that
+            # continues it, reads them); the other records are few (the last seq, each
+            # conversation's and run's record, idempotency slots).
+            entries = self._relations[Table.ENTRIES]
+            merged = {slot: value for slot, value in known.items() if slot[0] is not entries}
+            merged.update(records)
             self._known = merged if len(merged) <= _CACHE_RECORDS else records
             self._generation += 1
             if self._optimistic:
@@ -875,7 +883,7 @@ _PREFETCH: ContextVar[tuple[tuple[TableId, bytes], ...]] = ContextVar('eventlog_
 _ONE_TRIP_TAG: Final = '/* one trip */ '
 _APPENDING: ContextVar[bool] = ContextVar('eventlog_pg_appending', default=False)
 """Set around `append`/`append_many`: the write may take one round trip and keeps the cache."""
-_CACHE_RECORDS: Final = 512
+_CACHE_RECORDS: Final = 256
 """Most records the one-round-trip cache keeps (a larger transaction, a bulk one, leaves it empty)."""
 _CACHE_VALUE: Final = 64 * 1024
 """Longest value the cache keeps (reading a longer one takes the two-round-trip path)."""
