@@ -606,12 +606,15 @@ class PostgresEventLog(EventLogBase):
                 self._known = {}
                 self._generation += 1
                 return
-            # Entries are kept from the last append only (a repeat of it, or the next run that
+            # Entries are kept from the last append that wrote some (a repeat of it, or the next run that
             # continues it, reads them); the other records are few (the last seq, each
             # conversation's and run's record, idempotency slots).
             entries = self._relations[Table.ENTRIES]
-            merged = {slot: value for slot, value in known.items() if slot[0] is not entries}
-            merged.update(records)
+            if any(slot[0] is entries and slot not in known for slot in records):
+                merged = {slot: value for slot, value in known.items() if slot[0] is not entries}
+                merged.update(records)
+            else:
+                merged = {**known, **records}
             self._known = merged if len(merged) <= _CACHE_RECORDS else records
             self._generation += 1
             if self._optimistic:
