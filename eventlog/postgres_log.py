@@ -594,10 +594,11 @@ class PostgresEventLog(EventLogBase):
         started from). Keeping older records is safe: a guard checks every record an append
         reads, whatever the cache said; they only make a later one-trip append likelier."""
         unread = self._unread
+        entries = self._relations[Table.ENTRIES]
         records = {
             slot: value
             for slot, value in records.items()
-            if slot[0] not in unread and (value is None or len(value) <= _CACHE_VALUE)
+            if slot[0] not in unread and (slot[0] is not entries or value is None or len(value) <= _CACHE_VALUE)
         }
         with self._cache_lock:
             if generation != self._generation or len(records) > _CACHE_RECORDS:
@@ -609,7 +610,6 @@ class PostgresEventLog(EventLogBase):
             # Entries are kept from the last append that wrote some (a repeat of it, or the next run that
             # continues it, reads them); the other records are few (the last seq, each
             # conversation's and run's record, idempotency slots).
-            entries = self._relations[Table.ENTRIES]
             if any(slot[0] is entries and slot not in known for slot in records):
                 merged = {slot: value for slot, value in known.items() if slot[0] is not entries}
                 merged.update(records)
@@ -889,7 +889,7 @@ _APPENDING: ContextVar[bool] = ContextVar('eventlog_pg_appending', default=False
 _CACHE_RECORDS: Final = 256
 """Most records the one-round-trip cache keeps (a larger transaction, a bulk one, leaves it empty)."""
 _CACHE_VALUE: Final = 64 * 1024
-"""Longest value the cache keeps (reading a longer one takes the two-round-trip path)."""
+"""Longest entry the cache keeps (an append reading a longer one takes the two-round-trip path)."""
 _MAX_STREAK: Final = 64
 """Most appends in a row the cache must have been right for before one round trip is tried again."""
 _MISSING: Final = object()
