@@ -607,14 +607,13 @@ class PostgresEventLog(EventLogBase):
                 self._known = {}
                 self._generation += 1
                 return
-            # Entries are kept from the last append that wrote some (a repeat of it, or the next run that
-            # continues it, reads them); the other records are few (the last seq, each
+            # Only the latest entries are kept (a repeat of an append, or the next run that
+            # continues a run, reads them); the other records are few (the last seq, each
             # conversation's and run's record, idempotency slots).
-            if any(slot[0] is entries and slot not in known for slot in records):
-                merged = {slot: value for slot, value in known.items() if slot[0] is not entries}
-                merged.update(records)
-            else:
-                merged = {**known, **records}
+            merged = {**known, **records}
+            kept = [slot for slot in merged if slot[0] is entries]
+            for slot in kept[: len(kept) - _CACHE_ENTRIES]:
+                del merged[slot]
             self._known = merged if len(merged) <= _CACHE_RECORDS else records
             self._generation += 1
             if self._optimistic:
@@ -888,6 +887,8 @@ _APPENDING: ContextVar[bool] = ContextVar('eventlog_pg_appending', default=False
 """Set around `append`/`append_many`: the write may take one round trip and keeps the cache."""
 _CACHE_RECORDS: Final = 256
 """Most records the one-round-trip cache keeps (a larger transaction, a bulk one, leaves it empty)."""
+_CACHE_ENTRIES: Final = 16
+"""Entries the cache keeps (the latest written or read)."""
 _CACHE_VALUE: Final = 64 * 1024
 """Longest entry the cache keeps (an append reading a longer one takes the two-round-trip path)."""
 _MAX_STREAK: Final = 64

@@ -107,18 +107,20 @@ async def test_steady_appends_take_one_round_trip_each(pg_dsn: str, schema: str,
         for i in range(20):
             await log.append(message_entry(request(f'm{i}'), conversation_id='c', run_id='r'))
         assert round_trips.count - before == 20
-        # An agent run as the capability appends it: a new run (its start and request in one
-        # batch), the response, the end, each with an idempotency key never recorded before.
+        # An agent run as the capability appends it: a new run continuing the last response (its
+        # start and request in one batch), the response, the end, each with an idempotency key
+        # never recorded before.
+        tip = await log.last_seq()
         before = round_trips.count
         for run in range(5):
             run_id = f'agent-{run}'
             await log.append_many(
                 [
-                    run_started_entry(conversation_id='c', run_id=run_id, idempotency_key='s'),
+                    run_started_entry(conversation_id='c', run_id=run_id, idempotency_key='s', parent=tip),
                     message_entry(request('q'), conversation_id='c', run_id=run_id, idempotency_key='q'),
                 ]
             )
-            await log.append(message_entry(request('a'), conversation_id='c', run_id=run_id, idempotency_key='a'))
+            tip = await log.append(message_entry(request('a'), conversation_id='c', run_id=run_id, idempotency_key='a'))
             await log.append(
                 run_finished_entry(conversation_id='c', run_id=run_id, status='completed', idempotency_key='f')
             )
