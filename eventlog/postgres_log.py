@@ -67,6 +67,7 @@ from eventlog._pg_kv import (
 from eventlog._storage import TABLE_NAMES, ReadTxn, Table, TableId, WriteTxn
 from eventlog.entries import Entry, NewEntry, RunRecord
 from eventlog.errors import (
+    EventLogError,
     InvalidArgumentError,
     LogClosedError,
     StorageError,
@@ -532,6 +533,7 @@ class PostgresEventLog(EventLogBase):
                 _check_idle(conn)
             except _BrokenBefore:
                 return None
+            backend = conn.info.backend_pid
             try:
                 # The guard and the writes are prepared statements from their first use, under a
                 # text of their own: psycopg then checks each preparation's result, so one that a
@@ -545,7 +547,15 @@ class PostgresEventLog(EventLogBase):
                     cur.execute(b'COMMIT', prepare=False)
             except psycopg.Error as exc:
                 if conn.broken:
-                    raise _unknown_outcome(_first_line(exc)) from None
+                    committed = self._outcome(backend, written)
+                    if committed is None:
+                        raise _unknown_outcome(_first_line(exc)) from None
+                    if not committed:
+                        self._forget()
+                        return None  # it can no longer commit: the two-trip path does it again
+                    self._forget()
+                    self._trips['one'] += 1
+                    return (result,)
                 with suppress(psycopg.Error):
                     cur.execute(b'ROLLBACK')
                 if isinstance(exc, psycopg.errors.DivisionByZero):
@@ -559,6 +569,44 @@ class PostgresEventLog(EventLogBase):
         self._trips['one'] += 1
         self._remember(known, {**txn.reads, **written}, generation, optimistic=True)
         return (result,)
+
+    def _outcome(self, backend: int, written: Pending) -> bool | None:
+        """Whether a one-trip append whose connection broke after its pipeline was sent committed:
+        `True` if the first entry it wrote is in the log as it wrote it; `False` if the server
+        process that ran it is gone and the log's last `seq` is still below that entry's (so it
+        never committed and never can); `None` when that cannot be told (the process still runs,
+        another append took the `seq` meanwhile, the append wrote no entry, or the server cannot
+        be asked), and the outcome stays unknown.
+
+        Everything the append did was in flight at once, so without this a connection lost while
+        it waited for the writers' lock would leave its outcome as unknown as one lost in COMMIT.
+        """
+        entries = self._relations[Table.ENTRIES]
+        ours = sorted((key, value) for (relation, key), value in written.items() if relation is entries and value)
+        if not ours:
+            return None
+        key, value = ours[0]
+        meta = self._relations[Table.META].table
+        sql = (
+            'SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity WHERE pid = %s), '
+            f'(SELECT v FROM {entries.table} WHERE k = %s), (SELECT v FROM {meta} WHERE k = %s)'
+        ).encode()
+
+        def ask(cur: psycopg.Cursor[Any]) -> tuple[bool, bytes | None, int]:
+            cur.execute(sql, (backend, key, META_LAST_SEQ))
+            row = cur.fetchone()
+            assert row is not None
+            return bool(row[0]), None if row[1] is None else bytes(row[1]), 0 if row[2] is None else key_seq(row[2])
+
+        try:
+            running, stored, last = self._run(ask, begin=None, lock=None)
+        except EventLogError:
+            return None
+        if stored == value:
+            return True
+        if not running and last < key_seq(key):
+            return False
+        return None
 
     def _guard_failed(self) -> None:
         """Another writer changed a record since this handle's last write: drop the cache and try

@@ -319,3 +319,113 @@ async def test_other_writes_through_the_handle_drop_the_cache(pg_dsn: str, schem
         assert (await log.verify()).ok
     finally:
         log.close()
+
+
+# -- a connection lost with the whole append in flight ----------------------------------------------
+
+
+def kill(dsn: str, pid: int) -> None:
+    """End backend `pid` as an administrator would, and wait until it is gone."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert conn.execute('SELECT pg_terminate_backend(%s)', (pid,)).fetchone() == (True,)
+        gone = 'SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = %s)'
+        wait_until(lambda: conn.execute(gone, (pid,)).fetchone() == (True,), f'backend {pid} is gone')
+
+
+async def warm(log: PostgresEventLog) -> None:
+    """A run and two messages: the last append took one round trip."""
+    await log.append(run_started_entry(conversation_id='c', run_id='r'))
+    await log.append(message_entry(request('one'), conversation_id='c', run_id='r'))
+    await log.append(message_entry(request('two'), conversation_id='c', run_id='r'))
+    assert trips(log)['one'] == 2
+
+
+async def only_once(log: PostgresEventLog, texts: list[str]) -> None:
+    """The log holds the run and one message per text, each once, in order, chained."""
+    entries = await log.entries()
+    assert [e.seq for e in entries] == list(range(1, len(texts) + 2))
+    bodies = [e.payload for e in entries if e.kind == 'message']
+    assert [text.encode() in body for text, body in zip(texts, bodies, strict=True)] == [True] * len(texts)
+    report = await log.verify()
+    assert report.ok, report.problems
+
+
+async def test_a_one_trip_append_whose_backend_dies_waiting_for_the_lock_is_made_again(
+    pg_dsn: str, schema: str
+) -> None:
+    """The pipeline (COMMIT included) is in flight while the append waits for the writers' lock.
+    Its server process is gone and the log's last seq is below the entry's: it never committed,
+    so the append is made again instead of reporting an unknown outcome."""
+    log = PostgresEventLog(pg_dsn, schema=schema)
+    admin = psycopg.connect(pg_dsn, autocommit=True)
+    try:
+        await warm(log)
+        admin.execute('BEGIN')
+        admin.execute(f'LOCK TABLE "{schema}".entries IN EXCLUSIVE MODE')  # type: ignore[arg-type]
+        pending = asyncio.create_task(log.append(message_entry(request('three'), conversation_id='c', run_id='r')))
+        await asyncio.to_thread(wait_until, lambda: len(lock_waiters(pg_dsn, schema)) == 1, 'the append waits')
+        [waiter] = lock_waiters(pg_dsn, schema)
+        await asyncio.to_thread(kill, pg_dsn, waiter)
+        admin.execute('COMMIT')
+        assert await pending == 4
+        assert trips(log)['one'] == 2  # the lost attempt is not counted: the two-trip path made it
+        await only_once(log, ['one', 'two', 'three'])
+    finally:
+        admin.close()
+        log.close()
+
+
+async def test_a_one_trip_append_killed_inside_its_commit_is_made_again(pg_dsn: str, schema: str) -> None:
+    """A deferred trigger holds the COMMIT on an advisory lock the test holds; the test ends the
+    append's server process there. Nothing committed, the process is gone: made again."""
+    log = PostgresEventLog(pg_dsn, schema=schema)
+    admin = psycopg.connect(pg_dsn, autocommit=True)
+    try:
+        await warm(log)
+        admin.execute(
+            f'CREATE FUNCTION "{schema}".stall() RETURNS trigger LANGUAGE plpgsql AS '  # type: ignore[arg-type]
+            '$$ BEGIN PERFORM pg_advisory_xact_lock(4343); RETURN NULL; END $$'
+        )
+        admin.execute(
+            f'CREATE CONSTRAINT TRIGGER stall AFTER INSERT ON "{schema}".entries '  # type: ignore[arg-type]
+            f'DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION "{schema}".stall()'
+        )
+        admin.execute('SELECT pg_advisory_lock(4343)')
+        pending = asyncio.create_task(log.append(message_entry(request('three'), conversation_id='c', run_id='r')))
+        committing = (
+            "SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend' AND wait_event = 'advisory' "
+            'AND pid <> pg_backend_pid()'
+        )
+        await asyncio.to_thread(
+            wait_until, lambda: len(admin.execute(committing).fetchall()) == 1, 'the append waits in its COMMIT'
+        )
+        [(pid,)] = admin.execute(committing).fetchall()
+        await asyncio.to_thread(kill, pg_dsn, int(pid))
+        admin.execute('SELECT pg_advisory_unlock(4343)')
+        assert await pending == 4
+        await only_once(log, ['one', 'two', 'three'])
+    finally:
+        admin.close()
+        log.close()
+
+
+async def test_a_one_trip_append_that_committed_but_lost_its_answer_returns_its_seq(pg_dsn: str, schema: str) -> None:
+    """A relay passes the pipeline on and drops the server's answer with the connection: the
+    entry it wrote is in the log as it wrote it, so the append returns its seq (no error, no
+    second copy)."""
+    from test_postgres_faults import CommitCutter
+
+    relay = CommitCutter(int(psycopg.conninfo.conninfo_to_dict(pg_dsn)['port'] or 5432))
+    log = PostgresEventLog(
+        psycopg.conninfo.make_conninfo(pg_dsn, host='127.0.0.1', port=str(relay.address)), schema=schema
+    )
+    try:
+        await warm(log)
+        relay.armed.set()
+        assert await log.append(message_entry(request('three'), conversation_id='c', run_id='r')) == 4
+        assert relay.cut.is_set()
+        await only_once(log, ['one', 'two', 'three'])
+        assert await log.append(message_entry(request('four'), conversation_id='c', run_id='r')) == 5
+    finally:
+        log.close()
+        relay.close()
