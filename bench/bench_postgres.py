@@ -569,6 +569,7 @@ async def overhead_repetition(cfg: Config, env: Env, rep: int, data: list[tuple[
     pg, lm = env.pg(f'persist{rep}'), env.lmdb(f'persist{rep}')
     pg2 = env.pg(f'persist2{rep}', one_trip=False)
     floor = open_floor(env.dsn)
+    lmdb_floor = lmdb.open(str(env.tmp / f'lmdb-floor-{rep}'), map_size=64 << 20)  # synced, as LMDB's default
     modes = [
         Mode('none-pg', make_agent(replies, [])),
         Mode('postgres', make_agent(replies, [EventLogPersistence(pg)])),
@@ -578,6 +579,8 @@ async def overhead_repetition(cfg: Config, env: Env, rep: int, data: list[tuple[
         Mode('lmdb', make_agent(replies, [EventLogPersistence(lm)])),
         Mode('none-floor', make_agent(replies, [])),
         Mode('pg floor', make_agent(replies, [PgCommitFloor(conn=floor)])),
+        Mode('none-lfloor', make_agent(replies, [])),
+        Mode('lmdb floor', make_agent(replies, [SyncedCommitFloor(lmdb_floor)])),
     ]
     if cfg.with_reference:
         from pydantic_ai_harness.step_persistence import SqliteStepStore, StepPersistence
@@ -604,6 +607,7 @@ async def overhead_repetition(cfg: Config, env: Env, rep: int, data: list[tuple[
         pg2.close()
         lm.close()
         floor.close()
+        lmdb_floor.close()
     return modes
 
 
@@ -621,6 +625,7 @@ async def bench_overhead(cfg: Config, env: Env, verdicts: Verdicts, single: dict
         'pg two trips': 'none-pg2',
         'lmdb': 'none-lmdb',
         'pg floor': 'none-floor',
+        'lmdb floor': 'none-lfloor',
         'reference': 'none-ref',
     }
 
@@ -633,10 +638,13 @@ async def bench_overhead(cfg: Config, env: Env, verdicts: Verdicts, single: dict
         ours, lmdb_ = overhead('postgres', span), overhead('lmdb', span)
         two = overhead('pg two trips', span)
         floor = overhead('pg floor', span)
-        row = [f'{checkpoint}', ms(ours * 1e9), ms(two * 1e9), ms(lmdb_ * 1e9), ms(floor * 1e9)]
+        # The capability's own work (what LMDB's overhead adds to LMDB's three bare commits) on top
+        # of PostgreSQL's three bare commits: a PostgreSQL log that cost nothing beyond its commits.
+        bound = floor + max(0.0, lmdb_ - overhead('lmdb floor', span))
+        row = [f'{checkpoint}', ms(ours * 1e9), ms(two * 1e9), ms(lmdb_ * 1e9), ms(floor * 1e9), ms(bound * 1e9)]
         if cfg.with_reference:
             theirs = overhead('reference', span)
-            row += [ms(theirs * 1e9), f'{theirs / ours:.1f}x', f'{theirs / lmdb_:.1f}x', f'{theirs / floor:.1f}x']
+            row += [ms(theirs * 1e9), f'{theirs / ours:.1f}x', f'{theirs / lmdb_:.1f}x', f'{theirs / bound:.1f}x']
             if checkpoint == 100:
                 verdicts.target(
                     'persistence overhead per run at 100 exchanges: PostgreSQL >= 10x below the reference',
@@ -644,12 +652,13 @@ async def bench_overhead(cfg: Config, env: Env, verdicts: Verdicts, single: dict
                     f'PG {ms(ours * 1e9)} (two round trips per append: {ms(two * 1e9)}, '
                     f'{theirs / two:.1f}x), reference {ms(theirs * 1e9)} ({theirs / ours:.1f}x); LMDB '
                     f'{ms(lmdb_ * 1e9)} ({theirs / lmdb_:.1f}x); 3-commit PG floor {ms(floor * 1e9)} '
-                    f'(best reachable {theirs / floor:.1f}x)',
+                    f"({theirs / floor:.1f}x); floor + the capability's own work {ms(bound * 1e9)} "
+                    f'(best reachable {theirs / bound:.1f}x)',
                 )
         rows.append(row)
-    headers = ['exchanges', 'PostgreSQL', 'PG two trips', 'LMDB', 'PG 3-commit floor']
+    headers = ['exchanges', 'PostgreSQL', 'PG two trips', 'LMDB', 'PG 3-commit floor', 'floor + work']
     if cfg.with_reference:
-        headers += ['reference', 'ref / PG', 'ref / LMDB', 'ref / floor']
+        headers += ['reference', 'ref / PG', 'ref / LMDB', 'ref / bound']
     print_table(
         f'3. persistence overhead per agent run ({cfg.reps} repetition(s); median over the last quarter of the runs)',
         headers,
@@ -660,6 +669,9 @@ async def bench_overhead(cfg: Config, env: Env, verdicts: Verdicts, single: dict
             'PG 3-commit floor: a capability doing only one bare synced PostgreSQL commit (one small row) for the',
             "request, the response and the run's end; bare COMMIT round trip (section 1) "
             f'{ms(single["pg commit"])} -> 3 x = {ms(3 * single["pg commit"])}.',
+            "floor + work: that floor plus the capability's own work (LMDB's overhead minus the overhead of",
+            'three bare synced LMDB commits at the same places, measured the same way): a PostgreSQL log that',
+            'cost nothing beyond its three commits; ref / bound: the best ratio any such log reaches here.',
         ],
     )
 

@@ -539,12 +539,15 @@ class PostgresEventLog(EventLogBase):
                 # text of their own: psycopg then checks each preparation's result, so one that a
                 # failed guard skipped is not taken for done. (A statement it prepares after
                 # counting uses is taken for prepared when sent, even if the server skipped it.)
-                with conn.pipeline():
+
+                def send() -> None:
                     cur.execute(_BEGIN_WRITE, prepare=False)
                     cur.execute(self._lock_sql, prepare=False)
                     cur.execute(sql, params, prepare=True)
                     flush(cur, txn.pending, prepare=True, tag=_ONE_TRIP_TAG)
                     cur.execute(b'COMMIT', prepare=False)
+
+                _in_pipeline(conn, send)
             except psycopg.Error as exc:
                 if conn.broken:
                     committed = self._outcome(backend, written)
@@ -976,6 +979,25 @@ def _retryable(exc: psycopg.OperationalError) -> bool:
         )
         or exc.sqlstate is None
     )
+
+
+def _in_pipeline(conn: psycopg.Connection[Any], send: Callable[[], None]) -> None:
+    """Run `send` in a pipeline and raise the first error the pipeline met. A failed statement
+    aborts the rest of the pipeline, and psycopg would log the pipeline's own ending error as a
+    warning if the first one were still on its way out of the block: a failed guard is an
+    expected event, not a warning for the application's log."""
+    first: psycopg.Error | None = None
+    try:
+        with conn.pipeline():
+            try:
+                send()
+            except psycopg.Error as exc:
+                first = exc
+    except psycopg.Error:
+        if first is None:
+            raise
+    if first is not None:
+        raise first
 
 
 def _unknown_outcome(detail: str) -> StorageError:

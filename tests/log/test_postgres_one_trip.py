@@ -10,6 +10,7 @@ same entries holds (same seqs, timestamps, payloads and chain hashes).
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import threading
 from collections.abc import Callable, Iterator
@@ -158,7 +159,10 @@ async def test_an_idempotent_repeat_through_one_round_trip_answers_the_first_seq
         log.close()
 
 
-async def test_a_failed_guard_leaves_nothing_written(pg_dsn: str, schema: str) -> None:
+async def test_a_failed_guard_leaves_nothing_written(
+    pg_dsn: str, schema: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING)
     log = PostgresEventLog(pg_dsn, schema=schema)
     other = PostgresEventLog(pg_dsn, schema=schema)
     try:
@@ -173,6 +177,9 @@ async def test_a_failed_guard_leaves_nothing_written(pg_dsn: str, schema: str) -
         with pytest.raises(RuntimeError, match='two-trip path'):
             await log.append(message_entry(request('lost'), conversation_id='c', run_id='r'))
         assert trips(log)['guard failed'] == 1
+        # An expected event: nothing in the application's log (psycopg would warn about the
+        # aborted pipeline if the guard's error were still on its way out of the pipeline block).
+        assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
         assert [e.seq for e in await other.entries()] == [1, 2, 3]
         assert await other.last_seq() == 3
         run = await other.get_run('r')
