@@ -56,6 +56,7 @@ if TYPE_CHECKING:
         StorageError,
         StoreConnectionError,
         StoreLocationError,
+        StoreReplacedError,
         StoreVersionError,
     )
     from eventlog.lmdb_log import LmdbEventLog
@@ -108,6 +109,7 @@ __all__ = [
     'StorageError',
     'StoreConnectionError',
     'StoreLocationError',
+    'StoreReplacedError',
     'StoreVersionError',
     'TitleInfo',
     'ToolEffectInfo',
@@ -169,6 +171,7 @@ _SUBMODULE: dict[str, str] = {
     'RunStatus': 'eventlog.entries',
     'StorageError': 'eventlog.errors',
     'StoreConnectionError': 'eventlog.errors',
+    'StoreReplacedError': 'eventlog.errors',
     'StoreLocationError': 'eventlog.errors',
     'StoreVersionError': 'eventlog.errors',
     'TitleInfo': 'eventlog.entries',

@@ -15,6 +15,8 @@ from eventlog._checks import check_id, check_seq
 from eventlog._keys import (
     FORMAT_VERSION,
     META_FORMAT,
+    META_SCRUB_PENDING,
+    SEQ_SIZE,
     Table,
     by_conv_key,
     ck,
@@ -25,6 +27,7 @@ from eventlog._keys import (
     encode_run,
     entry_key_of,
     format_value,
+    key_seq,
     run_idem_prefix,
     run_key,
     seq_key,
@@ -118,6 +121,30 @@ def fork(txn: WriteTxn, conversation_id: str, at_seq: int | None, new_id: str | 
     return target
 
 
+def scrub_pending(txn: ReadTxn) -> int | None:
+    """The `seq` of the latest erasure or deletion whose removed bytes may still be in the store's
+    files (a scrub has not finished since); `None` when there is none."""
+    raw = txn.get(Table.META, META_SCRUB_PENDING)
+    return key_seq(raw) if raw is not None and len(raw) == SEQ_SIZE else None
+
+
+def mark_scrub_pending(txn: WriteTxn, seq: int) -> None:
+    """Record, with the erasure or deletion `seq` that needs it, that the files need a scrub."""
+    txn.put(Table.META, META_SCRUB_PENDING, seq_key(seq))
+
+
+def clear_scrub_pending(txn: WriteTxn, upto: int) -> bool:
+    """Forget the pending scrub if it names `upto` or an earlier removal (one recorded after a
+    scrub began stays); whether nothing is pending now."""
+    pending = scrub_pending(txn)
+    if pending is None:
+        return True
+    if pending > upto:
+        return False
+    txn.delete(Table.META, META_SCRUB_PENDING)
+    return True
+
+
 def delete_conversation(txn: WriteTxn, conversation_id: str) -> int:
     """Remove the conversation's entries and derived data; leave a content-free tombstone."""
     conv_or_raise(txn, conversation_id)
@@ -140,5 +167,6 @@ def delete_conversation(txn: WriteTxn, conversation_id: str) -> int:
         txn.delete(Table.BY_CONV, key)
         removed += 1
     txn.delete(Table.CONVS, conv_key(conversation_id))
-    append_entries(txn, [NewEntry(conversation_id=conversation_id, kind='deleted')], allow_internal=True)
+    (seq,) = append_entries(txn, [NewEntry(conversation_id=conversation_id, kind='deleted')], allow_internal=True)
+    mark_scrub_pending(txn, seq)
     return removed

@@ -15,7 +15,15 @@ This module gathers their names for the backends and the log's front end.
 
 from __future__ import annotations
 
-from eventlog._admin import check_format, delete_conversation, fork, init_format, migrate
+from eventlog._admin import (
+    check_format,
+    clear_scrub_pending,
+    delete_conversation,
+    fork,
+    init_format,
+    migrate,
+    scrub_pending,
+)
 from eventlog._append import append_entries, utcnow
 from eventlog._checks import check_count, check_id, check_seq, validate_messages
 from eventlog._keys import (
@@ -70,6 +78,7 @@ __all__ = [
     'check_id',
     'check_seq',
     'ck',
+    'clear_scrub_pending',
     'context_payloads',
     'decode_body',
     'decode_conversation',
@@ -94,6 +103,7 @@ __all__ = [
     'migrate',
     'run_idem_prefix',
     'run_message_payloads',
+    'scrub_pending',
     'seq_key',
     'to_entry',
     'transcript_payloads',

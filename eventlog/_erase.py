@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
+from eventlog._admin import mark_scrub_pending
 from eventlog._append import append_entries
 from eventlog._checks import check_id
 from eventlog._keys import StoredBody, Table, conv_key, encode_conversation, encode_erased_body, seq_key
@@ -138,6 +139,7 @@ def erase(
     new = NewEntry(conversation_id=conversation_id, kind='erasure', payload=encode_info(info))
     (seq,) = append_entries(txn, [new], allow_internal=True)
     assert seq == erasure_seq, (seq, erasure_seq)
+    mark_scrub_pending(txn, seq)
     return Erased(conversation_id, info.seqs, seq, removed)
 
 

@@ -14,7 +14,8 @@ ids may not contain, so prefixes never collide):
 - CONVS      conversation id -> ConversationRecord (msgpack)
 - IDEM       b'r' + run start seq8 + key -> seq8 (keys of a run), or
              b'\\x00' + ck(conversation) + key -> seq8 (keys of conversation entries)
-- META       b'format' -> format version, b'last_seq' -> seq8
+- META       b'format' -> format version, b'last_seq' -> seq8, b'scrub_pending' -> seq8
+             (the latest erasure or deletion whose removed bytes the store's files may still hold)
 
 seq8 is a `seq` as 8 bytes big-endian, so keys sort in `seq` order. A run is named inside
 keys by the `seq` of its `run_started` entry rather than by its id, which keeps the indexes
@@ -56,6 +57,7 @@ __all__ = [
     'MAX_ID_BYTES',
     'META_FORMAT',
     'META_LAST_SEQ',
+    'META_SCRUB_PENDING',
     'SEQ_SIZE',
     'TABLE_NAMES',
     'StoredBody',
@@ -114,6 +116,9 @@ META_FORMAT: Final = b'format'
 """The META key of the format version (ASCII digits)."""
 META_LAST_SEQ: Final = b'last_seq'
 """The META key of the largest `seq` ever assigned (seq8)."""
+META_SCRUB_PENDING: Final = b'scrub_pending'
+"""The META key of the `seq` (seq8) of the latest erasure or deletion not yet scrubbed from the
+store's files; absent when every removal has been."""
 
 _SEQ = struct.Struct('>Q')
 _SEQ_LIMIT: Final = 1 << 64

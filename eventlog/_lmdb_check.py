@@ -165,7 +165,8 @@ def check_files(directory: Path) -> None:
     `data.mdb` and `lock.mdb` must not be symlinks; an existing `data.mdb` must hold two
     readable meta pages and every page its live meta page counts. A file too short for its
     meta pages is re-read for a moment first, since a process creating the store writes them
-    just after creating the file.
+    just after creating the file; so is one shorter than its meta page counts, since another
+    process may commit between the two reads.
     """
     data = directory / 'data.mdb'
     _refuse_link(data)
@@ -192,6 +193,11 @@ def check_files(directory: Path) -> None:
                 time.sleep(_SETTLE_WAIT)
                 continue
             needed = (live.last_page + 1) * live.page_size
+            if size < needed and attempt < _SETTLE_TRIES - 1:
+                # A writer in another process may have grown the file and committed between the
+                # size and the meta page read here: read both again before calling it truncated.
+                time.sleep(_SETTLE_WAIT)
+                continue
             if size < needed:
                 raise CorruptStoreError(
                     f'{data} is truncated: it holds {size} bytes and its pages need {needed}. '

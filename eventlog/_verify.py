@@ -25,7 +25,7 @@ from typing import Any, Final
 
 import msgspec
 
-from eventlog._admin import check_format
+from eventlog._admin import check_format, scrub_pending
 from eventlog._keys import (
     HASH_SIZE,
     META_LAST_SEQ,
@@ -434,6 +434,7 @@ def verify(txn: ReadTxn) -> VerifyReport:
         entries_checked=checked,
         conversations_checked=len(set(stored_convs) | set(heads)),
         problems=problems,
+        scrub_pending=scrub_pending(txn),
     )
 
 
@@ -448,6 +449,7 @@ def report_of(problems: Iterable[VerifyProblem], base: VerifyReport | None = Non
         entries_checked=base.entries_checked,
         conversations_checked=base.conversations_checked,
         problems=merged,
+        scrub_pending=base.scrub_pending,
     )
 
 

@@ -412,6 +412,10 @@ class VerifyReport(msgspec.Struct, frozen=True, kw_only=True):
     entries_checked: int
     conversations_checked: int
     problems: list[VerifyProblem]
+    scrub_pending: int | None = None
+    """The `seq` of the latest erasure or deletion whose removed bytes the store's files may still
+    hold (its scrub has not finished; `scrub()` or `eventlog compact` finishes it). Not a fault
+    of the chains: `ok` does not depend on it."""
 
 
 _json_encoder = msgspec.json.Encoder()

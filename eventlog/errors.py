@@ -34,6 +34,7 @@ __all__ = [
     'StoreBusyError',
     'StoreConnectionError',
     'StoreLocationError',
+    'StoreReplacedError',
     'StoreVersionError',
     'VectorIndexMismatch',
 ]
@@ -82,6 +83,12 @@ class StoreVersionError(EventLogError):
 
 class StorageError(EventLogError):
     """The storage engine failed (disk full, I/O error, lock table full); nothing was committed."""
+
+
+class StoreReplacedError(StorageError):
+    """The store's data file was replaced by another file while this handle had it open (a
+    compaction that did not hold the store lock, a backup restored over it): nothing was written
+    through this handle; close it and open the store again."""
 
 
 class StoreConnectionError(StorageError):

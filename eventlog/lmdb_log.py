@@ -35,7 +35,15 @@ from eventlog._storage import (
 )
 from eventlog._threads import to_thread
 from eventlog.entries import VerifyProblem, VerifyReport
-from eventlog.errors import CorruptEntryError, LogClosedError, StorageError, StoreBusyError, StoreLocationError
+from eventlog.errors import (
+    CorruptEntryError,
+    EventLogError,
+    LogClosedError,
+    StorageError,
+    StoreBusyError,
+    StoreLocationError,
+    StoreReplacedError,
+)
 from eventlog.log import EventLogBase
 from eventlog.projection import LogReader, ProjectionSpec
 
@@ -130,9 +138,14 @@ class _SharedEnv:
     writer register here and a resize waits for them.
     """
 
-    def __init__(self, env: lmdb.Environment, dbs: _Layout) -> None:
+    def __init__(self, env: lmdb.Environment, path: Path, sync: bool, ident: tuple[int, int]) -> None:
         self.env = env
-        self.dbs = dbs
+        self.dbs: _Layout = {}
+        self.path = path
+        self.sync = sync
+        self.data_path = str(path / 'data.mdb')
+        self.ident = ident
+        """(device, inode) of the `data.mdb` this environment maps."""
         self.refs = 0
         self.active = 0
         self.resizing = False
@@ -150,17 +163,57 @@ class _SharedEnv:
             self.active -= 1
             self.cond.notify_all()
 
+    def check_identity(self) -> None:
+        """Raise `StoreReplacedError` unless `data.mdb` is still the file this environment maps.
+
+        Called by every write transaction right after it took LMDB's writer lock, which a
+        compaction holds while it puts its copy in place: a commit can never land in a file that
+        is no longer the store's."""
+        try:
+            st = os.stat(self.data_path)
+        except OSError as exc:
+            raise StoreReplacedError(
+                f'the store file {self.data_path} is gone ({exc.strerror or exc}); nothing was written. '
+                f'Close the store and open it again'
+            ) from None
+        if (st.st_dev, st.st_ino) != self.ident:
+            raise StoreReplacedError(
+                f'the store file {self.data_path} was replaced by another file while this process had it open '
+                f'(a compaction that did not hold the store lock, or a file restored over it); nothing was '
+                f'written. Close the store and open it again'
+            )
+
     def resize(self, new_size: int) -> None:
-        """Set the map size (0: adopt the size another process set) once no transaction is open."""
+        """Set the map size (0: adopt the size another process set) once no transaction is open.
+
+        When the map cannot grow (the address space is exhausted, `ulimit -v`), LMDB leaves the
+        environment unusable: it is opened again at its old size, so the handle goes on serving
+        reads and the writes that fit, and `StorageError` says why this one could not be made.
+        """
         with self.cond:
             self.resizing = True
             try:
                 while self.active:
                     self.cond.wait()
-                self.env.set_mapsize(new_size)
+                old = self.env.info()['map_size']
+                try:
+                    self.env.set_mapsize(new_size)
+                except lmdb.Error as exc:
+                    self._reopen(old)
+                    raise StorageError(
+                        f'the store at {self.path} needs a memory map of {new_size} bytes and the system refused '
+                        f'it ({exc}); this write was not committed, nothing earlier was lost, and the store '
+                        f'stays open for reads and smaller writes. Raise the address-space limit (ulimit -v)'
+                    ) from None
             finally:
                 self.resizing = False
                 self.cond.notify_all()
+
+    def _reopen(self, map_size: int) -> None:
+        with contextlib.suppress(lmdb.Error):
+            self.env.close()
+        self.env = _open_env(self.path, map_size, self.sync)
+        self.dbs = _open_tables(self)
 
 
 _registry: dict[tuple[int, int], _SharedEnv] = {}
@@ -190,40 +243,47 @@ def _open_shared(path: Path, map_size: int, sync: bool) -> _SharedEnv:
         shared = _registry.get(key)
         if shared is None:
             lmdb_check.check_files(path)
-            try:
-                env = lmdb.open(
-                    str(path),
-                    map_size=map_size,
-                    max_dbs=_MAX_DBS,
-                    subdir=True,
-                    sync=sync,
-                    metasync=sync,
-                    lock=True,
-                    mode=0o600,
-                    readahead=False,
-                    max_readers=256,
-                )
-            except lmdb.Error as exc:
-                raise StoreLocationError(f'cannot open an LMDB store at {path}: {exc}') from None
+            env = _open_env(path, map_size, sync)
             try:
                 env.reader_check()
-                dbs = _open_tables(env)
+                st = os.stat(path / 'data.mdb')
+                shared = _SharedEnv(env, path, sync, (st.st_dev, st.st_ino))
+                shared.dbs = _open_tables(shared)
             except BaseException:
                 env.close()
                 raise
-            shared = _SharedEnv(env, dbs)
             _registry[key] = shared
         shared.refs += 1
         return shared
 
 
-def _open_tables(env: lmdb.Environment) -> _Layout:
+def _open_env(path: Path, map_size: int, sync: bool) -> lmdb.Environment:
+    try:
+        return lmdb.open(
+            str(path),
+            map_size=map_size,
+            max_dbs=_MAX_DBS,
+            subdir=True,
+            sync=sync,
+            metasync=sync,
+            lock=True,
+            mode=0o600,
+            readahead=False,
+            max_readers=256,
+        )
+    except lmdb.Error as exc:
+        raise StoreLocationError(f'cannot open an LMDB store at {path}: {exc}') from None
+
+
+def _open_tables(shared: _SharedEnv) -> _Layout:
     """Open (creating if needed) the log's tables and check the store's format version."""
+    env = shared.env
     while True:
         try:
             opened = {name: env.open_db(name, create=True) for name in PHYSICAL_NAMES}
             dbs = {table: (opened[name], prefix) for table, (name, prefix) in LMDB_TABLES.items()}
             with env.begin(write=True) as txn:
+                shared.check_identity()
                 engine.init_format(_LmdbTxn(txn, dbs))
             return dbs
         except lmdb.MapResizedError:
@@ -244,6 +304,9 @@ class LmdbEventLog(EventLogBase):
         map_size: The initial size of the memory map; it grows by itself when full.
         retention: A `RetentionPolicy` applied as the store opens (erasing or deleting what is
             older than it allows); what it did is in `retention_report`.
+
+    Opening a store whose last erasure or deletion was not scrubbed from its files yet (see
+    `scrub_pending`) finishes that scrub when no other process has the store open.
     """
 
     persistent: ClassVar[bool] = True
@@ -270,6 +333,18 @@ class LmdbEventLog(EventLogBase):
         self._closed = False
         self._projection_handles: dict[ProjectionSpec, lmdb_projection.ProjectionHandles] = {}
         self._retain_on_open(retention)
+        self._finish_pending_scrub()
+
+    def _finish_pending_scrub(self) -> None:
+        """Finish the scrub an erasure or deletion left pending (a crash before its compaction,
+        the store busy then), when this process can have the store to itself now; else leave it
+        recorded for the next opportunity (`scrub_pending` says so)."""
+        try:
+            pending = self._read_sync(engine.scrub_pending)
+        except EventLogError:  # a damaged store: verify says what is wrong
+            return
+        if pending is not None and self._shared.refs == 1:
+            self._scrub_sync()
 
     @property
     def env(self) -> lmdb.Environment:
@@ -297,6 +372,8 @@ class LmdbEventLog(EventLogBase):
             grow = 0
             try:
                 with shared.env.begin(write=write) as txn:
+                    if write:
+                        shared.check_identity()
                     return fn(txn)
             except lmdb.MapFullError:
                 grow = max(shared.env.info()['map_size'] * 2, DEFAULT_MAP_SIZE)
@@ -320,7 +397,11 @@ class LmdbEventLog(EventLogBase):
         with shared.write_lock:
             shared.enter()
             try:
-                return shared.env.open_db(name, create=True)
+                with shared.env.begin(write=True) as txn:
+                    shared.check_identity()
+                    return shared.env.open_db(name, txn=txn, create=True)
+            except lmdb.Error as exc:
+                raise _storage_error(exc, self.path) from None
             finally:
                 shared.leave()
 
@@ -403,12 +484,13 @@ class LmdbEventLog(EventLogBase):
         """`compact`, so that the pages freed by an erasure or a delete are gone from the disk."""
         try:
             self._compact_sync()
-        except StoreBusyError as exc:
-            return f'{exc} (the removed text stays in the free pages of data.mdb until then)'
+        except EventLogError as exc:  # busy elsewhere, no room for the copy: the removal stays committed
+            return f'the removed text stays in the free pages of data.mdb: {exc}'
         return None
 
     def _compact_sync(self) -> CompactResult:
         self._check_open()
+        pending = self._read_sync(engine.scrub_pending)
         for before, _ in _compaction_hooks:
             before(self)
         lock = self._store_lock
@@ -422,14 +504,17 @@ class LmdbEventLog(EventLogBase):
                 )
             lock.compacting = True
         try:
-            return self._compact_exclusive(lock)
+            result = self._compact_exclusive(lock)
         finally:
             with _store_locks_cond:
                 lock.compacting = False
                 _store_locks_cond.notify_all()
+        if pending is not None:  # the removals committed before the copy are gone from the file now
+            self._write_sync(lambda txn: engine.clear_scrub_pending(txn, pending))
+        return result
 
     def _compact_exclusive(self, lock: _StoreLock) -> CompactResult:
-        _upgrade_store_lock(lock, self.path)
+        gate = _upgrade_store_lock(lock, self.path)
         shared = self._shared
         try:
             with shared.write_lock, shared.cond:
@@ -442,7 +527,7 @@ class LmdbEventLog(EventLogBase):
                     shared.resizing = False
                     shared.cond.notify_all()
         finally:
-            _downgrade_store_lock(lock)
+            _downgrade_store_lock(lock, gate)
 
     def _swap_in_compact_copy(self, shared: _SharedEnv) -> CompactResult:
         import shutil  # here: only compaction needs them, and reading a store should not wait for them
@@ -453,26 +538,40 @@ class LmdbEventLog(EventLogBase):
             shutil.rmtree(stale, ignore_errors=True)
         before = os.stat(data).st_size
         map_size = shared.env.info()['map_size']
-        staging = Path(tempfile.mkdtemp(prefix='.compact-', dir=self.path))
         try:
+            staging = Path(tempfile.mkdtemp(prefix='.compact-', dir=self.path))
+        except OSError as exc:
+            raise _compaction_error(exc.strerror or str(exc), self.path, before) from None
+        try:
+            # LMDB's writer lock (in lock.mdb, shared by every process on the store) is held from
+            # before the copy until the copy is in place: no commit can fall between the two, and a
+            # writer that takes the lock next sees the new file (`check_identity`) before writing.
+            hold = shared.env.begin(write=True)
             try:
-                shared.env.copy(str(staging), compact=True)
-            except lmdb.Error as exc:
-                raise _storage_error(exc, self.path) from None
-            copy = staging / 'data.mdb'
-            fd = os.open(copy, os.O_RDWR | os.O_CLOEXEC)
-            try:
-                os.fchmod(fd, 0o600)
-                os.fsync(fd)
+                shared.check_identity()
+                try:
+                    shared.env.copy(str(staging), compact=True)
+                except lmdb.Error as exc:
+                    raise _compaction_error(str(exc), self.path, before) from None
+                copy = staging / 'data.mdb'
+                try:
+                    fd = os.open(copy, os.O_RDWR | os.O_CLOEXEC)
+                    try:
+                        os.fchmod(fd, 0o600)
+                        os.fsync(fd)
+                    finally:
+                        os.close(fd)
+                    os.replace(copy, data)
+                except OSError as exc:
+                    raise _compaction_error(exc.strerror or str(exc), self.path, before) from None
+                sync_directory(self.path)
             finally:
-                os.close(fd)
+                hold.abort()
             with _registry_lock:
                 for key, value in list(_registry.items()):
                     if value is shared:
                         del _registry[key]
                 shared.env.close()
-            os.replace(copy, data)
-            sync_directory(self.path)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         # The old map is closed: open the compacted file (this handle's transactions wait meanwhile).
@@ -482,7 +581,7 @@ class LmdbEventLog(EventLogBase):
             self._closed = True
             _release_store_lock(self._store_lock)
             raise
-        shared.env, shared.dbs = fresh.env, fresh.dbs
+        shared.env, shared.dbs, shared.ident = fresh.env, fresh.dbs, fresh.ident
         with _registry_lock:
             for key, value in list(_registry.items()):
                 if value is fresh:
@@ -516,6 +615,10 @@ def register_compaction_hook(before: _CompactionHook, after: _CompactionHook) ->
 
 LOCK_FILE = 'eventlog.lock'
 """The file in the store directory every process opening the store holds a shared `flock` on."""
+
+COMPACT_LOCK_FILE = 'eventlog.compact.lock'
+"""The gate a compaction holds (exclusive `flock`) while it asks for, holds and gives back the
+exclusive lock on `LOCK_FILE`."""
 
 
 class _StoreLock:
@@ -578,29 +681,55 @@ def _release_store_lock(lock: _StoreLock) -> None:
             os.close(lock.fd)  # releases the flock
 
 
-def _upgrade_store_lock(lock: _StoreLock, path: Path) -> None:
-    """Turn this process's shared lock into an exclusive one, or raise `StoreBusyError`."""
+def _upgrade_store_lock(lock: _StoreLock, path: Path) -> int:
+    """Turn this process's shared lock into an exclusive one, or raise `StoreBusyError`; return
+    the descriptor of the gate, held until `_downgrade_store_lock`.
+
+    `flock` converts a lock by dropping it and taking the other kind, so a conversion that fails
+    (or succeeds) can leave a moment with no lock held. Only a process holding the gate (the
+    exclusive lock on `COMPACT_LOCK_FILE`) ever asks for the exclusive store lock, so in that
+    moment nobody else can take it: taking the shared lock back never waits, and no other
+    compaction can start while this process still has the store mapped.
+    """
     if not lock.lockable:
         raise StoreBusyError(
             f'the file system holding {path} does not support file locks, so whether another process has '
             f'the store open cannot be told; compact refuses rather than risk its writes'
         )
+    gate_path = path / COMPACT_LOCK_FILE
+    try:
+        gate = os.open(gate_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    except OSError as exc:
+        raise StoreBusyError(f'cannot open the compaction lock {gate_path}: {exc.strerror or exc}') from None
+    try:
+        fcntl.flock(gate, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(gate)
+        if isinstance(exc, BlockingIOError):
+            raise StoreBusyError(f'another process is compacting the store at {path}; compact again later') from None
+        raise StoreBusyError(f'cannot lock {gate_path}: {exc.strerror or exc}') from None
     try:
         fcntl.flock(lock.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        # A failed conversion may have dropped the shared lock: take it back before reporting.
-        fcntl.flock(lock.fd, fcntl.LOCK_SH)
+        fcntl.flock(lock.fd, fcntl.LOCK_SH)  # never waits: only the gate's holder takes LOCK_EX
         holders = _lock_holders(lock.fd)
+        os.close(gate)
         who = f' (pid {", ".join(map(str, holders))})' if holders else ''
         raise StoreBusyError(
             f'the store at {path} is open in another process{who}; compacting it now would lose that '
             f"process's writes. Close it and run compact again"
         ) from None
+    except BaseException:
+        os.close(gate)
+        raise
+    return gate
 
 
-def _downgrade_store_lock(lock: _StoreLock) -> None:
+def _downgrade_store_lock(lock: _StoreLock, gate: int) -> None:
+    """Back to the shared lock, then release the gate (in this order: see `_upgrade_store_lock`)."""
     with contextlib.suppress(OSError):  # the descriptor is gone when the handle closed on a failed reopen
         fcntl.flock(lock.fd, fcntl.LOCK_SH)
+    os.close(gate)
 
 
 def _lock_holders(fd: int) -> list[int]:
@@ -628,6 +757,13 @@ def _free_bytes(path: Path) -> int | None:
     except OSError:
         return None
     return stats.f_bavail * stats.f_frsize
+
+
+def _compaction_error(reason: str, path: Path, size: int) -> StorageError:
+    """A compaction that failed before its copy was in place: the store is as it was."""
+    free = _free_bytes(path)
+    room = f'; it needs room for a copy of up to {size} bytes and {free} bytes are free' if free is not None else ''
+    return StorageError(f'compacting {path} failed ({reason}){room}. The store is unchanged')
 
 
 def _storage_error(exc: lmdb.Error, path: Path) -> StorageError:

@@ -36,7 +36,7 @@ from eventlog.entries import (
     VerifyReport,
     encode_info,
 )
-from eventlog.errors import ConversationNotFound, InvalidArgumentError, LogClosedError, RunNotFound
+from eventlog.errors import ConversationNotFound, EventLogError, InvalidArgumentError, LogClosedError, RunNotFound
 
 if TYPE_CHECKING:
     from pydantic_ai.messages import ModelMessage
@@ -597,7 +597,8 @@ class EventLogBase(ABC):
         timestamp and stored hash and is marked `erased`; replay returns a placeholder message in
         its place. An `erasure` entry records the erased `seq`s, `reason` and `by`. With `scrub`
         (the default), `scrub()` then purges the removed bytes from projections and the store's
-        files; the result says whether that succeeded.
+        files; the result says whether that succeeded (`scrubbed`, `scrub_error`): a scrub that
+        fails never raises, since the erasure is committed by then.
 
         `where` runs inside the erasing write transaction: it must not call the log.
 
@@ -619,14 +620,31 @@ class EventLogBase(ABC):
         still hold a copy: projections registered with `register_scrub_hook` are brought up to
         date, then the backend rewrites its files (LMDB: `compact`; PostgreSQL: `VACUUM FULL` of
         the log's tables). Returns `None` when done, else a one-line reason it could not be
-        (the store busy elsewhere, say): the removal itself stays committed either way."""
+        (the store busy elsewhere, the disk too full for the rewritten copy): the removal itself
+        stays committed either way, and the store records the scrub as pending (`scrub_pending`,
+        reported by `verify`) until a later `scrub` finishes it."""
         self._check_open()
         return await to_thread(self._scrub_sync)
 
     def _scrub_sync(self) -> str | None:
-        for hook in _scrub_hooks:
-            hook(self)
-        return self._rewrite_sync()
+        pending = self._read_sync(engine.scrub_pending)
+        try:
+            for hook in _scrub_hooks:
+                hook(self)
+            problem = self._rewrite_sync()
+        except EventLogError as exc:  # the removal stays committed: say what is left, never raise
+            problem = f'{exc}'
+        if problem is not None:
+            return f'{problem}; the removal itself is committed and its scrub is recorded as pending'
+        if pending is not None:
+            self._write_sync(lambda txn: engine.clear_scrub_pending(txn, pending))
+        return None
+
+    async def scrub_pending(self) -> int | None:
+        """The `seq` of the latest erasure or deletion whose removed bytes the store's files may
+        still hold (its scrub failed, was refused or was cut short by a crash); `None` when every
+        removal has been scrubbed. `scrub()` (or, for LMDB, `compact()`) finishes it."""
+        return await self._read(engine.scrub_pending)
 
     def _rewrite_sync(self) -> str | None:
         """Rewrite the store so freed space holds no removed bytes; in memory there is nothing to do."""

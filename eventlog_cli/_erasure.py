@@ -92,7 +92,7 @@ async def _erase(
     from eventlog_cli import cli
     from eventlog_cli._ids import resolve_conversation, resolve_run
 
-    _register_index_hook()
+    register_index_hook()
     async with cli._open(store) as log:  # pyright: ignore[reportPrivateUsage]
         conversation_id = await resolve_conversation(log, conversation)
         await cli._conversation(log, conversation_id)  # pyright: ignore[reportPrivateUsage]
@@ -157,23 +157,21 @@ def _report_erased(store: str, lmdb: bool, done: Erased, as_json: bool) -> None:
             f'erased {len(done.seqs)} entries of {done.conversation_id} ({render.seq_list(done.seqs)}), '
             f'recorded as entry #{done.erasure_seq}'
         )
-    _report_scrub(store, lmdb, bool(done.seqs), done.scrubbed, done.scrub_error)
+    report_scrub(store, lmdb, bool(done.seqs), done.scrubbed, done.scrub_error)
 
 
-def _report_scrub(store: str, lmdb: bool, changed: bool, scrubbed: bool, problem: str | None) -> None:
+def report_scrub(store: str, lmdb: bool, changed: bool, scrubbed: bool, problem: str | None) -> None:
+    """Say on stderr whether the text an erasure, deletion or retention removed is gone from the
+    store's files (the removal itself is committed either way)."""
+    from eventlog_cli._store import describe
+
     if not changed:
         return
     if scrubbed:
         done = 'compacted' if lmdb else 'vacuumed (VACUUM FULL)'
-        sys.stderr.write(f'{done} {store}: the removed text is gone from its files\n')
-    elif not lmdb:
-        sys.stderr.write(f'eventlog: the removed text is not yet purged from the table files: {problem}\n')
+        sys.stderr.write(f'{done} {describe(store)}: the removed text is gone from its files\n')
     else:
-        sys.stderr.write(
-            f'eventlog: the removed text stays in the free pages of the store file until it is compacted, '
-            f'and compacting is not possible now: {problem}. '
-            "Run 'eventlog compact' once nothing else has the store open.\n"
-        )
+        sys.stderr.write(f"eventlog: {problem}. Run 'eventlog compact' once nothing else has the store open.\n")
 
 
 async def _retain(
@@ -199,7 +197,7 @@ async def _retain(
         raise cli.CliError('give --max-age (e.g. --max-age 30d) or --conversation-age ID=AGE')
     action: RetentionAction = 'delete' if delete else 'erase'
     policy = RetentionPolicy(max_age=max_age, conversations=ages, action=action)
-    _register_index_hook()
+    register_index_hook()
     async with cli._open(store) as log:  # pyright: ignore[reportPrivateUsage]
         report = await log.retain(policy, dry_run=dry_run)
         lmdb = isinstance(log, LmdbEventLog)
@@ -235,10 +233,10 @@ def _report_retention(store: str, lmdb: bool, report: RetentionReport, as_json: 
         else:
             out.print(f'nothing is older than the limit: nothing {done}')
     if not report.dry_run:
-        _report_scrub(store, lmdb, bool(counts), report.scrubbed, report.scrub_error)
+        report_scrub(store, lmdb, bool(counts), report.scrubbed, report.scrub_error)
 
 
-def _register_index_hook() -> None:
+def register_index_hook() -> None:
     """Load the search index's module, which registers the hook that drops erased text from the
     index before the store is compacted."""
     import search.lmdb_index  # noqa: F401  # pyright: ignore[reportUnusedImport]

@@ -64,11 +64,11 @@ async def _info(command: FastCommand, out: list[str]) -> int | None:
     as_json = 'json' in command.flags
     width = plain.width()
     async with views.open_store(command.store) as log:
-        record, records = await views.read_info(log, command.arguments[0])
+        record, records, pending = await views.read_info(log, command.arguments[0])
     if as_json:
-        out.append(text.json_text(views.info_json(record, records)))
+        out.append(text.json_text(views.info_json(record, records, pending)))
         return 0
-    return _grid(out, views.info_rows(record, records), width)
+    return _grid(out, views.info_rows(record, records, pending), width)
 
 
 async def _stats(command: FastCommand, out: list[str]) -> int | None:

@@ -48,6 +48,7 @@ __all__ = [
     'read_verify',
     'run_counts',
     'run_record',
+    'scrub_note',
     'stats_rows',
     'tail_backlog',
     'tail_parts',
@@ -150,13 +151,24 @@ def conversation_row(record: ConversationRecord, short: ShortIds) -> tuple[str, 
 # --- info -------------------------------------------------------------------------------------
 
 
-async def read_info(log: EventLogBase, conversation_id: str) -> tuple[ConversationRecord, list[RunRecord]]:
-    """The conversation `conversation_id` names (a unique prefix too) and its runs."""
+async def read_info(log: EventLogBase, conversation_id: str) -> tuple[ConversationRecord, list[RunRecord], int | None]:
+    """The conversation `conversation_id` names (a unique prefix too), its runs, and the store's
+    pending scrub (`EventLogBase.scrub_pending`)."""
     conversation_id = await resolve_conversation(log, conversation_id)
     if await log.get_conversation(conversation_id) is None:
         await deleted_or_missing(log, conversation_id)
     record = await conversation_record(log, conversation_id)
-    return record, await log.list_runs(conversation_id=conversation_id)
+    return record, await log.list_runs(conversation_id=conversation_id), await log.scrub_pending()
+
+
+def scrub_note(pending: int | None) -> str:
+    """What `stats`, `info` and `verify` say of a pending scrub (empty when there is none)."""
+    if pending is None:
+        return ''
+    return (
+        f'pending: the store files may still hold the text removed by entry #{pending} '
+        "(run 'eventlog compact' once nothing else has the store open)"
+    )
 
 
 def _info_totals(runs: list[RunRecord]) -> tuple[Counter[str], Counter[str], list[str]]:
@@ -166,15 +178,15 @@ def _info_totals(runs: list[RunRecord]) -> tuple[Counter[str], Counter[str], lis
     return usage, Counter(r.status for r in runs), sorted({r.agent_name for r in runs if r.agent_name})
 
 
-def info_json(record: ConversationRecord, runs: list[RunRecord]) -> dict[str, Any]:
+def info_json(record: ConversationRecord, runs: list[RunRecord], scrub_pending: int | None = None) -> dict[str, Any]:
     """`info --json`."""
     usage, statuses, agents = _info_totals(runs)
     data = conversation_json(record)
-    data.update(usage=dict(usage), runs_by_status=dict(statuses), agents=agents)
+    data.update(usage=dict(usage), runs_by_status=dict(statuses), agents=agents, scrub_pending=scrub_pending)
     return data
 
 
-def info_rows(record: ConversationRecord, runs: list[RunRecord]) -> list[Row]:
+def info_rows(record: ConversationRecord, runs: list[RunRecord], scrub_pending: int | None = None) -> list[Row]:
     """`info`'s rows."""
     usage, statuses, agents = _info_totals(runs)
     rows: list[Row] = [
@@ -201,6 +213,8 @@ def info_rows(record: ConversationRecord, runs: list[RunRecord]) -> list[Row]:
             '',
         ),
     ]
+    if scrub_pending is not None:
+        rows.append(('scrub', scrub_note(scrub_pending), 'yellow'))
     return rows
 
 
@@ -226,6 +240,7 @@ async def read_stats(log: StoreLog, store: str | Path) -> dict[str, Any]:
         'message_bytes': sum(c.payload_bytes for c in records),
         'last_seq': last_seq,
         'disk_bytes': log.disk_size(),
+        'scrub_pending': await log.scrub_pending(),
         'index': index_state(log),
     }
 
@@ -243,6 +258,7 @@ def stats_rows(data: dict[str, Any]) -> list[Row]:
         ('messages', f'{data["messages"]} ({size(data["message_bytes"])})', ''),
         ('compactions', str(data['compactions']), ''),
         ('on disk', size(data['disk_bytes']), ''),
+        *([('scrub', scrub_note(data['scrub_pending']), 'yellow')] if data.get('scrub_pending') is not None else []),
         (
             'search index',
             clean(built if index['analyzer'] is not None else 'not built yet (built at the first search)'),
@@ -296,9 +312,10 @@ def verify_ok_line(report: VerifyReport, live: int, tombstones: int, checkpoints
     """What `verify` says of a sound store (checked against `checkpoints` signed checkpoints)."""
     marks = f' ({plural(tombstones, "deletion tombstone", "deletion tombstones")})' if tombstones else ''
     signed = f'; matches {plural(checkpoints, "signed checkpoint", "signed checkpoints")}' if checkpoints else ''
+    scrub = f'; scrub {scrub_note(report.scrub_pending)}' if report.scrub_pending is not None else ''
     return (
         f'ok: {plural(report.entries_checked, "entry", "entries")}{marks} in '
-        f'{plural(live, "conversation", "conversations")}; every hash chain is intact{signed}'
+        f'{plural(live, "conversation", "conversations")}; every hash chain is intact{signed}{scrub}'
     )
 
 

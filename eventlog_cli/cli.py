@@ -32,7 +32,6 @@ from rich.text import Text
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 from eventlog import Entry, EventLogBase, EventLogError, RunRecord, decode_messages
-from eventlog.errors import StoreBusyError
 from eventlog.lmdb_log import CompactResult, LmdbEventLog
 from eventlog_cli import _audit
 from eventlog_cli import _render as render
@@ -379,11 +378,11 @@ def info(
 
 async def _info(store: str, conversation_id: str, as_json: bool) -> None:
     async with _open(store) as log:
-        record, records = await views.read_info(log, conversation_id)
+        record, records, pending = await views.read_info(log, conversation_id)
     if as_json:
-        render.print_json(views.info_json(record, records))
+        render.print_json(views.info_json(record, records, pending))
         return
-    render.console().print(styled.rows_grid(views.info_rows(record, records)))
+    render.console().print(styled.rows_grid(views.info_rows(record, records, pending)))
 
 
 # --- reading ----------------------------------------------------------------------------------
@@ -1052,44 +1051,34 @@ async def _delete(store: str, conversation_id: str, yes: bool) -> None:
             sys.stderr.write('\n'.join(lines) + '\n')
             raise typer.Exit(1)
         removed = await log.delete_conversation(conversation_id)
+        _erasure.register_index_hook()
         render.console().print(f'deleted {conversation_id}: {removed} entries removed')
-        if not isinstance(log, LmdbEventLog):
-            sys.stderr.write(
-                'the deleted rows are gone from the tables; PostgreSQL reclaims their space on disk at its next '
-                'VACUUM (autovacuum runs it in time; `eventlog compact` is for LMDB stores)\n'
-            )
-            return
-        try:
-            result = await log.compact()
-        except StoreBusyError as exc:
-            sys.stderr.write(
-                f'eventlog: the deleted text stays in the store file until it is compacted, and compacting '
-                f"is not possible now: {exc}. Run 'eventlog compact' once nothing else has the store open.\n"
-            )
-            return
-        except EventLogError as exc:  # the delete stands; only the compaction failed
-            _fail(f"deleted {conversation_id}, but compacting failed ({exc}); run 'eventlog compact' later")
-    sys.stderr.write(f'compacted {describe(store)}: {_compaction(result)}; the deleted text is gone from the disk\n')
+        problem = await log.scrub()  # never raises: the deletion is committed
+        _erasure.report_scrub(store, isinstance(log, LmdbEventLog), True, problem is None, problem)
 
 
 @app.command()
 def compact(store: StoreOption = _DEFAULT_STORE, as_json: JsonOption = False) -> None:
     """Rewrite the store without its free pages, so deleted text is gone from the disk.
 
-    Refused while another process has the store open. For LMDB stores only: PostgreSQL
-    reclaims the space of deleted rows itself (VACUUM).
+    Refused while another process has the store open. Finishes a scrub an erasure or deletion
+    left pending. On PostgreSQL it runs the scrub (VACUUM FULL of the log's tables).
     """
     _run(_compact(store, as_json))
 
 
 async def _compact(store: str, as_json: bool) -> None:
-    if is_postgres(store):
-        raise CliError(
-            f'compact is for LMDB stores; {describe(store)} is in PostgreSQL, '
-            'which reclaims the space of deleted rows itself (VACUUM)'
-        )
+    _erasure.register_index_hook()
     async with _open(store) as log:
-        assert isinstance(log, LmdbEventLog)
+        if not isinstance(log, LmdbEventLog):
+            problem = await log.scrub()
+            if problem is not None:
+                raise CliError(problem)
+            if as_json:
+                render.print_json({'store': describe(store), 'vacuumed': True})
+            else:
+                render.console().print(f'vacuumed (VACUUM FULL) {describe(store)}: the removed text is gone')
+            return
         result = await log.compact()
     if as_json:
         render.print_json(

@@ -27,6 +27,7 @@ from rich.cells import cell_len
 from eventlog import LmdbEventLog, message_entry, run_finished_entry, run_started_entry, tool_effect_entry
 from eventlog._keys import seq_key
 from eventlog_cli import _plain as plain
+from eventlog_cli import _views as views
 from eventlog_cli._fast import HELP_FILE
 
 __all__ = ['shared']
@@ -139,6 +140,8 @@ async def _build_odd(path: Path) -> None:
         for hidden in ('archived-one', 'wide', 'long'):  # `conversations` lists the rest in plain text
             await log.archive(hidden)
         await log.delete_conversation('gone')
+        assert await log.scrub() is None  # else the first command to open the store would finish it
+        await views.read_stats(log, path)  # creates the index's tables, as the first `stats` would
     finally:
         log.close()
 
