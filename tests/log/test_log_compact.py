@@ -85,7 +85,7 @@ async def test_compact_removes_deleted_text_from_the_files_and_the_index(tmp_pat
         assert list(gone) == []
     finally:
         reopened.close()
-    assert sorted(os.listdir(path)) == sorted(["data.mdb", "lock.mdb", LOCK_FILE, COMPACT_LOCK_FILE])
+    assert sorted(os.listdir(path)) == sorted(['data.mdb', 'lock.mdb', LOCK_FILE, COMPACT_LOCK_FILE])
 
 
 async def test_compact_drops_the_terms_of_an_index_that_has_not_seen_the_delete(tmp_path: Path) -> None:
