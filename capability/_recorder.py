@@ -31,6 +31,7 @@ from eventlog import (
     EventLog,
     EventLogError,
     RecallInfo,
+    RunLeaseError,
     compaction_entry,
     encode_message,
     recall_entry,
@@ -332,6 +333,10 @@ class RunRecorder:
         `fallback` is the live history to use when no sync has seen the run's own list yet.
         """
         if not self.started or self.disabled:
+            return
+        if isinstance(error, RunLeaseError):
+            # Another execution holds the run (or took it over from this one, which then appends
+            # nothing more): its end is that execution's to record.
             return
         live = self.live if self.live is not None else fallback
         try:

@@ -14,21 +14,29 @@ was executing, or had returned but was not journaled yet, when the process died 
 more. Tool calls of one model response run one after another inside a durable run, so the
 step numbers are the same on every execution.
 
-A lease kept in the store (a projection record per run) lets one process at a time execute a
-run: another process that tries gets `RunLeaseError` while the holder is alive (a holder on the
-same host whose process is gone, or whose lease expired, is taken over). A holder whose lease
-was taken over executes and journals nothing more.
+One execution at a time holds a run: its lease is a fencing token in the log's own store
+(`EventLogBase.take_run_lease`, in the log's tables on every backend, never in a local
+projection). Another execution that tries gets `RunLeaseError` until the lease lapses (it says
+until when; `resume(..., wait_for_lease=...)` waits). The holder renews it every third of
+`lease_seconds`, and every append of the run (its journal, `EventLogPersistence`'s messages, its
+end) is made under the lease (`EventLogBase.run_lease_fence`): the transaction that writes it
+checks the store still holds this execution's token. So a holder whose lease was taken over
+(it stalled past its lease: stopped, paused, suspended) appends nothing more; its run raises
+`RunLeaseError` without recording an end, and the new holder finishes the run. No process id or
+host name is consulted: a holder that died is taken over once its lease lapses. Lapsing is by
+wall clock, so holders' clocks must agree within a bound well below the lease; a holder whose
+clock or pause breaks that is fenced, not trusted (a unit it was executing at the takeover may
+execute in both, as one in flight when a process dies does).
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-import os
-import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -68,6 +76,7 @@ from eventlog import (
     EventLog,
     InvalidArgumentError,
     NewEntry,
+    RunLease,
     RunLeaseError,
     RunNotFound,
     RunRecord,
@@ -75,16 +84,13 @@ from eventlog import (
     run_finished_entry,
     run_started_entry,
 )
-from eventlog.projection import LogReader, ProjectionSpec, ProjectionStore, ProjectionWriter
+from eventlog.log import EventLogBase
 
-__all__ = ['INPUT_STEP', 'LEASE_PROJECTION', 'EventLogDurability']
+__all__ = ['INPUT_STEP', 'EventLogDurability']
 
 INPUT_STEP = 0
 """The step of a run's input record (its prompt, and its history when no `EventLogPersistence`
 records the run); the run's units are numbered from 1."""
-
-LEASE_PROJECTION = ProjectionSpec('durable_lease', ('leases',))
-"""Where run leases live in the store: one record per run being executed, keyed by run id."""
 
 _INPUT_NAME = 'run_input'
 _PERSISTENCE_APPEND = ('eventlog_persistence', 'append')
@@ -101,14 +107,6 @@ class _RunInput(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     history: msgspec.Raw | None = None
 
 
-class _Lease(msgspec.Struct, frozen=True):
-    owner: str
-    host: str
-    pid: int
-    expires: float
-
-
-_lease_decoder = msgspec.json.Decoder(_Lease)
 _input_decoder = msgspec.json.Decoder(_RunInput)
 
 
@@ -134,10 +132,11 @@ class _Journal:
     lease: _LeaseHolder | None = None
     """The run's lease: once another process took it over, this execution writes nothing more."""
 
-    def check_lease(self) -> None:
-        """Raise `RunLeaseError` if another process took the run's lease over."""
-        if self.lease is not None and self.lease.lost is not None:
-            raise RunLeaseError(self.lease.lost)
+    async def check_lease(self) -> None:
+        """Raise `RunLeaseError` if another process took the run's lease over (renewing it first
+        when its renewal is due: a holder that was paused finds out before executing a unit)."""
+        if self.lease is not None:
+            await self.lease.confirm()
 
     def entry(self, step: int, name: str, result: bytes, inputs: dict[str, str] | None = None) -> NewEntry:
         return durable_step_entry(
@@ -156,7 +155,8 @@ class _Journal:
             self.pending.extend(entries)
             if defer:
                 return
-            self.check_lease()
+            if self.lease is not None:
+                self.lease.check()
             if not self.run_exists:
                 if await self.log.get_run(self.run_id) is None:
                     if not self.records_run:
@@ -196,6 +196,9 @@ _CURRENT: ContextVar[_Journal | None] = ContextVar('eventlog_durability_journal'
 
 _IN_STEP: ContextVar[bool] = ContextVar('eventlog_durability_in_step', default=False)
 """True inside a durable unit's body: anything durable it calls runs inline, inside the unit."""
+
+_LEASE_WAIT: ContextVar[float] = ContextVar('eventlog_durability_lease_wait', default=0.0)
+"""Seconds the run about to start waits for its lease (`EventLogDurability.resume`'s `wait_for_lease`)."""
 
 _PARAMS: ContextVar[object] = ContextVar('eventlog_durability_params', default=None)
 """The parameters of the unit being dispatched, for the digest of its input."""
@@ -258,7 +261,7 @@ class _Backend(JournalCallableOperationBackend[None]):
                 if changed:
                     raise DurableDeterminismError(journal.run_id, step, held.name, name, ' and '.join(changed))
             return msgspec.json.decode(held.result)
-        journal.check_lease()
+        await journal.check_lease()
         token = _IN_STEP.set(True)
         try:
             payload = await body()
@@ -297,8 +300,8 @@ class EventLogDurability(BaseDurabilityCapability[AgentDepsT]):
             the model request unit.
         name: The name in the units' persisted names; defaults to the agent's `name`.
         lease_seconds: How long a run's lease lasts without renewal; the holder renews it every
-            third of that. A process that died on this host frees its leases at once; one on
-            another host is waited out until its lease expires.
+            third of that. A run whose holder died is taken over once its lease lapses (by wall
+            clock: holders' clocks must agree within a bound well below this).
     """
 
     engine_spec = DurabilityEngineSpec(
@@ -373,31 +376,45 @@ class EventLogDurability(BaseDurabilityCapability[AgentDepsT]):
             raise InvalidArgumentError('a durable run needs a run id')
         conversation_id = ctx.conversation_id or run_id
         lease = _LeaseHolder(self.log, run_id, self.lease_seconds)
-        await lease.acquire()
+        await lease.acquire(_LEASE_WAIT.get())
         try:
-            journal = await self._open(run_id, conversation_id)
-            journal.lease = lease
-            if journal.status in ('failed', 'cancelled'):
-                raise DurableRunFailedError(f'run {run_id!r} ended {journal.status}; it is not executed again')
-            if INPUT_STEP not in journal.recorded:
-                await journal.write([journal.entry(INPUT_STEP, _INPUT_NAME, self._input(ctx, journal))])
-            token = _CURRENT.set(journal)
-            try:
-                result = await super().wrap_run(ctx, handler=handler)
-            except BaseException as error:
-                if journal.records_run and journal.status != 'completed':
-                    cancelled = isinstance(error, (asyncio.CancelledError, KeyboardInterrupt, GeneratorExit))
-                    await _quietly(journal.finish('cancelled' if cancelled else 'failed', _describe(error)))
-                raise
-            finally:
-                _CURRENT.reset(token)
-            if journal.records_run:
-                await journal.finish('completed', None)
-            else:
-                await journal.write([])  # what waited for the next write
-            return result
+            with lease.fence():
+                return await self._execute(ctx, handler, run_id, conversation_id, lease)
         finally:
             await lease.release()
+
+    async def _execute(
+        self,
+        ctx: RunContext[AgentDepsT],
+        handler: WrapRunHandler,
+        run_id: str,
+        conversation_id: str,
+        lease: _LeaseHolder,
+    ) -> AgentRunResult[Any]:
+        """The run under its lease: every append made here is fenced by it."""
+        journal = await self._open(run_id, conversation_id)
+        journal.lease = lease
+        if journal.status in ('failed', 'cancelled'):
+            raise DurableRunFailedError(f'run {run_id!r} ended {journal.status}; it is not executed again')
+        if INPUT_STEP not in journal.recorded:
+            await journal.write([journal.entry(INPUT_STEP, _INPUT_NAME, self._input(ctx, journal))])
+        token = _CURRENT.set(journal)
+        try:
+            result = await super().wrap_run(ctx, handler=handler)
+        except BaseException as error:
+            # A holder whose lease was taken over records no end: the run is the new holder's.
+            # (Had it not noticed yet, the fenced append of the end would fail and write nothing.)
+            if journal.records_run and journal.status != 'completed' and lease.lost is None:
+                cancelled = isinstance(error, (asyncio.CancelledError, KeyboardInterrupt, GeneratorExit))
+                await _quietly(journal.finish('cancelled' if cancelled else 'failed', _describe(error)))
+            raise
+        finally:
+            _CURRENT.reset(token)
+        if journal.records_run:
+            await journal.finish('completed', None)
+        else:
+            await journal.write([])  # what waited for the next write
+        return result
 
     async def _open(self, run_id: str, conversation_id: str) -> _Journal:
         run = await self.log.get_run(run_id)
@@ -433,7 +450,13 @@ class EventLogDurability(BaseDurabilityCapability[AgentDepsT]):
     # --- resuming --------------------------------------------------------------------------
 
     async def resume(
-        self, agent: AbstractAgent[AgentDepsT, Any], run_id: str, *, deps: AgentDepsT = None, **options: Any
+        self,
+        agent: AbstractAgent[AgentDepsT, Any],
+        run_id: str,
+        *,
+        deps: AgentDepsT = None,
+        wait_for_lease: float = 0.0,
+        **options: Any,
     ) -> AgentRunResult[Any]:
         """Execute run `run_id` again with the prompt, history and conversation the log holds for it.
 
@@ -441,25 +464,35 @@ class EventLogDurability(BaseDurabilityCapability[AgentDepsT]):
         it lacks. A completed run replays from its journal alone and returns its result. Other
         keyword arguments go to `agent.run` (`model_settings`, `usage_limits`, ...).
 
+        A run whose holder crashed stays leased until its lease lapses (at most `lease_seconds`
+        after its last renewal); with `wait_for_lease`, this waits up to that many seconds for
+        the lease to be free before giving up.
+
         Raises `RunNotFound` (no such run), `DurableRunFailedError` (the run failed or was
-        cancelled), `RunLeaseError` (another live process is executing it) and
-        `DurableDeterminismError` (the agent asks for other units than the journal holds, or
-        sends them other inputs).
+        cancelled), `RunLeaseError` (another process holds the run's lease: its `held_until`
+        says until when) and `DurableDeterminismError` (the agent asks for other units than the
+        journal holds, or sends them other inputs).
         """
+        if not wait_for_lease >= 0:
+            raise InvalidArgumentError(f'wait_for_lease must be zero or more seconds, got {wait_for_lease!r}')
         run = await self.log.get_run(run_id)
         if run is None:
             raise RunNotFound(f'no run {run_id!r} in this log')
         if run.status in ('failed', 'cancelled'):
             raise DurableRunFailedError(f'run {run_id!r} ended {run.status}; it is not executed again')
         prompt, history = await self._recorded_input(run)
-        return await agent.run(
-            prompt,
-            message_history=history or None,
-            deps=deps,
-            run_id=run_id,
-            conversation_id=run.conversation_id,
-            **options,
-        )
+        token = _LEASE_WAIT.set(float(wait_for_lease))
+        try:
+            return await agent.run(
+                prompt,
+                message_history=history or None,
+                deps=deps,
+                run_id=run_id,
+                conversation_id=run.conversation_id,
+                **options,
+            )
+        finally:
+            _LEASE_WAIT.reset(token)
 
     async def _recorded_input(
         self, run: RunRecord
@@ -489,76 +522,87 @@ class EventLogDurability(BaseDurabilityCapability[AgentDepsT]):
 
 
 class _LeaseHolder:
-    """The lease of one run, held by this execution while it runs."""
+    """The lease of one run, held by this execution while it runs (`EventLogBase.take_run_lease`)."""
 
     def __init__(self, log: EventLog, run_id: str, seconds: float) -> None:
-        self.store = log if isinstance(log, ProjectionStore) else None
-        self.key = run_id.encode()
+        self.log = log if isinstance(log, EventLogBase) else None
         self.run_id = run_id
         self.seconds = seconds
         self.owner = uuid.uuid4().hex
-        self.host = socket.gethostname()
+        self.lease: RunLease | None = None
+        self.confirmed = 0.0
+        """`time.monotonic()` when the store last confirmed the lease (taken or renewed)."""
         self.renewer: asyncio.Task[None] | None = None
         self.lost: str | None = None
-        """Why the lease is no longer this execution's (another process took it over after it expired)."""
+        """Why the lease is no longer this execution's (another process took it over after it lapsed)."""
 
-    async def acquire(self) -> None:
-        if self.store is None:
+    async def acquire(self, wait: float) -> None:
+        """Take the lease, waiting up to `wait` seconds for it to be free."""
+        log = self.log
+        if log is None:
             return  # a log without a store of its own: no lease
-        await asyncio.to_thread(self.store.write_projection, LEASE_PROJECTION, self._take)
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                self.lease = await log.take_run_lease(self.run_id, self.owner, self.seconds)
+                break
+            except RunLeaseError as error:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise
+                until = error.held_until.timestamp() - time.time() if error.held_until is not None else 0.0
+                await asyncio.sleep(min(left, max(until, 0.0) + 0.05, self.seconds / 3))
+        self.confirmed = time.monotonic()
         self.renewer = asyncio.create_task(self._renew())
 
-    def _take(self, records: ProjectionWriter, _reader: LogReader) -> None:
-        raw = records.get('leases', self.key)
-        if raw is not None:
-            held = _lease_decoder.decode(raw)
-            if held.owner != self.owner and held.expires > time.time() and _alive(held):
-                raise RunLeaseError(
-                    f'run {self.run_id!r} is being executed by process {held.pid} on {held.host}; '
-                    'only one process may execute a run at a time'
-                )
-        lease = _Lease(self.owner, self.host, os.getpid(), time.time() + self.seconds)
-        records.put('leases', self.key, msgspec.json.encode(lease))
+    @contextmanager
+    def fence(self) -> Generator[None]:
+        """Make every append to the log in this block checked against the lease, in its own transaction."""
+        if self.log is None or self.lease is None:
+            yield
+            return
+        with self.log.run_lease_fence(self.lease):
+            yield
+
+    def check(self) -> None:
+        """Raise `RunLeaseError` if the lease is known to be lost."""
+        if self.lost is not None:
+            raise RunLeaseError(self.lost, run_id=self.run_id)
+
+    async def confirm(self) -> None:
+        """`check`, renewing the lease first when its renewal is due (it did not happen: the
+        process was paused, or the store was unreachable)."""
+        self.check()
+        if self.lease is not None and time.monotonic() - self.confirmed > self.seconds / 3:
+            await self._renew_once()
+            self.check()
+
+    async def _renew_once(self) -> None:
+        log, lease = self.log, self.lease
+        assert log is not None
+        assert lease is not None
+        try:
+            self.lease = await log.renew_run_lease(lease, self.seconds)
+        except RunLeaseError as error:  # taken over after it lapsed (or released by the new holder)
+            self.lost = str(error)
+            return
+        self.confirmed = time.monotonic()
 
     async def _renew(self) -> None:
-        store = self.store
-        assert store is not None
-        while True:
+        while self.lost is None:
             await asyncio.sleep(self.seconds / 3)
             try:
-                await asyncio.to_thread(store.write_projection, LEASE_PROJECTION, self._take)
-            except RunLeaseError as error:  # taken over after it expired: this execution must stop
-                self.lost = f'run {self.run_id!r} lost its lease: {error}'
-                return
+                await self._renew_once()
             except Exception:  # the store failed: the run's own writes will say, the next renewal may work
                 continue
 
     async def release(self) -> None:
-        if self.store is None:
-            return
         if self.renewer is not None:
             self.renewer.cancel()
             self.renewer = None
-
-        def drop(records: ProjectionWriter, _reader: LogReader) -> None:
-            raw = records.get('leases', self.key)
-            if raw is not None and _lease_decoder.decode(raw).owner == self.owner:
-                records.delete('leases', self.key)
-
-        await asyncio.shield(asyncio.to_thread(self.store.write_projection, LEASE_PROJECTION, drop))
-
-
-def _alive(lease: _Lease) -> bool:
-    """Whether the lease's holder may still be running (a process on another host is assumed to be)."""
-    if lease.host != socket.gethostname():
-        return True
-    try:
-        os.kill(lease.pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        if self.log is None or self.lease is None or self.lost is not None:
+            return
+        await asyncio.shield(self.log.release_run_lease(self.lease))
 
 
 _VOLATILE = 'timestamp'

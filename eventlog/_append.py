@@ -34,6 +34,7 @@ from eventlog._keys import (
     run_key,
     seq_key,
 )
+from eventlog._lease import check_fence
 from eventlog._read import get_body, get_conversation, get_run, last_seq
 from eventlog._storage import WriteTxn
 from eventlog.entries import (
@@ -50,6 +51,7 @@ from eventlog.entries import (
     NewEntry,
     RecallInfo,
     RunFinishedInfo,
+    RunLease,
     RunRecord,
     RunStartedInfo,
     TitleInfo,
@@ -69,18 +71,22 @@ def append_entries(
     allow_internal: bool = False,
     seq_hints: Sequence[int] | None = None,
     recorded: dict[int, bytes] | None = None,
+    fence: RunLease | None = None,
 ) -> list[int]:
     """Append `entries` in order inside `txn`; return each entry's `seq`.
 
     Validation happens before anything is written, so a bad entry anywhere in the batch
     leaves the store unchanged (the caller's transaction is aborted on error as well).
     With `recorded`, each entry whose idempotency key was appended before adds its index in
-    `entries` and the payload the log holds for it.
+    `entries` and the payload the log holds for it. With `fence`, the batch is appended only
+    while the store holds that lease (`RunLeaseError` otherwise), checked in this transaction.
     """
     seen: set[object] = set()
     checked = [_check_new_entry(entry, seen) for entry in entries]
     unvalidated = [e.payload for e in checked if e.kind == 'message' and not e.prevalidated]
     validate_messages(unvalidated)
+    if fence is not None:
+        check_fence(txn, fence)
     batch = _Batch(txn)
     now = utcnow()
     seqs: list[int] = []

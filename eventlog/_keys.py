@@ -14,8 +14,11 @@ ids may not contain, so prefixes never collide):
 - CONVS      conversation id -> ConversationRecord (msgpack)
 - IDEM       b'r' + run start seq8 + key -> seq8 (keys of a run), or
              b'\\x00' + ck(conversation) + key -> seq8 (keys of conversation entries)
-- META       b'format' -> format version, b'last_seq' -> seq8, b'scrub_pending' -> seq8
-             (the latest erasure or deletion whose removed bytes the store's files may still hold)
+- META       b'format' -> format version, b'last_seq' -> seq8,
+             b'scrub_pending' -> seq8 (the latest erasure or deletion whose removed bytes the
+             store's files may still hold),
+             b'checkpoint/' + seq8 -> a checkpoint (`checkpoint`),
+             b'lease/' + run id -> the run's lease (`_lease`: msgpack [owner, epoch, expires])
 
 seq8 is a `seq` as 8 bytes big-endian, so keys sort in `seq` order. A run is named inside
 keys by the `seq` of its `run_started` entry rather than by its id, which keeps the indexes
@@ -57,6 +60,7 @@ __all__ = [
     'MAX_ID_BYTES',
     'META_FORMAT',
     'META_LAST_SEQ',
+    'META_LEASE_PREFIX',
     'META_SCRUB_PENDING',
     'SEQ_SIZE',
     'TABLE_NAMES',
@@ -90,6 +94,7 @@ __all__ = [
     'is_erased_value',
     'key_conversation',
     'key_seq',
+    'lease_key',
     'lmdb_key',
     'prefix_end',
     'run_idem_prefix',
@@ -119,6 +124,9 @@ META_LAST_SEQ: Final = b'last_seq'
 META_SCRUB_PENDING: Final = b'scrub_pending'
 """The META key of the `seq` (seq8) of the latest erasure or deletion not yet scrubbed from the
 store's files; absent when every removal has been."""
+
+META_LEASE_PREFIX: Final = b'lease/'
+"""The META keys of run leases: the prefix, then the run id (`lease_key`)."""
 
 _SEQ = struct.Struct('>Q')
 _SEQ_LIMIT: Final = 1 << 64
@@ -190,6 +198,11 @@ def conv_runs_key(conversation_id: str, start_seq: int) -> bytes:
 def run_key(run_id: str) -> bytes:
     """The RUNS key of a run."""
     return run_id.encode()
+
+
+def lease_key(run_id: str) -> bytes:
+    """The META key of a run's lease."""
+    return META_LEASE_PREFIX + run_id.encode()
 
 
 def conv_key(conversation_id: str) -> bytes:

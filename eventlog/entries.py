@@ -39,6 +39,7 @@ __all__ = [
     'RecallInfo',
     'RecalledHit',
     'RunFinishedInfo',
+    'RunLease',
     'RunRecord',
     'RunStartedInfo',
     'RunStatus',
@@ -343,6 +344,23 @@ def fold_compaction(
     before = [item for item in live[:position] if anchor(item) not in replaced]
     after = [item for item in live[position:] if anchor(item) not in replaced]
     return [*before, *summary, *after]
+
+
+class RunLease(msgspec.Struct, frozen=True, kw_only=True):
+    """The lease of a run being executed, as the store holds it: a fencing token.
+
+    One execution at a time holds a run's lease (`EventLogBase.take_run_lease`). `owner` names
+    the execution (unique per execution); `epoch` counts the holders since the lease was last
+    free, so `(owner, epoch)` is the token. Appends made under the lease
+    (`EventLogBase.run_lease_fence`) check in their own transaction that the store still holds
+    this token, so a holder whose lease was taken over appends nothing more.
+    """
+
+    run_id: str
+    owner: str
+    epoch: int
+    expires: float
+    """When the lease lapses unless renewed (seconds since the epoch, by the holder's clock)."""
 
 
 class RunRecord(msgspec.Struct, kw_only=True):

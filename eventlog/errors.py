@@ -7,6 +7,11 @@ lost: a failed call changes nothing.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
 __all__ = [
     'AmbiguousIdError',
     'CheckpointAheadError',
@@ -171,7 +176,17 @@ class DurableDeterminismError(DurableError):
 
 
 class RunLeaseError(DurableError):
-    """Another live process holds the lease of the run: only one process may execute a run at a time."""
+    """Another execution holds the lease of the run (only one may execute a run at a time), or
+    this execution's lease was taken over: it may append nothing more to the run.
+
+    `held_until` is when the other holder's lease expires unless renewed (a UTC datetime; `None`
+    when this execution lost its lease): a holder that crashed is taken over from then on.
+    """
+
+    def __init__(self, message: str, *, run_id: str | None = None, held_until: datetime | None = None) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+        self.held_until = held_until
 
 
 class DurableRunFailedError(DurableError):

@@ -10,7 +10,8 @@ verification, deletes) runs in a worker thread so the event loop never waits on 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime
 from functools import partial
@@ -21,6 +22,7 @@ from typing import IO, TYPE_CHECKING, ClassVar, Protocol, Self, TypeVar, runtime
 from eventlog import _engine as engine
 from eventlog import _erase as erasure
 from eventlog import _ids as ids
+from eventlog import _lease as leases
 from eventlog import _stream as stream
 from eventlog._files import open_destination
 from eventlog._ids import IdKind
@@ -30,6 +32,7 @@ from eventlog.entries import (
     ConversationRecord,
     Entry,
     NewEntry,
+    RunLease,
     RunRecord,
     RunStatus,
     TitleInfo,
@@ -249,7 +252,8 @@ class EventLogBase(ABC):
 
     async def append(self, entry: NewEntry) -> int:
         """Append one entry in its own transaction; return its `seq`."""
-        return (await self._write(lambda txn: engine.append_entries(txn, [entry])))[0]
+        fence = self._fence()
+        return (await self._write(lambda txn: engine.append_entries(txn, [entry], fence=fence)))[0]
 
     async def append_many(self, entries: Sequence[NewEntry]) -> list[int]:
         """Append entries in order in one transaction (all or none); return their `seq`s.
@@ -261,12 +265,61 @@ class EventLogBase(ABC):
         if not batch:
             return Appended([], {})
         held: dict[int, bytes] = {}
+        fence = self._fence()
 
         def write(txn: WriteTxn) -> list[int]:
             held.clear()  # a transaction retried after the map grew starts over
-            return engine.append_entries(txn, batch, recorded=held)
+            return engine.append_entries(txn, batch, recorded=held, fence=fence)
 
         return Appended(await self._write(write, bulk=len(batch) > _BULK_THRESHOLD), dict(held))
+
+    # -- run leases ---------------------------------------------------------------------------
+
+    def _fence(self) -> RunLease | None:
+        """The lease this task's appends to this log are made under (`run_lease_fence`), if any."""
+        fence = leases.FENCE.get()
+        return fence[1] if fence is not None and fence[0] is self else None
+
+    async def take_run_lease(self, run_id: str, owner: str, seconds: float) -> RunLease:
+        """Take the lease of run `run_id` for the execution `owner` (unique per execution) for
+        `seconds`, in a write transaction of the log; return it (its `epoch` is the fencing token
+        with `owner`).
+
+        The lease is taken when no one holds it, when its holder's lease lapsed by this
+        process's clock (then `epoch` grows by one), or when `owner` holds it already. Otherwise
+        `RunLeaseError`, whose `held_until` says when the holder's lease lapses unless renewed.
+        No process id or host name is consulted: a holder that died is taken over once its lease
+        lapses. Holders' clocks are assumed to agree within a bound well below `seconds`.
+        """
+        leases.check_args(run_id, owner, seconds)
+        return await self._write(lambda txn: leases.take_lease(txn, run_id, owner, float(seconds)))
+
+    async def renew_run_lease(self, lease: RunLease, seconds: float) -> RunLease:
+        """Make `lease` last `seconds` from now; `RunLeaseError` if the store no longer holds it
+        (another execution took it over, or it was released)."""
+        leases.check_args(lease.run_id, lease.owner, seconds)
+        return await self._write(lambda txn: leases.renew_lease(txn, lease, float(seconds)))
+
+    async def release_run_lease(self, lease: RunLease) -> bool:
+        """Drop `lease` if the store still holds it (whether it did): the run may be taken at once."""
+        return await self._write(lambda txn: leases.release_lease(txn, lease))
+
+    async def get_run_lease(self, run_id: str) -> RunLease | None:
+        """The lease of run `run_id` the store holds (lapsed or not), or `None`."""
+        engine.check_id(run_id, 'run_id')
+        return await self._read(lambda txn: leases.get_lease(txn, run_id))
+
+    @contextmanager
+    def run_lease_fence(self, lease: RunLease) -> Generator[None]:
+        """Within this block (and the tasks and threads started from it), every append to this
+        log checks in its own transaction that the store still holds `lease`: once another
+        execution took the lease over, the append raises `RunLeaseError` and writes nothing.
+        Appends through other handles, even on the same store, are not fenced."""
+        token = leases.FENCE.set((self, lease))
+        try:
+            yield
+        finally:
+            leases.FENCE.reset(token)
 
     # -- records ------------------------------------------------------------------------------
 

@@ -47,6 +47,7 @@ from eventlog._keys import (
     conv_key,
     idem_key_of,
     key_seq,
+    lease_key,
     run_idem_prefix,
     run_key,
     seq_key,
@@ -686,7 +687,7 @@ class PostgresEventLog(EventLogBase):
 
     async def append(self, entry: NewEntry) -> int:
         """Append one entry in its own transaction; return its `seq`."""
-        token = _PREFETCH.set(self._records_read(entry))
+        token = _PREFETCH.set(self._records_read(entry) + self._fence_read())
         appending = _APPENDING.set(True)
         try:
             seq = await super().append(entry)
@@ -701,6 +702,7 @@ class PostgresEventLog(EventLogBase):
         batch = list(entries)
         token = _PREFETCH.set(
             tuple({read for entry in batch[:_PREFETCH_ENTRIES] for read in self._records_read(entry)})
+            + self._fence_read()
         )
         appending = _APPENDING.set(True)
         try:
@@ -731,6 +733,14 @@ class PostgresEventLog(EventLogBase):
             elif (start := self._run_starts.get(run_id)) is not None:
                 reads.append((Table.IDEM, idem_key_of(run_idem_prefix(start), key)))
         return tuple(reads)
+
+    def _fence_read(self) -> tuple[tuple[TableId, bytes], ...]:
+        """The lease record a fenced append checks (`run_lease_fence`), to read it ahead. The
+        one-trip path's guard covers it like every record an append reads: an append whose
+        lease was taken over since this handle cached it fails its guard, and the two-trip path
+        then finds the new holder's lease."""
+        fence = self._fence()
+        return () if fence is None else ((Table.META, lease_key(fence.run_id)),)
 
     def _note_starts(self, entries: Sequence[NewEntry], seqs: Sequence[int]) -> None:
         """Remember the `seq` each run started at (a run's start never changes while it exists;

@@ -19,6 +19,14 @@ the test kills the process with SIGKILL.
 `hold` is `resume`, but each scenario stops at its point again, like `start` (a process that
 holds the runs' leases while the test starts another).
 
+`pause` is `start`, but at its point a scenario waits until the file `go-<name>` exists (the
+test stops the process with SIGSTOP meanwhile, then continues it), then goes on; it writes
+`paused-<name>.json` (output, or the error the run raised).
+
+Environment: `DURABLE_LEASE_SECONDS` (the lease's length, default 60), `DURABLE_LEASE_WAIT`
+(`resume`'s `wait_for_lease`, default 0), `DURABLE_PROJECTIONS_DIR` (PostgreSQL only: the
+handle's `projections_dir`).
+
 Every unit execution (`model:<n>` for the n-th model request of the run, `tool:<key>` and
 `flaky:<retry>` for the tools) is appended to `calls.txt` as `<mode> <name> <unit>`: the
 model's and the tools' real side effects.
@@ -30,6 +38,7 @@ import asyncio
 import json
 import os
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -138,8 +147,12 @@ def main(workdir: Path, mode: str, names: str, store: Sequence[str]) -> None:
             f.write(f'{mode} {scenario.name} {unit}\n')
 
     async def stop_here(scenario: Scenario, point: str) -> None:
-        if mode in ('start', 'hold') and scenario.stop == point and scenario in chosen:
+        if mode in ('start', 'hold', 'pause') and scenario.stop == point and scenario in chosen:
             (workdir / f'hung-{scenario.name}').write_text(point)
+            if mode == 'pause':
+                go = workdir / f'go-{scenario.name}'
+                await asyncio.to_thread(wait_for_file, go)
+                return
             await asyncio.sleep(3600)  # the test kills the process while this sleeps
 
     base = open_log(store)
@@ -168,7 +181,7 @@ def main(workdir: Path, mode: str, names: str, store: Sequence[str]) -> None:
     if store[0] == 'lmdb':
         log = Stopping(workdir / 'log.lmdb')
     else:
-        log = Stopping(store[1], schema=store[2])
+        log = Stopping(store[1], schema=store[2], projections_dir=os.environ.get('DURABLE_PROJECTIONS_DIR'))
 
     async def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         scenario = scenario_of(messages)
@@ -233,7 +246,11 @@ def main(workdir: Path, mode: str, names: str, store: Sequence[str]) -> None:
     async def resume(scenario: Scenario) -> None:
         outcome: dict[str, Any]
         try:
-            result = await durability.resume(agent, scenario.run_id, deps=scenario.name, **run_options(scenario))
+            wait = os.environ.get('DURABLE_LEASE_WAIT')
+            options = (
+                run_options(scenario) if wait is None else {**run_options(scenario), 'wait_for_lease': float(wait)}
+            )
+            result = await durability.resume(agent, scenario.run_id, deps=scenario.name, **options)
         except EventLogError as error:
             outcome = {'error': type(error).__name__, 'message': str(error)}
         else:
@@ -244,9 +261,27 @@ def main(workdir: Path, mode: str, names: str, store: Sequence[str]) -> None:
             )
         (workdir / f'outcome-{scenario.name}.json').write_text(json.dumps(outcome))
 
+    async def pause(scenario: Scenario) -> None:
+        outcome: dict[str, Any]
+        try:
+            result = await agent.run(
+                prompt_for(scenario),
+                deps=scenario.name,
+                run_id=scenario.run_id,
+                conversation_id=f'{scenario.name}-conversation',
+                **run_options(scenario),
+            )
+        except EventLogError as error:
+            outcome = {'error': type(error).__name__, 'message': str(error)}
+        else:
+            outcome = {'output': str(result.output)}
+        (workdir / f'paused-{scenario.name}.json').write_text(json.dumps(outcome))
+
     async def run() -> None:
         if mode == 'start':
             await asyncio.gather(*(start(s) for s in chosen))
+        elif mode == 'pause':
+            await asyncio.gather(*(pause(s) for s in chosen))
         else:
             if mode == 'resume':
                 interrupted = [r.run_id for r in await log.list_runs(status='running')]
@@ -257,6 +292,12 @@ def main(workdir: Path, mode: str, names: str, store: Sequence[str]) -> None:
     asyncio.run(run())
     sys.stdout.flush()
     os._exit(0)
+
+
+def wait_for_file(path: Path) -> None:
+    """Return once `path` exists (the test creates it)."""
+    while not path.exists():
+        time.sleep(0.02)
 
 
 def msgspec_step(entry: NewEntry) -> DurableStepInfo:

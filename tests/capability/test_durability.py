@@ -376,7 +376,7 @@ async def test_one_process_at_a_time_per_run(log: EventLogBase) -> None:
     agent = Agent(FunctionModel(model), name='held', capabilities=[EventLogPersistence(log), EventLogDurability(log)])
     first = asyncio.create_task(agent.run('go', run_id='r1', conversation_id='c1'))
     await entered.wait()
-    with pytest.raises(RunLeaseError, match="run 'r1' is being executed by process"):
+    with pytest.raises(RunLeaseError, match="run 'r1' is being executed by another process"):
         await agent.run('go', run_id='r1', conversation_id='c1')
     release.set()
     assert (await first).output == 'done'

@@ -18,15 +18,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 import pytest
@@ -43,14 +44,29 @@ DEADLINE = 120.0
 """Seconds a process may take (imports alone take a few on a busy machine)."""
 
 
-def worker(workdir: Path, mode: str, store: list[str], names: str = '-') -> subprocess.Popen[bytes]:
-    """Start `_durable_worker.py` in `mode`, its output going to `<mode>.out`."""
+LEASE: Final = {'DURABLE_LEASE_SECONDS': '2'}
+"""A short lease: a killed holder's lease lapses soon (nothing else tells a resumer it died)."""
+WAIT: Final = {**LEASE, 'DURABLE_LEASE_WAIT': '30'}
+"""A resumer that waits for the killed holder's lease to lapse."""
+
+
+def worker(
+    workdir: Path,
+    mode: str,
+    store: list[str],
+    names: str = '-',
+    env: Mapping[str, str] | None = None,
+    prefix: Sequence[str] = (),
+) -> subprocess.Popen[bytes]:
+    """Start `_durable_worker.py` in `mode` (its environment plus `env`, its command after
+    `prefix`), its output going to `<mode>.out`."""
     with (workdir / f'{mode}.out').open('ab') as output:
         return subprocess.Popen(
-            [sys.executable, str(WORKER), str(workdir), mode, names, *store],
+            [*prefix, sys.executable, str(WORKER), str(workdir), mode, names, *store],
             stdout=output,
             stderr=subprocess.STDOUT,
             cwd=workdir,
+            env={**os.environ, **(env or {})},
         )
 
 
@@ -137,13 +153,13 @@ class Resumed:
 
 
 def resume_all(workdir: Path, store: list[str]) -> Resumed:
-    first = worker(workdir, 'start', store)
+    first = worker(workdir, 'start', store, env=LEASE)
     try:
         wait_hung(workdir, first, [s.name for s in SCENARIOS], 'start')
     finally:
         kill(first)
     before, _, _, _ = asyncio.run(read_log(workdir, store))
-    second = worker(workdir, 'resume', store)
+    second = worker(workdir, 'resume', store, env=WAIT)
     finish(workdir, second, 'resume')
     after, runs, replays, report = asyncio.run(read_log(workdir, store))
     calls = [tuple(line.split(' ')) for line in (workdir / 'calls.txt').read_text().splitlines()]
@@ -231,25 +247,25 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[list[str]]
 
 def test_two_processes_resuming_one_run_at_once(tmp_path: Path, store: list[str]) -> None:
     """Only one process may execute a run: the second gets `RunLeaseError` while the first is
-    alive; once the first is killed, a third resumes the run and finishes it."""
+    alive; once the first is killed, a third resumes the run (once its lease lapsed) and finishes it."""
     name = 'basic-in-model-2'
-    first = worker(tmp_path, 'start', store, name)
+    first = worker(tmp_path, 'start', store, name, env=LEASE)
     try:
         wait_hung(tmp_path, first, [name], 'start')
     finally:
         kill(first)
     (tmp_path / f'hung-{name}').unlink()
-    holder = worker(tmp_path, 'hold', store, name)
+    holder = worker(tmp_path, 'hold', store, name, env=WAIT)
     try:
         wait_hung(tmp_path, holder, [name], 'hold')
-        rival = worker(tmp_path, 'resume', store, name)
+        rival = worker(tmp_path, 'resume', store, name, env=LEASE)
         finish(tmp_path, rival, 'resume')
         outcome = json.loads((tmp_path / f'outcome-{name}.json').read_text())
         assert outcome['error'] == 'RunLeaseError'
         assert 'only one process may execute a run at a time' in outcome['message']
     finally:
         kill(holder)
-    last = worker(tmp_path, 'resume', store, name)
+    last = worker(tmp_path, 'resume', store, name, env=WAIT)
     finish(tmp_path, last, 'resume')
     outcome = json.loads((tmp_path / f'outcome-{name}.json').read_text())
     assert outcome['output'] == ANSWER

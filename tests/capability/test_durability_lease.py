@@ -1,68 +1,39 @@
-"""The lease of a durable run: renewed while a long unit runs, taken over once it expired (and not
-before) when its holder is on another host, and lost by a holder whose lease was taken over.
+"""The lease of a durable run: renewed while a long unit runs, taken from another execution only
+once it lapsed (never because of a process id or a host name), and lost by a holder whose lease
+was taken over, which then appends nothing more.
 
-Other hosts are simulated by writing the lease record with another host name. The in-process
-tests use every backend; the process tests run a real holder (`_durable_worker.py hold`) that is
-killed with SIGKILL.
+The in-process tests use every backend; the process tests run a real holder
+(`_durable_worker.py hold`) that is killed with SIGKILL.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
-import socket
-import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import pytest
 from _durable_worker import ANSWER
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
-from test_durability_crash import finish, kill, open_log, store, wait_hung, worker  # noqa: F401  (store: a fixture)
+from test_durability_crash import LEASE, WAIT, finish, kill, open_log, store, wait_hung, worker  # noqa: F401
 
 from capability import EventLogDurability, EventLogPersistence
-from capability.durability import LEASE_PROJECTION
-from eventlog import RunLeaseError
+from eventlog import RunLease, RunLeaseError, durable_step_entry, run_started_entry
+from eventlog._lease import get_lease
 from eventlog.log import EventLogBase
-from eventlog.projection import LogReader, ProjectionRecords, ProjectionStore, ProjectionWriter
 
 DEADLINE = 120.0
 """Seconds a condition may take to come true before the test fails."""
 
 
-class Lease(msgspec.Struct, frozen=True):
-    """The lease record as the store holds it."""
-
-    owner: str
-    host: str
-    pid: int
-    expires: float
-
-
-def read_lease(log: Any, run_id: str) -> Lease | None:
-    assert isinstance(log, ProjectionStore)
-
-    def read(records: ProjectionRecords, _reader: LogReader) -> bytes | None:
-        return records.get('leases', run_id.encode())
-
-    raw = log.read_projection(LEASE_PROJECTION, read)
-    return None if raw is None else msgspec.json.decode(raw, type=Lease)
-
-
-def write_lease(log: Any, run_id: str, lease: Lease) -> None:
-    assert isinstance(log, ProjectionStore)
-
-    def write(records: ProjectionWriter, _reader: LogReader) -> None:
-        records.put('leases', run_id.encode(), msgspec.json.encode(lease))
-
-    log.write_projection(LEASE_PROJECTION, write)
+def read_lease(log: EventLogBase, run_id: str) -> RunLease | None:
+    """The run's lease as the store holds it, read synchronously (for `until` conditions)."""
+    return log._read_sync(lambda txn: get_lease(txn, run_id))  # pyright: ignore[reportPrivateUsage]
 
 
 async def until(condition: Any, what: str) -> None:
@@ -97,12 +68,13 @@ async def test_a_lease_is_renewed_while_a_long_unit_runs(log: EventLogBase) -> N
     running = asyncio.create_task(agent.run('go', run_id='r1', conversation_id='c1'))
     await entered.wait()
     first = read_lease(log, 'r1')
-    assert first is not None and first.pid == os.getpid() and first.host == socket.gethostname()
+    assert first is not None
     # The first lease has expired by the clock, and the holder has renewed it meanwhile.
     await until(lambda: time.time() > first.expires, 'the first lease expiring')
     await until(lambda: (read_lease(log, 'r1') or first).expires > time.time() + 1, 'a renewal')
     renewed = read_lease(log, 'r1')
-    assert renewed is not None and renewed.owner == first.owner and renewed.expires > first.expires
+    assert renewed is not None and renewed.owner == first.owner and renewed.epoch == first.epoch
+    assert renewed.expires > first.expires
     with pytest.raises(RunLeaseError, match='only one process may execute a run at a time'):
         await agent.run('go', run_id='r1', conversation_id='c1')
     gate.set()
@@ -110,15 +82,15 @@ async def test_a_lease_is_renewed_while_a_long_unit_runs(log: EventLogBase) -> N
     assert read_lease(log, 'r1') is None  # dropped when the run ended
 
 
-async def test_a_lease_held_on_another_host_is_taken_over_once_expired_and_not_before(log: EventLogBase) -> None:
+async def test_a_lease_held_by_another_execution_is_taken_over_once_lapsed_and_not_before(log: EventLogBase) -> None:
     gate, entered = asyncio.Event(), asyncio.Event()
     gate.set()
     agent = held_agent(log, gate, entered, lease_seconds=60)
-    # A holder on another host (its pid means nothing here) whose lease has a few seconds left.
-    elsewhere = Lease('someone-else', 'another-host.example', 1, time.time() + 8.0)
-    write_lease(log, 'r1', elsewhere)
-    with pytest.raises(RunLeaseError, match=r"run 'r1' is being executed by process 1 on another-host\.example"):
+    # Another execution (anywhere: no pid or host name is kept) whose lease has a few seconds left.
+    elsewhere = await log.take_run_lease('r1', 'someone-else', 3.0)
+    with pytest.raises(RunLeaseError, match=r"run 'r1' is being executed by another process .* unless renewed") as err:
         await agent.run('go', run_id='r1', conversation_id='c1')
+    assert err.value.held_until is not None and abs(err.value.held_until.timestamp() - elsewhere.expires) < 1e-3
     assert not entered.is_set()
     assert read_lease(log, 'r1') == elsewhere  # untouched
     await until(lambda: time.time() > elsewhere.expires, 'the lease expiring')
@@ -127,98 +99,122 @@ async def test_a_lease_held_on_another_host_is_taken_over_once_expired_and_not_b
     assert read_lease(log, 'r1') is None
 
 
-async def test_a_lease_of_a_dead_process_on_this_host_is_taken_over_at_once(log: EventLogBase) -> None:
-    gate, entered = asyncio.Event(), asyncio.Event()
-    gate.set()
-    agent = held_agent(log, gate, entered, lease_seconds=60)
-    dead = subprocess.Popen([sys.executable, '-c', 'pass'])
-    dead.wait()  # reaped: its pid names no process
-    write_lease(log, 'r1', Lease('dead-holder', socket.gethostname(), dead.pid, time.time() + 3600))
-    assert (await agent.run('go', run_id='r1', conversation_id='c1')).output == 'done'
+async def test_resume_waits_for_a_dead_holders_lease_when_asked(log: EventLogBase) -> None:
+    entered = asyncio.Event()
+
+    async def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        entered.set()
+        return ModelResponse(parts=[TextPart('done')])
+
+    durability = EventLogDurability(log, lease_seconds=60)
+    agent = Agent(FunctionModel(model), name='held', capabilities=[durability])
+    # A run left running by a holder that crashed right after recording its input.
+    dead = await log.take_run_lease('r1', 'crashed-holder', 1.5)
+    with log.run_lease_fence(dead):
+        await log.append_many(
+            [
+                run_started_entry(conversation_id='c1', run_id='r1', agent_name='held', idempotency_key='start'),
+                durable_step_entry(
+                    conversation_id='c1',
+                    run_id='r1',
+                    step=0,
+                    name='run_input',
+                    result=b'{"prompt":"go"}',
+                    idempotency_key='durable:0',
+                ),
+            ]
+        )
+    with pytest.raises(RunLeaseError):
+        await durability.resume(agent, 'r1')
+    with pytest.raises(RunLeaseError):
+        await durability.resume(agent, 'r1', wait_for_lease=0.2)
+    assert not entered.is_set()
+    result = await durability.resume(agent, 'r1', wait_for_lease=30)
+    assert result.output == 'done'
+    assert time.time() >= dead.expires
+    assert (await log.get_run('r1')).status == 'completed'  # pyright: ignore[reportOptionalMemberAccess]
 
 
 async def test_a_holder_whose_lease_was_taken_over_stops(log: EventLogBase) -> None:
     gate, entered = asyncio.Event(), asyncio.Event()
-    agent = held_agent(log, gate, entered, lease_seconds=0.3)
-    assert isinstance(log, ProjectionStore)
-    write_projection = log.write_projection
-    renewals: list[object] = []
+    agent = held_agent(log, gate, entered, lease_seconds=0.6)
+    renew = log.renew_run_lease
+    paused = asyncio.Event()
+    attempts: list[RunLease] = []
 
-    def counting(spec: Any, fn: Any) -> Any:
-        try:
-            return write_projection(spec, fn)
-        finally:
-            if spec == LEASE_PROJECTION:
-                renewals.append(spec)
+    async def stalled(lease: RunLease, seconds: float) -> RunLease:
+        await paused.wait()  # the holder is stalled: no renewal reaches the store
+        attempts.append(lease)
+        return await renew(lease, seconds)
 
     running = asyncio.create_task(agent.run('go', run_id='r1', conversation_id='c1'))
     await entered.wait()
-    # Another process on another host took the lease over (as it may once the holder stalled past expiry).
-    write_lease(log, 'r1', Lease('usurper', 'another-host.example', 7, time.time() + 3600))
-    log.write_projection = counting  # pyright: ignore[reportAttributeAccessIssue]
-    await until(lambda: len(renewals) >= 1, 'a renewal attempt after the takeover')
+    log.renew_run_lease = stalled  # pyright: ignore[reportAttributeAccessIssue]
+    held = read_lease(log, 'r1')
+    assert held is not None
+    await until(lambda: time.time() > held.expires, 'the stalled lease lapsing')
+    usurper = await log.take_run_lease('r1', 'usurper', 3600)
+    assert usurper.epoch == held.epoch + 1
+    before = await log.last_seq()
+    paused.set()
+    await until(lambda: len(attempts) >= 1, 'a renewal attempt after the takeover')
     gate.set()
-    with pytest.raises(RunLeaseError, match=r"run 'r1' lost its lease: .* on another-host\.example"):
+    with pytest.raises(RunLeaseError, match=r"run 'r1' lost its lease"):
         await running
-    lease = read_lease(log, 'r1')
-    assert lease is not None and lease.owner == 'usurper'  # the new holder's lease stays
+    assert read_lease(log, 'r1') == usurper  # the new holder's lease stays
+    assert await log.last_seq() == before  # the lost holder appended nothing, not even its end
+    run = await log.get_run('r1')
+    assert run is not None and run.status == 'running'
     entries = Counter(e.kind for e in await log.entries(run_id='r1'))
     assert entries['message'] == 1  # the request; the response the lost holder got is not recorded
 
 
-def test_a_holder_process_renews_its_lease_and_an_expired_one_elsewhere_is_taken_over(
+def test_a_holder_process_renews_its_lease_and_a_killed_one_is_taken_over_once_lapsed(
     tmp_path: Path,
     store: list[str],  # noqa: F811  (the fixture)
 ) -> None:
     """A real holder renews its lease while a unit runs (a rival gets `RunLeaseError` after the
-    first lease expired); once killed, its lease, moved to another host, holds off a rival until
-    it expires, and is then taken over."""
+    first lease expired); once killed, its lease holds off a rival until it lapses (the rival is
+    told until when), and is then taken over."""
     name = 'basic-in-model-2'
-    os.environ['DURABLE_LEASE_SECONDS'] = '3'
+    first = worker(tmp_path, 'start', store, name, env=LEASE)
     try:
-        first = worker(tmp_path, 'start', store, name)
-        try:
-            wait_hung(tmp_path, first, [name], 'start')
-        finally:
-            kill(first)
-        (tmp_path / f'hung-{name}').unlink()
-        log = open_log(tmp_path, store)
-        try:
-            holder = worker(tmp_path, 'hold', store, name)
-            try:
-                wait_hung(tmp_path, holder, [name], 'hold')
-                lease = read_lease(log, f'{name}-run')
-                assert lease is not None and lease.pid == holder.pid
-                asyncio.run(until(lambda: time.time() > lease.expires, 'the first lease expiring'))
-                renewed = read_lease(log, f'{name}-run')
-                assert renewed is not None and renewed.owner == lease.owner and renewed.expires > lease.expires
-                rival = worker(tmp_path, 'resume', store, name)
-                finish(tmp_path, rival, 'resume')
-                outcome = json.loads((tmp_path / f'outcome-{name}.json').read_text())
-                assert outcome['error'] == 'RunLeaseError', outcome
-            finally:
-                kill(holder)
-            # The dead holder was "on another host": its lease holds until it expires.
-            held = read_lease(log, f'{name}-run')
-            assert held is not None and held.pid == holder.pid
-            elsewhere = Lease(held.owner, 'another-host.example', held.pid, time.time() + 8.0)
-            write_lease(log, f'{name}-run', elsewhere)
-            rival = worker(tmp_path, 'resume', store, name)
-            finish(tmp_path, rival, 'resume')
-            if time.time() < elsewhere.expires:  # the rival ran before the lease expired (the usual case)
-                outcome = json.loads((tmp_path / f'outcome-{name}.json').read_text())
-                assert outcome['error'] == 'RunLeaseError', outcome
-                assert 'another-host.example' in outcome['message']
-            asyncio.run(until(lambda: time.time() > elsewhere.expires, 'the lease expiring'))
-            last = worker(tmp_path, 'resume', store, name)
-            finish(tmp_path, last, 'resume')
-            outcome = json.loads((tmp_path / f'outcome-{name}.json').read_text())
-            assert outcome['output'] == ANSWER
-            assert read_lease(log, f'{name}-run') is None
-        finally:
-            log.close()
+        wait_hung(tmp_path, first, [name], 'start')
     finally:
-        del os.environ['DURABLE_LEASE_SECONDS']
+        kill(first)
+    (tmp_path / f'hung-{name}').unlink()
+    log = open_log(tmp_path, store)
+    try:
+        long_lease = {'DURABLE_LEASE_SECONDS': '4', 'DURABLE_LEASE_WAIT': '30'}
+        holder = worker(tmp_path, 'hold', store, name, env=long_lease)
+        try:
+            wait_hung(tmp_path, holder, [name], 'hold')
+            lease = read_lease(log, f'{name}-run')
+            assert lease is not None
+            asyncio.run(until(lambda: time.time() > lease.expires, 'the first lease expiring'))
+            renewed = read_lease(log, f'{name}-run')
+            assert renewed is not None and renewed.owner == lease.owner and renewed.expires > lease.expires
+            rival = worker(tmp_path, 'resume', store, name, env=long_lease | {'DURABLE_LEASE_WAIT': '0'})
+            finish(tmp_path, rival, 'resume')
+            outcome = json.loads((tmp_path / f'outcome-{name}.json').read_text())
+            assert outcome['error'] == 'RunLeaseError', outcome
+        finally:
+            kill(holder)
+        held = read_lease(log, f'{name}-run')
+        assert held is not None and held.owner == renewed.owner
+        rival = worker(tmp_path, 'resume', store, name, env={'DURABLE_LEASE_SECONDS': '4'})
+        finish(tmp_path, rival, 'resume')
+        if time.time() < held.expires:  # the rival ran before the lease lapsed (the usual case)
+            outcome = json.loads((tmp_path / f'outcome-{name}.json').read_text())
+            assert outcome['error'] == 'RunLeaseError', outcome
+            assert 'its lease runs until' in outcome['message']
+        last = worker(tmp_path, 'resume', store, name, env=WAIT)
+        finish(tmp_path, last, 'resume')
+        outcome = json.loads((tmp_path / f'outcome-{name}.json').read_text())
+        assert outcome['output'] == ANSWER
+        assert read_lease(log, f'{name}-run') is None
+    finally:
+        log.close()
     calls = [line.split(' ') for line in (tmp_path / 'calls.txt').read_text().splitlines()]
     # model 2 was in flight in the first and the holding process; the rivals executed nothing.
     assert Counter(unit for _, _, unit in calls) == {
