@@ -36,6 +36,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from pydantic_ai import RunContext
+
 from eventlog import NewEntry, message_entry, run_finished_entry, run_started_entry
 from eventlog.errors import EventLogError, RunLeaseError, StoreBusyError
 from eventlog.log import EventLogBase
@@ -454,7 +456,7 @@ def effect_line(workdir: Path, run_id: str, record: dict[str, Any]) -> None:
 
 def build_agent(log: EventLogBase, workdir: Path, who: str) -> tuple[Any, Any]:
     """A durable agent whose tool `effect(n)` writes one line per execution to the run's effect file."""
-    from pydantic_ai import Agent, RunContext
+    from pydantic_ai import Agent
     from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
     from pydantic_ai.models.function import AgentInfo, FunctionModel
 

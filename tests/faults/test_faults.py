@@ -22,7 +22,7 @@ import pytest
 from faultdriver import Spec, run_mix, seed_from_env
 
 LONG = bool(os.environ.get('EVENTLOG_LONG'))
-MIX_SECONDS = 240.0 if LONG else 35.0
+MIX_SECONDS = 240.0 if LONG else 30.0
 RACE_SECONDS = 60.0 if LONG else 15.0
 
 
