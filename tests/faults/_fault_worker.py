@@ -39,7 +39,7 @@ from typing import Any
 from pydantic_ai import RunContext
 
 from eventlog import NewEntry, message_entry, run_finished_entry, run_started_entry
-from eventlog.errors import EventLogError, RunLeaseError, StoreBusyError
+from eventlog.errors import EventLogError, RunLeaseError, StoreBusyError, StoreConnectionError
 from eventlog.log import EventLogBase
 
 ROLES = ('appender', 'compactor', 'eraser', 'deleter', 'retainer', 'durable', 'resumer')
@@ -410,7 +410,15 @@ class Worker:
         else:
             self.log = self.open()
         try:
-            await getattr(self, self.role)()
+            while True:
+                try:
+                    await getattr(self, self.role)()
+                    break
+                except StoreConnectionError as error:  # the server went away under a call the role does not retry
+                    self.note_error(f'{self.role} (started again)', error)
+                    if self.left() < 1:
+                        break
+                    await asyncio.sleep(0.3)
         finally:
             if self.log is not None:
                 self.log.close()
