@@ -5,7 +5,7 @@ Usage: _fault_worker.py WORKDIR NAME ROLE INCARNATION SEED OPTIONS lmdb
 
 ROLE is one of `ROLES`. OPTIONS is a comma-separated list of flags (`-` for none): `idem` (give
 every append an idempotency key), `compact` (also compact now and then, as an application that
-appends and compacts would), `tight` (a compactor that does not pause between attempts), `reopen` (close the store between operations and open it again, as
+appends and compacts would), `tight` (a compactor that does not pause between attempts; an appender that compacts after every append), `reopen` (close the store between operations and open it again, as
 short-lived processes do).
 
 A worker imports what it needs, writes `ready-NAME-INCARNATION` in WORKDIR and waits for the
@@ -208,7 +208,7 @@ class Worker:
                 self.acks.ack(op='append', token=tok, conv=conv, run=run, key=key, seq=s)
                 done.append(tok)
             index += size
-            if 'compact' in self.options and self.rng.random() < 0.25:
+            if 'compact' in self.options and ('tight' in self.options or self.rng.random() < 0.25):
                 await self.compact_once()
             await self.pause()
         if finish:

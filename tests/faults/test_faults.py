@@ -41,7 +41,7 @@ def test_many_lmdb_processes_racing_keep_every_acknowledged_append() -> None:
     retainer and a deleter (these close the store between operations, as short-lived processes
     do) on one LMDB store; every acknowledged append is there, once, in a fresh process afterwards."""
     specs = [
-        Spec('a0', 'appender', ['compact']),
+        Spec('a0', 'appender', ['compact', 'tight']),
         Spec('a1', 'appender', ['compact', 'idem', 'reopen']),
         Spec('a2', 'appender', ['idem', 'reopen']),
         Spec('c0', 'compactor', ['tight']),
