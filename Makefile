@@ -58,9 +58,10 @@ test-latest: install-latest browser
 
 test: lint typecheck test-ref test-latest
 
-# The long crash and fuzz loops (minutes): a few hundred damaged-store trials each for the two fuzz tests.
+# The long crash and fuzz loops (minutes): a few hundred damaged-store trials each for the two fuzz tests,
+# and the fault-injection mixes of tests/faults for four minutes each.
 test-long: install
-	EVENTLOG_LONG=1 $(PY) -m pytest -q --timeout=3600 tests/log/test_log_properties.py tests/log/test_log_lmdb.py tests/log/test_log_damage.py tests/cli/test_cli_fuzz.py $(PYTEST_ARGS)
+	EVENTLOG_LONG=1 $(PY) -m pytest -q --timeout=3600 tests/log/test_log_properties.py tests/log/test_log_lmdb.py tests/log/test_log_damage.py tests/cli/test_cli_fuzz.py tests/faults $(PYTEST_ARGS)
 
 demo: install
 	$(VENV)/bin/eventlog demo
