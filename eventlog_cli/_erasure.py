@@ -165,7 +165,9 @@ def _report_scrub(store: str, lmdb: bool, changed: bool, scrubbed: bool, problem
         return
     if scrubbed:
         done = 'compacted' if lmdb else 'vacuumed (VACUUM FULL)'
-        sys.stderr.write(f'{done} {store}: the removed text is gone from its files\n')
+        from eventlog_cli._store import describe
+
+        sys.stderr.write(f'{done} {describe(store)}: the removed text is gone from its files\n')
     elif not lmdb:
         sys.stderr.write(f'eventlog: the removed text is not yet purged from the table files: {problem}\n')
     else:
