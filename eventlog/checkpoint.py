@@ -29,6 +29,7 @@ import binascii
 import bisect
 import hashlib
 import os
+import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -58,6 +59,7 @@ if TYPE_CHECKING:
 __all__ = [
     'CHECKPOINT_FORMAT',
     'CHECKPOINT_VERSION',
+    'KEY_FILE_LIMIT',
     'META_CHECKPOINT_PREFIX',
     'Checkpoint',
     'CheckpointBody',
@@ -100,11 +102,29 @@ def _crypto_missing() -> MissingExtraError:
 # --- keys -------------------------------------------------------------------------------------
 
 
-def _read_key_file(path: str | os.PathLike[str]) -> bytes:
+KEY_FILE_LIMIT: Final = 64 * 1024
+"""The most bytes read from a key file: a PEM Ed25519 key takes about 120 (no key file is larger)."""
+
+
+def _read_key_file(path: str | os.PathLike[str], *, private: bool = False) -> bytes:
+    """The bytes of a key file, at most `KEY_FILE_LIMIT` of them read whatever it is (`/dev/zero`, a
+    sparse file); a `private` key in a regular file that others may read or write is refused, as
+    ssh refuses it."""
     try:
-        return Path(path).read_bytes()
+        with open(path, 'rb') as fh:
+            mode = os.fstat(fh.fileno()).st_mode
+            data = fh.read(KEY_FILE_LIMIT + 1)
     except OSError as exc:
         raise KeyFileError(f'cannot read the key file {path}: {exc.strerror or exc}') from None
+    if len(data) > KEY_FILE_LIMIT:
+        raise KeyFileError(f'the key file {path} is not a key: it holds more than {KEY_FILE_LIMIT} bytes')
+    exposed = stat.S_ISREG(mode) and mode & 0o077 and os.name == 'posix'
+    if private and exposed and b'PRIVATE KEY' in data:
+        raise KeyFileError(
+            f'the private key file {path} is open to others (mode {stat.S_IMODE(mode):04o}); '
+            f'a signing key must be readable by its owner only: chmod 600 {path}'
+        )
+    return data
 
 
 class PublicKey:
@@ -210,8 +230,8 @@ class Signer:
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> Signer:
-        """The private key in a PEM file."""
-        return cls.from_pem(_read_key_file(path), source=f'the key file {path}')
+        """The private key in a PEM file (refused when others may read or write it)."""
+        return cls.from_pem(_read_key_file(path, private=True), source=f'the key file {path}')
 
     def pem(self) -> bytes:
         """The private key as unencrypted PKCS#8 PEM."""
