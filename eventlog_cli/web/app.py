@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import re
 import threading
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from dataclasses import dataclass, field
@@ -293,9 +294,15 @@ class _Pages:
         conversation_id = request.path_params['conversation_id']
         record = await self._conversation(conversation_id)
         start = _int_param(request, 'ctx', 0)
-        items, _, more = await reads.context_page(log, conversation_id, start)
+        items, next_start, more = await reads.context_page(log, conversation_id, start)
         return self.render(
-            'context.html', title=f'Context of {conversation_id}', record=record, context=items, start=start, more=more
+            'context.html',
+            title=f'Context of {conversation_id}',
+            record=record,
+            context=items,
+            start=start,
+            more=more,
+            next_start=next_start,
         )
 
     async def run(self, request: Request) -> Response:
@@ -346,7 +353,7 @@ class _Pages:
         data, media_type = found
         return Response(
             data,
-            media_type=media_type,
+            media_type=_header_media_type(media_type),
             headers={'content-disposition': f'attachment; filename="entry-{entry.seq}-file-{index}"'},
         )
 
@@ -376,6 +383,21 @@ class _Pages:
             ok_line=verify_ok_line(report, live, tombstones) if report.ok else None,
             checkpoints=checkpoints,
         )
+
+
+_MEDIA_TYPE = re.compile(r'[A-Za-z0-9!#$&^_.+-]+/[A-Za-z0-9!#$&^_.+-]+(;[ -~]*)?')
+
+
+def _header_media_type(stored: str) -> str:
+    """A stored media type as a `Content-Type` value: `type/subtype` with printable parameters, else
+    `application/octet-stream` (a CR, LF or NUL in a header would break the response)."""
+    return stored if _MEDIA_TYPE.fullmatch(stored) else 'application/octet-stream'
+
+
+def _local_target(path: str, query: str) -> str:
+    """A redirect target on this server: `path` with its leading slashes and backslashes folded into
+    one `/` (`//host/` and `/\\host/` would name another site), and `query`."""
+    return '/' + path.lstrip('/\\') + ('?' + query if query else '')
 
 
 def _token_of(scope: Scope) -> tuple[str | None, str | None]:
@@ -442,8 +464,7 @@ class _Guard:
                 query = [(k, v) for k, v in parse_qsl(scope.get('query_string', b'').decode()) if k != 'token']
                 raw = scope.get('raw_path')
                 path = raw.decode('latin-1') if isinstance(raw, bytes) else quote(scope['path'])
-                target = path + ('?' + urlencode(query) if query else '')
-                response = RedirectResponse(target, status_code=303)
+                response = RedirectResponse(_local_target(path, urlencode(query)), status_code=303)
                 response.set_cookie(TOKEN_COOKIE, self.token, httponly=True, samesite='strict', path='/')
                 await response(scope, receive, secured)
                 return
