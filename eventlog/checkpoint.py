@@ -114,8 +114,8 @@ def _read_key_file(path: str | os.PathLike[str], *, private: bool = False) -> by
         with open(path, 'rb') as fh:
             mode = os.fstat(fh.fileno()).st_mode
             data = fh.read(KEY_FILE_LIMIT + 1)
-    except OSError as exc:
-        raise KeyFileError(f'cannot read the key file {path}: {exc.strerror or exc}') from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        raise KeyFileError(f'cannot read the key file {path}: {getattr(exc, "strerror", None) or exc}') from None
     if len(data) > KEY_FILE_LIMIT:
         raise KeyFileError(f'the key file {path} is not a key: it holds more than {KEY_FILE_LIMIT} bytes')
     exposed = stat.S_ISREG(mode) and mode & 0o077 and os.name == 'posix'
@@ -438,9 +438,12 @@ class Checkpoint:
     def read(cls, path: str | os.PathLike[str]) -> Checkpoint:
         """The checkpoint in a file written by `write` (or `eventlog checkpoint`)."""
         try:
+            _require_file(Path(path), 'a checkpoint file')
             data = Path(path).read_bytes()
-        except OSError as exc:
-            raise CheckpointFormatError(f'cannot read the checkpoint file {path}: {exc.strerror or exc}') from None
+        except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+            raise CheckpointFormatError(
+                f'cannot read the checkpoint file {path}: {getattr(exc, "strerror", None) or exc}'
+            ) from None
         return cls.from_bytes(data, source=f'the checkpoint file {path}')
 
     def write(self, path: str | os.PathLike[str]) -> Path:
@@ -744,6 +747,13 @@ def signed_trailer(txn: ReadTxn, *, complete: bool) -> list[bytes]:
     return [*(c.to_bytes() for c in recorded), _encoder.encode(closing) + b'\n']
 
 
+def _require_file(path: Path, what: str) -> None:
+    """Refuse a directory, a device or a pipe where `what` (a regular file) is read: reading
+    `/dev/zero` line by line would never end."""
+    if path.exists() and not path.is_file():
+        raise CheckpointFormatError(f'{path} is not {what}: it is not a regular file')
+
+
 def _export_trailer(path: Path) -> tuple[list[Checkpoint], SignedExport]:
     """The checkpoints and closing `SignedExport` line of a signed export file."""
     found: list[Checkpoint] = []
@@ -781,9 +791,10 @@ def verify_export(source: str | os.PathLike[str], public_key: PublicKeySource) -
     path = Path(source)
     key = as_public_key(public_key)
     try:
+        _require_file(path, 'a signed export')
         found, signed = _export_trailer(path)
-    except OSError as exc:
-        raise CheckpointFormatError(f'cannot read the export {path}: {exc.strerror or exc}') from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        raise CheckpointFormatError(f'cannot read the export {path}: {getattr(exc, "strerror", None) or exc}') from None
     mine = [c for c in found if c.key_fingerprint == key.fingerprint]
     if not mine:
         raise CheckpointSignatureError(

@@ -230,7 +230,7 @@ class PostgresEventLog(EventLogBase):
         version, and create or migrate the tables under an advisory lock."""
         try:
             conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=_CONNECT_TIMEOUT)
-        except psycopg.Error as exc:
+        except (psycopg.Error, UnicodeError) as exc:  # UnicodeError: a host name the resolver cannot encode
             where = redact_dsn(self.dsn)
             raise StoreConnectionError(f'cannot connect to PostgreSQL at {where}: {_said(exc, self.dsn)}') from None
         try:
