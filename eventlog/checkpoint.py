@@ -29,6 +29,7 @@ import binascii
 import bisect
 import hashlib
 import os
+import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -58,6 +59,7 @@ if TYPE_CHECKING:
 __all__ = [
     'CHECKPOINT_FORMAT',
     'CHECKPOINT_VERSION',
+    'KEY_FILE_LIMIT',
     'META_CHECKPOINT_PREFIX',
     'Checkpoint',
     'CheckpointBody',
@@ -100,11 +102,29 @@ def _crypto_missing() -> MissingExtraError:
 # --- keys -------------------------------------------------------------------------------------
 
 
-def _read_key_file(path: str | os.PathLike[str]) -> bytes:
+KEY_FILE_LIMIT: Final = 64 * 1024
+"""The most bytes read from a key file: a PEM Ed25519 key takes about 120 (no key file is larger)."""
+
+
+def _read_key_file(path: str | os.PathLike[str], *, private: bool = False) -> bytes:
+    """The bytes of a key file, at most `KEY_FILE_LIMIT` of them read whatever it is (`/dev/zero`, a
+    sparse file); a `private` key in a regular file that others may read or write is refused, as
+    ssh refuses it."""
     try:
-        return Path(path).read_bytes()
-    except OSError as exc:
-        raise KeyFileError(f'cannot read the key file {path}: {exc.strerror or exc}') from None
+        with open(path, 'rb') as fh:
+            mode = os.fstat(fh.fileno()).st_mode
+            data = fh.read(KEY_FILE_LIMIT + 1)
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        raise KeyFileError(f'cannot read the key file {path}: {getattr(exc, "strerror", None) or exc}') from None
+    if len(data) > KEY_FILE_LIMIT:
+        raise KeyFileError(f'the key file {path} is not a key: it holds more than {KEY_FILE_LIMIT} bytes')
+    exposed = stat.S_ISREG(mode) and mode & 0o077 and os.name == 'posix'
+    if private and exposed and b'PRIVATE KEY' in data:
+        raise KeyFileError(
+            f'the private key file {path} is open to others (mode {stat.S_IMODE(mode):04o}); '
+            f'a signing key must be readable by its owner only: chmod 600 {path}'
+        )
+    return data
 
 
 class PublicKey:
@@ -210,8 +230,8 @@ class Signer:
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> Signer:
-        """The private key in a PEM file."""
-        return cls.from_pem(_read_key_file(path), source=f'the key file {path}')
+        """The private key in a PEM file (refused when others may read or write it)."""
+        return cls.from_pem(_read_key_file(path, private=True), source=f'the key file {path}')
 
     def pem(self) -> bytes:
         """The private key as unencrypted PKCS#8 PEM."""
@@ -418,9 +438,12 @@ class Checkpoint:
     def read(cls, path: str | os.PathLike[str]) -> Checkpoint:
         """The checkpoint in a file written by `write` (or `eventlog checkpoint`)."""
         try:
+            _require_file(Path(path), 'a checkpoint file')
             data = Path(path).read_bytes()
-        except OSError as exc:
-            raise CheckpointFormatError(f'cannot read the checkpoint file {path}: {exc.strerror or exc}') from None
+        except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+            raise CheckpointFormatError(
+                f'cannot read the checkpoint file {path}: {getattr(exc, "strerror", None) or exc}'
+            ) from None
         return cls.from_bytes(data, source=f'the checkpoint file {path}')
 
     def write(self, path: str | os.PathLike[str]) -> Path:
@@ -724,6 +747,13 @@ def signed_trailer(txn: ReadTxn, *, complete: bool) -> list[bytes]:
     return [*(c.to_bytes() for c in recorded), _encoder.encode(closing) + b'\n']
 
 
+def _require_file(path: Path, what: str) -> None:
+    """Refuse a directory, a device or a pipe where `what` (a regular file) is read: reading
+    `/dev/zero` line by line would never end."""
+    if path.exists() and not path.is_file():
+        raise CheckpointFormatError(f'{path} is not {what}: it is not a regular file')
+
+
 def _export_trailer(path: Path) -> tuple[list[Checkpoint], SignedExport]:
     """The checkpoints and closing `SignedExport` line of a signed export file."""
     found: list[Checkpoint] = []
@@ -761,9 +791,10 @@ def verify_export(source: str | os.PathLike[str], public_key: PublicKeySource) -
     path = Path(source)
     key = as_public_key(public_key)
     try:
+        _require_file(path, 'a signed export')
         found, signed = _export_trailer(path)
-    except OSError as exc:
-        raise CheckpointFormatError(f'cannot read the export {path}: {exc.strerror or exc}') from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        raise CheckpointFormatError(f'cannot read the export {path}: {getattr(exc, "strerror", None) or exc}') from None
     mine = [c for c in found if c.key_fingerprint == key.fingerprint]
     if not mine:
         raise CheckpointSignatureError(

@@ -230,8 +230,10 @@ def _prepare_directory(path: Path) -> None:
             os.chmod(path, 0o700)
     except StoreLocationError:
         raise
-    except OSError as exc:
-        raise StoreLocationError(f'cannot create the store directory {path}: {exc.strerror or exc}') from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        raise StoreLocationError(
+            f'cannot create the store directory {path}: {getattr(exc, "strerror", None) or exc}'
+        ) from None
     if not os.access(path, os.R_OK | os.W_OK | os.X_OK):
         raise StoreLocationError(f'the store directory {path} is not readable and writable by this process')
 
@@ -321,6 +323,8 @@ class LmdbEventLog(EventLogBase):
     ) -> None:
         if not isinstance(path, (str, os.PathLike)):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise StoreLocationError(f'the store path must be a string or a path, got {type(path).__name__}')
+        if not os.fspath(path):
+            raise StoreLocationError('the store path is empty (name a directory; "." for this one)')
         self.path = Path(path)
         self.sync = sync
         _prepare_directory(self.path)

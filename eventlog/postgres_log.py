@@ -41,6 +41,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from eventlog import _engine as engine
+from eventlog._dsn import hide_secrets
 from eventlog._keys import (
     META_LAST_SEQ,
     conv_idem_prefix,
@@ -151,12 +152,16 @@ class PostgresEventLog(EventLogBase):
             raise InvalidArgumentError(
                 f'{schema!r} is not a schema name this log uses (lowercase letters, digits and _, up to 63)'
             )
+        if schema.startswith('pg_') or schema == 'information_schema':
+            raise InvalidArgumentError(
+                f'{schema!r} is reserved by PostgreSQL (names starting with pg_, and information_schema)'
+            )
         if pool_size < 1:
             raise InvalidArgumentError(f'pool_size must be at least 1, got {pool_size}')
         try:
             params = conninfo_to_dict(dsn)
         except psycopg.ProgrammingError as exc:
-            raise InvalidArgumentError(f'not a PostgreSQL connection string: {_first_line(exc)}') from None
+            raise InvalidArgumentError(f'not a PostgreSQL connection string: {_said(exc, dsn)}') from None
         for port in str(params.get('port') or '').split(','):
             if port and not (port.isdigit() and 0 < int(port) < 65536):
                 raise InvalidArgumentError(f'not a PostgreSQL connection string: the port {port!r} is not a number')
@@ -226,9 +231,9 @@ class PostgresEventLog(EventLogBase):
         version, and create or migrate the tables under an advisory lock."""
         try:
             conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=_CONNECT_TIMEOUT)
-        except psycopg.Error as exc:
+        except (psycopg.Error, UnicodeError) as exc:  # UnicodeError: a host name the resolver cannot encode
             where = redact_dsn(self.dsn)
-            raise StoreConnectionError(f'cannot connect to PostgreSQL at {where}: {_first_line(exc)}') from None
+            raise StoreConnectionError(f'cannot connect to PostgreSQL at {where}: {_said(exc, self.dsn)}') from None
         try:
             with conn.cursor() as cur:
                 version = self._read_version(cur)
@@ -252,9 +257,9 @@ class PostgresEventLog(EventLogBase):
                         cur.execute(self._lock_sql)
                         engine.init_format(_OneShotWrite(cur, self._relations))
         except psycopg.errors.InsufficientPrivilege as exc:
-            raise StoreLocationError(f'{self.location} cannot be created or used: {_first_line(exc)}') from None
+            raise StoreLocationError(f'{self.location} cannot be created or used: {_said(exc, self.dsn)}') from None
         except psycopg.OperationalError as exc:
-            raise StoreConnectionError(f'PostgreSQL at {redact_dsn(self.dsn)} failed: {_first_line(exc)}') from None
+            raise StoreConnectionError(f'PostgreSQL at {redact_dsn(self.dsn)} failed: {_said(exc, self.dsn)}') from None
         finally:
             conn.close()
 
@@ -1020,6 +1025,11 @@ def _unknown_outcome(detail: str) -> StorageError:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _said(exc: BaseException, dsn: str) -> str:
+    """The first line of `exc` with every password of `dsn` left out (libpq quotes the string)."""
+    return hide_secrets(_first_line(exc), dsn)
 
 
 def redact_dsn(dsn: str) -> str:

@@ -59,12 +59,20 @@ def register(app: typer.Typer, *, run: Runner, open_store: Opener) -> None:
                 '--store', '-s', envvar='EVENTLOG_STORE', help='The store: a directory, or postgresql://...#schema.'
             ),
         ] = 'eventlog.lmdb',
+        force: Annotated[bool, typer.Option('--force', help='Replace the checkpoint file if it exists.')] = False,
     ) -> None:
         """Sign the head of every conversation; record the checkpoint in the store and write it to a file.
 
         `eventlog verify --checkpoint FILE --public-key KEY.pub` later proves that nothing up to
-        it was altered, removed or reordered, even with recomputed hashes.
+        it was altered, removed or reordered, even with recomputed hashes. Keep every checkpoint
+        file: an existing one is never replaced without `--force`.
         """
+        if not force and (output.exists() or output.is_symlink()):  # before anything is signed or recorded
+            run(
+                _refuse(
+                    f'{output} exists; refusing to replace a checkpoint (keep every one: pass another -o, or --force)'
+                )
+            )
         run(_checkpoint(open_store, store, key, output, full=full))
 
     @app.command(name='verify-export')
@@ -93,6 +101,12 @@ async def _keygen(output: Path, force: bool) -> None:
         f'wrote the private key {private} (keep it secret, away from the store) and the public key {public}\n'
         f'fingerprint {signer.public_key.fingerprint}\n'
     )
+
+
+async def _refuse(message: str) -> None:
+    from eventlog.errors import InvalidArgumentError
+
+    raise InvalidArgumentError(message)
 
 
 async def _checkpoint(open_store: Opener, store: str, key: Path, output: Path, *, full: bool) -> None:

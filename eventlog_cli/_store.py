@@ -20,8 +20,9 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeAlias
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
+from eventlog._dsn import hide_secrets
 from eventlog.errors import EventLogError, InvalidArgumentError, StoreLocationError
 
 if TYPE_CHECKING:
@@ -84,7 +85,11 @@ def parse_store(text: str | Path) -> StoreLocation:
         dsn, schema = text[: found.start()], found.group(1)
         if not schema:
             raise InvalidArgumentError('the store URL ends in an empty #schema; name the schema after # or drop the #')
-    if any(key == 'schema' for key, _ in parse_qsl(urlsplit(dsn).query)):
+    try:
+        query = urlsplit(dsn).query
+    except ValueError as exc:  # an unclosed `[` of an IPv6 host
+        raise InvalidArgumentError(f'not a PostgreSQL connection string: {exc} in {_rough(text)}') from None
+    if any(key == 'schema' for key, _ in parse_qsl(query)):
         raise InvalidArgumentError(
             'name the schema after # at the end of the store URL (postgresql://host/db#schema); '
             '?schema= is not a PostgreSQL connection parameter'
@@ -93,14 +98,17 @@ def parse_store(text: str | Path) -> StoreLocation:
 
 
 def describe(store: StoreLocation | str) -> str:
-    """How messages name `store`: a path as given, a URL without its password and with its `#schema`."""
+    """How messages name `store`: a path as given, a URL without its password and with its `#schema`.
+
+    Every message, page and listing that names a store names it through this function (or
+    `redacted`, which it calls for a URL that does not parse)."""
     if isinstance(store, str):
         try:
             store = parse_store(store)
         except InvalidArgumentError:
             return redacted(store)
-    if isinstance(store, Path):
-        return str(store)
+    if isinstance(store, Path):  # a libpq keyword string is not a store URL, but may hold a password
+        return hide_secrets(str(store), str(store))
     from eventlog.postgres_log import redact_dsn
 
     return f'{redact_dsn(store.dsn)}#{store.schema}'
@@ -109,30 +117,23 @@ def describe(store: StoreLocation | str) -> str:
 def redacted(text: str) -> str:
     """`text` (a store as the user typed it) with any password of a URL left out; never raises."""
     if not is_postgres(text):
-        return text
+        return hide_secrets(text, text)
     try:
         return describe(parse_store(text))
-    except Exception:  # an unparsable URL, or psycopg missing: show only its scheme and host part
-        parts = urlsplit(text)
-        host = parts.hostname or ''
-        return f'{parts.scheme}://{host}/...'
+    except Exception:  # an unparsable URL, or psycopg missing
+        return _rough(text)
 
 
-def _secrets(dsn: str) -> list[str]:
-    """The password of `dsn` (from its userinfo or a `password=` parameter), as written and decoded."""
-    parts = urlsplit(dsn)
-    found: list[str] = []
-    if parts.password:
-        found += [parts.password, unquote(parts.password)]
-    found += [value for key, value in parse_qsl(parts.query) if key == 'password' and value]
-    return [s for s in dict.fromkeys(found) if s]
+def _rough(url: str) -> str:
+    """A URL that does not parse, named by its scheme and host part only (never its password)."""
+    scheme, _, rest = url.partition('://')
+    host = rest.rpartition('@')[2].split('/', 1)[0].split('?', 1)[0].split('#', 1)[0]
+    return hide_secrets(f'{scheme}://{host}/...', url)
 
 
 def _scrub(message: str, store: PostgresStore) -> str:
     """`message` with any password of `store` replaced by `***` (libpq may quote a bad token)."""
-    for secret in _secrets(store.dsn):
-        message = message.replace(secret, '***')
-    return message
+    return hide_secrets(message, store.dsn)
 
 
 def _postgres(store: PostgresStore, *, create: bool) -> PostgresEventLog:
@@ -159,9 +160,9 @@ def _postgres(store: PostgresStore, *, create: bool) -> PostgresEventLog:
 def _check_directory(store: Path) -> None:
     """Refuse a path that holds no store, so that reading never creates one by accident."""
     if not store.exists():
-        raise StoreLocationError(f'no store at {store} (pass --store PATH or set EVENTLOG_STORE)')
+        raise StoreLocationError(f'no store at {describe(store)} (pass --store PATH or set EVENTLOG_STORE)')
     if store.is_dir() and not (store / 'data.mdb').exists():
-        raise StoreLocationError(f'{store} is not an eventlog store (it holds no data.mdb)')
+        raise StoreLocationError(f'{describe(store)} is not an eventlog store (it holds no data.mdb)')
 
 
 @asynccontextmanager

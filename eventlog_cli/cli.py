@@ -98,6 +98,9 @@ class _Group(TyperGroup):
         """Run the command line; in standalone mode, exit with its status."""
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
+        if args is not None and any('\x00' in arg for arg in args):  # only in-process callers can pass one
+            sys.stderr.write('eventlog: an argument holds a NUL character, which no path or URL can hold\n')
+            sys.exit(2)
         try:
             status = super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
         except Exception as exc:

@@ -133,6 +133,11 @@ def _parent(pid: int, argv: list[str], engine_noise: IO[bytes]) -> NoReturn:
         sys.exit(EXIT_STORE_CRASHED)
     if number == signal.SIGINT:
         sys.exit(130)
+    if number in (signal.SIGKILL, signal.SIGSTOP):  # no handler can be set, nor reset: say so, exit 128 + N
+        sys.stderr.write(
+            f'eventlog: the command was killed ({signal.Signals(number).name}; by the out-of-memory killer?)\n'
+        )
+        sys.exit(128 + number)
     # SIGPIPE, SIGTERM, SIGKILL, ...: end the same way, as the shell expects.
     sys.stdout.flush()
     signal.signal(number, signal.SIG_DFL)

@@ -12,6 +12,7 @@ The same analyzer must turn both the documents and the query into terms. Three s
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Callable, Iterator
 from functools import cache
 from typing import Protocol, runtime_checkable
@@ -26,6 +27,7 @@ __all__ = [
     'TokenSpan',
     'get_analyzer',
     'resolve_analyzer',
+    'term_counts',
 ]
 
 WORD_RE = re.compile(r'\w+')
@@ -211,3 +213,29 @@ def resolve_analyzer(analyzer: str | Analyzer) -> Analyzer:
     if not isinstance(analyzer, Analyzer):  # pyright: ignore[reportUnnecessaryIsInstance]
         raise TypeError(f'analyzer must be a name or an Analyzer, got {type(analyzer).__name__}.')
     return analyzer
+
+
+TERM_CHUNK = 1 << 20
+"""Characters of text an analyzer is given at once by `term_counts`."""
+
+_SPACE_RE = re.compile(r'\s')
+
+
+def term_counts(analyzer: Analyzer, text: str) -> Counter[str]:
+    """How often each term of `text` occurs, the text analyzed `TERM_CHUNK` characters at a time
+    (cut after a whitespace, so no word is split): a huge message never makes a list of all its
+    terms, only counts of its distinct ones."""
+    if len(text) <= TERM_CHUNK:
+        return Counter(analyzer.tokens(text))
+    counts: Counter[str] = Counter()
+    start = 0
+    while start < len(text):
+        end = start + TERM_CHUNK
+        if end < len(text):
+            window = text[end - 4096 : end]  # the last whitespace near the cut, if any
+            found = [m.end() for m in _SPACE_RE.finditer(window)]
+            if found:
+                end = end - 4096 + found[-1]
+        counts.update(analyzer.tokens(text[start:end]))
+        start = end
+    return counts

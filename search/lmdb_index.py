@@ -44,7 +44,7 @@ import hashlib
 import struct
 import threading
 import weakref
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from contextlib import suppress
 from typing import TYPE_CHECKING, Final, Protocol, TypeVar, cast
@@ -58,7 +58,7 @@ from eventlog.errors import CorruptStoreError, EventLogError, InvalidArgumentErr
 from eventlog.lmdb_log import register_compaction_hook
 from eventlog.log import register_scrub_hook
 from eventlog.projection import LogReader, ProjectionRecords, ProjectionSpec, ProjectionStore, ProjectionWriter
-from search.analyzers import Analyzer, resolve_analyzer
+from search.analyzers import Analyzer, resolve_analyzer, term_counts
 from search.wire_text import wire_lines
 
 if TYPE_CHECKING:
@@ -284,7 +284,7 @@ class _Writer:
     def add_doc(
         self, conversation_id: str, flag: bytes, doc_id: int, payload: bytes, run_id: str, position: int, seq: int
     ) -> None:
-        counts = Counter(self.ix.analyzer.tokens(_index_text(payload, seq)))
+        counts = term_counts(self.ix.analyzer, _index_text(payload, seq))
         length = counts.total()
         conv_key = ck(conversation_id)
         pending = self.pending

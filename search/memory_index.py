@@ -12,7 +12,6 @@ brings a new message, the rest of its record is kept, repeats included.
 from __future__ import annotations
 
 import hashlib
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -22,7 +21,7 @@ from pydantic import TypeAdapter
 from pydantic_ai import messages as _messages
 from pydantic_ai.messages import ModelMessage, ModelRequest
 
-from search.analyzers import Analyzer
+from search.analyzers import Analyzer, term_counts
 from search.backend import Corpus, CorpusDocuments, Hit, RankedHits, RunSpan
 from search.bm25 import TermPostings, average_length, score_unranked
 from search.render import index_text
@@ -101,7 +100,7 @@ class MemoryCorpus:
         doc_id = 0
         for section_index, section in enumerate(self._sections):
             for message in section.messages:
-                counts = Counter(analyzer.tokens(index_text(message)))
+                counts = term_counts(analyzer, index_text(message))
                 for term, tf in counts.items():
                     entry = self._postings.get(term)
                     if entry is None:

@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import re
 import threading
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from dataclasses import dataclass, field
 from http.cookies import SimpleCookie
 from pathlib import Path
+from time import monotonic
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlencode
 
@@ -47,7 +49,7 @@ from eventlog_cli._views import CliError, read_stats, read_verify, stats_rows, v
 from eventlog_cli.web import reads
 from eventlog_cli.web.messages import binary_item, pretty_json
 
-__all__ = ['CONTENT_SECURITY_POLICY', 'TOKEN_COOKIE', 'Viewer', 'create_app']
+__all__ = ['CONTENT_SECURITY_POLICY', 'TOKEN_COOKIE', 'VERIFY_INTERVAL', 'Viewer', 'create_app']
 
 _HERE = Path(__file__).parent
 
@@ -84,21 +86,31 @@ Verified = tuple[int, VerifyReport, int, int]
 """A `verify` run: the last entry number when it began, the report, live conversations, tombstones."""
 
 
+VERIFY_INTERVAL = 60.0
+"""Least seconds between the starts of two background `verify` runs of one viewer."""
+
+
 @dataclass
 class Viewer:
     """What the pages share: the open store, how to name it, and the latest `verify` report.
 
-    `verify` walks the whole store, so it runs in a thread of its own, at most one at a time: the
-    conversations page shows the latest report (and starts a new one when entries were appended
-    since), the stats page waits for a current one.
+    `verify` walks the whole store, so it runs in a thread of its own, at most one at a time and
+    at most one start per `verify_interval` seconds, however many requests arrive: pages show
+    the latest report (naming the entry it covers) and start a new run only when entries were
+    appended since and the interval has passed. Only the first report is waited for.
     """
 
     log: StoreLog
     """The store, open for the viewer's lifetime (closed by whoever opened it)."""
     store: str
     """How the pages name the store (a path, or a URL without its password)."""
+    verify_interval: float = VERIFY_INTERVAL
+    """Least seconds between two starts of `verify` (0: whenever entries were appended)."""
+    verify_runs: int = 0
+    """How many `verify` runs this viewer started."""
     _verified: Verified | None = None
     _running: threading.Event | None = None
+    _started: float | None = None
     _error: Exception | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -108,16 +120,21 @@ class Viewer:
             return self._verified
 
     def start_verify(self, last_seq: int) -> threading.Event:
-        """Start a `verify` unless one is running or the latest covers `last_seq`; the event is set once
-        a report at least that recent is there."""
+        """Start a `verify` unless one is running, the latest covers `last_seq`, or the last one
+        started less than `verify_interval` seconds ago; the event is set once a report is there
+        (at once when none is started and one exists)."""
         with self._lock:
-            if self._verified is not None and self._verified[0] >= last_seq:
+            if self._running is not None:
+                return self._running
+            covered = self._verified is not None and self._verified[0] >= last_seq
+            recent = self._started is not None and monotonic() - self._started < self.verify_interval
+            if self._started is not None and (covered or recent):
                 done = threading.Event()
                 done.set()
                 return done
-            if self._running is not None:
-                return self._running
             done = self._running = threading.Event()
+            self._started = monotonic()
+            self.verify_runs += 1
         threading.Thread(target=self._verify, args=(done,), name='eventlog-web-verify', daemon=True).start()
         return done
 
@@ -140,17 +157,16 @@ class Viewer:
             done.set()
 
     async def verify(self) -> Verified:
-        """A `verify` report of the store as it is now (run again only when entries were appended)."""
-        while True:
-            last = await self.log.last_seq()
-            await to_thread(self.start_verify(last).wait)
-            found = self.latest_verify()
-            if found is not None and found[0] >= last:
-                return found
-            with self._lock:
-                error = self._error
-            if error is not None:
-                raise EventLogError(f'verify could not finish: {error}')
+        """The latest `verify` report: the first one is waited for, later ones are started in the
+        background (see `start_verify`) and the latest finished one returned meanwhile."""
+        last = await self.log.last_seq()
+        await to_thread(self.start_verify(last).wait)
+        found = self.latest_verify()
+        if found is not None:
+            return found
+        with self._lock:
+            error = self._error
+        raise EventLogError(f'verify could not finish: {error}')
 
 
 def _visible(value: object) -> str:
@@ -278,9 +294,15 @@ class _Pages:
         conversation_id = request.path_params['conversation_id']
         record = await self._conversation(conversation_id)
         start = _int_param(request, 'ctx', 0)
-        items, _, more = await reads.context_page(log, conversation_id, start)
+        items, next_start, more = await reads.context_page(log, conversation_id, start)
         return self.render(
-            'context.html', title=f'Context of {conversation_id}', record=record, context=items, start=start, more=more
+            'context.html',
+            title=f'Context of {conversation_id}',
+            record=record,
+            context=items,
+            start=start,
+            more=more,
+            next_start=next_start,
         )
 
     async def run(self, request: Request) -> Response:
@@ -331,7 +353,7 @@ class _Pages:
         data, media_type = found
         return Response(
             data,
-            media_type=media_type,
+            media_type=_header_media_type(media_type),
             headers={'content-disposition': f'attachment; filename="entry-{entry.seq}-file-{index}"'},
         )
 
@@ -349,16 +371,33 @@ class _Pages:
     async def stats(self, request: Request) -> Response:
         log = self.viewer.log
         data = await read_stats(log, self.viewer.store)
-        _, report, live, tombstones = await self.viewer.verify()
+        verified_at, report, live, tombstones = await self.viewer.verify()
         checkpoints = await reads.checkpoint_status(log)
         return self.render(
             'stats.html',
             title='Stats and verify',
             rows=stats_rows(data),
+            verified_at=verified_at,
+            last_seq=int(data['last_seq']),
             report=report,
             ok_line=verify_ok_line(report, live, tombstones) if report.ok else None,
             checkpoints=checkpoints,
         )
+
+
+_MEDIA_TYPE = re.compile(r'[A-Za-z0-9!#$&^_.+-]+/[A-Za-z0-9!#$&^_.+-]+(;[ -~]*)?')
+
+
+def _header_media_type(stored: str) -> str:
+    """A stored media type as a `Content-Type` value: `type/subtype` with printable parameters, else
+    `application/octet-stream` (a CR, LF or NUL in a header would break the response)."""
+    return stored if _MEDIA_TYPE.fullmatch(stored) else 'application/octet-stream'
+
+
+def _local_target(path: str, query: str) -> str:
+    """A redirect target on this server: `path` with its leading slashes and backslashes folded into
+    one `/` (`//host/` and `/\\host/` would name another site), and `query`."""
+    return '/' + path.lstrip('/\\') + ('?' + query if query else '')
 
 
 def _token_of(scope: Scope) -> tuple[str | None, str | None]:
@@ -425,8 +464,7 @@ class _Guard:
                 query = [(k, v) for k, v in parse_qsl(scope.get('query_string', b'').decode()) if k != 'token']
                 raw = scope.get('raw_path')
                 path = raw.decode('latin-1') if isinstance(raw, bytes) else quote(scope['path'])
-                target = path + ('?' + urlencode(query) if query else '')
-                response = RedirectResponse(target, status_code=303)
+                response = RedirectResponse(_local_target(path, urlencode(query)), status_code=303)
                 response.set_cookie(TOKEN_COOKIE, self.token, httponly=True, samesite='strict', path='/')
                 await response(scope, receive, secured)
                 return

@@ -9,6 +9,10 @@ entry, which `binary_item` serves as a download with its media type.
 
 Every string here is raw stored text: the templates escape it (Jinja autoescape) and the
 `visible` filter shows control characters as escapes.
+
+Pages are bounded in bytes: a text or JSON value is clipped at `TEXT_LIMIT` characters, and a
+message whose payload exceeds `PAYLOAD_LIMIT` bytes is not decoded at all; either way the page
+links to the full payload (`/e/{seq}/payload`).
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from eventlog.entries import CompactionInfo, Entry
 from eventlog.errors import CorruptEntryError
 
 __all__ = [
+    'PAYLOAD_LIMIT',
+    'TEXT_LIMIT',
     'FileLink',
     'MessageView',
     'PartView',
@@ -33,6 +39,13 @@ __all__ = [
     'payload_view',
     'pretty_json',
 ]
+
+
+TEXT_LIMIT = 20_000
+"""Most characters of one text or JSON value a page shows; the rest is behind the payload link."""
+
+PAYLOAD_LIMIT = 1 << 20
+"""A message payload larger than this (bytes) is not decoded for a page, only linked."""
 
 
 @dataclass(frozen=True)
@@ -69,6 +82,8 @@ class PartView:
     """URLs the part refers to (image, document, audio, video URLs), shown as text, never loaded."""
     files: list[FileLink] = field(default_factory=list[FileLink])
     """Binary items, served as downloads."""
+    clipped: int = 0
+    """Characters of `text` and `json` left out (over `TEXT_LIMIT`), shown by the payload link."""
 
 
 @dataclass
@@ -83,6 +98,8 @@ class MessageView:
     """The model that produced a response, when stored."""
     usage: dict[str, int] = field(default_factory=dict[str, int])
     """A response's non-zero token counts."""
+    omitted: int = 0
+    """The payload's size when it is over `PAYLOAD_LIMIT` and so not decoded (no parts then)."""
 
 
 _LABELS = {
@@ -205,6 +222,12 @@ def _part_view(part: dict[str, Any], numbering: _Numbering) -> PartView:
         view.json = pretty_json(numbering.strip(content, view.files))
     elif kind not in _LABELS:  # a part kind this viewer does not know: all of it, as stored
         view.json = pretty_json(numbering.strip(part, view.files))
+    if view.text is not None and len(view.text) > TEXT_LIMIT:
+        view.clipped += len(view.text) - TEXT_LIMIT
+        view.text = view.text[:TEXT_LIMIT]
+    if view.json is not None and len(view.json) > TEXT_LIMIT:
+        view.clipped += len(view.json) - TEXT_LIMIT
+        view.json = view.json[:TEXT_LIMIT]
     return view
 
 
@@ -244,11 +267,15 @@ def _message_of(data: object) -> MessageView:
 
 def message_view(entry: Entry) -> MessageView:
     """A `message` entry's parts as stored; `CorruptEntryError` for a payload that is not JSON."""
+    if len(entry.payload) > PAYLOAD_LIMIT:
+        return MessageView(role='unknown', parts=[], omitted=len(entry.payload))
     return _message_of(_loads(entry.payload, entry.seq))
 
 
 def payload_view(payload: bytes) -> MessageView:
     """A message as stored (pydantic-ai JSON of one message), by its parts."""
+    if len(payload) > PAYLOAD_LIMIT:
+        return MessageView(role='unknown', parts=[], omitted=len(payload))
     return _message_of(json.loads(payload))
 
 

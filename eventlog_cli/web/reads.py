@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 __all__ = [
     'CONVERSATION_PAGE',
     'PAGE',
+    'PAGE_BYTES',
     'SEARCH_PAGE',
     'CheckpointStatus',
     'ContextItem',
@@ -59,6 +60,9 @@ CONVERSATION_PAGE = 50
 
 SEARCH_PAGE = 20
 """Search hits per page."""
+
+PAGE_BYTES = 1 << 20
+"""A page of entries or context ends once the payloads on it pass this many bytes (one entry at least)."""
 
 _TRANSCRIPT_KINDS = ['message', 'compaction']
 
@@ -136,6 +140,12 @@ async def entry_page(
     )
     more = len(found) > size
     shown = found[:size]
+    total = 0
+    for count, entry in enumerate(shown):
+        total += len(entry.payload)
+        if total > PAGE_BYTES and count + 1 < len(shown):
+            shown, more = shown[: count + 1], True
+            break
     prev: int | None = None
     if after > 0:
         start = await latest_start(log, size, after, conversation_id, run_id, kinds)
@@ -191,18 +201,21 @@ async def context_page(
     log: EventLogBase, conversation_id: str, start: int, size: int = PAGE
 ) -> tuple[list[ContextItem], int, bool]:
     """Messages `start` to `start + size` of what an agent continuing the conversation starts from
-    (compaction summaries folded in); the total so far read and whether more follow."""
+    (compaction summaries folded in), fewer once their payloads pass `PAGE_BYTES`; where the next
+    page starts and whether more follow."""
     items: list[ContextItem] = []
     index = 0
     more = False
+    total = 0
     compactions: set[int] = set()
     async for batch in log.iter_context_messages(conversation_id, batch=size):
         for seq, payload in batch:
-            if index >= start + size:
+            if index >= start + size or (items and total > PAGE_BYTES):
                 more = True
                 break
             if index >= start:
                 items.append(ContextItem(seq=seq, message=payload_view(payload), summary=False))
+                total += len(payload)
             index += 1
         if more:
             break

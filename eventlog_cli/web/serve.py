@@ -12,12 +12,16 @@ from __future__ import annotations
 import ipaddress
 import secrets
 import socket
+import sys
 from collections.abc import Callable
 
 from eventlog.errors import InvalidArgumentError, MissingExtraError
 from eventlog_cli._store import describe, open_store
 
-__all__ = ['LOOPBACK_HOSTS', 'is_loopback', 'serve', 'viewer_url']
+__all__ = ['LOOPBACK_HOSTS', 'MIN_TOKEN_LENGTH', 'is_loopback', 'serve', 'viewer_url']
+
+MIN_TOKEN_LENGTH = 16
+"""A shorter `--token` is served with a warning (the random one has 32 characters)."""
 
 LOOPBACK_HOSTS = frozenset({'localhost', '127.0.0.1', '[::1]'})
 """The `Host` names a viewer without a token answers (with any port)."""
@@ -78,6 +82,11 @@ async def serve(
         ) from None
     if token is not None and not token.strip():
         raise InvalidArgumentError('--token must not be empty')
+    if token is not None and len(token) < MIN_TOKEN_LENGTH:
+        sys.stderr.write(
+            f'eventlog: warning: a --token of {len(token)} characters can be guessed; use {MIN_TOKEN_LENGTH} or '
+            'more, or leave --token out for a random one\n'
+        )
     if token is None and not is_loopback(host):
         token = secrets.token_urlsafe(24)
     async with open_store(store) as log:

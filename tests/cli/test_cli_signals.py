@@ -232,3 +232,21 @@ def test_a_bug_inside_a_command_is_reported_with_its_traceback() -> None:
     result = _run(script, 'stats')
     assert result.returncode == 1
     assert b'Traceback' in result.stderr and b'RuntimeError: boom in a command' in result.stderr
+
+
+def test_a_command_killed_by_sigkill_ends_with_status_137_in_one_line(intact: Path) -> None:
+    """The out-of-memory killer sends SIGKILL to the command (the forked child): the parent cannot
+    die of the same signal by a handler (SIGKILL has none), so it exits 128 + 9 with one line."""
+    proc = subprocess.Popen(
+        [sys.executable, '-c', GUARDED, 'tail', '--follow', '--store', str(intact)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline()  # running
+    children = Path(f'/proc/{proc.pid}/task/{proc.pid}/children').read_text().split()
+    assert len(children) == 1
+    os.kill(int(children[0]), signal.SIGKILL)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGKILL
+    assert b'Traceback' not in err and err.count(b'\n') == 1 and b'SIGKILL' in err

@@ -336,6 +336,7 @@ def test_key_files_are_checked(tmp_path: Path) -> None:
     with pytest.raises(KeyFileError, match='is a public key'):
         Signer.from_file(public)
     (tmp_path / 'junk').write_bytes(b'-----BEGIN PRIVATE KEY-----\nnot base64\n-----END PRIVATE KEY-----\n')
+    (tmp_path / 'junk').chmod(0o600)  # a private key open to others is refused before it is parsed
     with pytest.raises(KeyFileError, match='not a usable PEM private key'):
         Signer.from_file(tmp_path / 'junk')
     (tmp_path / 'text').write_text('hello')
@@ -350,6 +351,7 @@ def test_key_files_are_checked(tmp_path: Path) -> None:
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
     (tmp_path / 'ec').write_bytes(other)
+    (tmp_path / 'ec').chmod(0o600)
     with pytest.raises(KeyFileError, match='not an Ed25519 key'):
         Signer.from_file(tmp_path / 'ec')
 
