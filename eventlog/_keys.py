@@ -18,7 +18,8 @@ ids may not contain, so prefixes never collide):
              b'scrub_pending' -> seq8 (the latest erasure or deletion whose removed bytes the
              store's files may still hold),
              b'checkpoint/' + seq8 -> a checkpoint (`checkpoint`),
-             b'lease/' + run id -> the run's lease (`_lease`: msgpack [owner, epoch, expires])
+             b'lease/' + run id -> the run's lease (`_lease`: msgpack [owner, epoch, expires]),
+             b'projection/' + name -> the catalogue's entry of a projection (`projection`: JSON)
 
 seq8 is a `seq` as 8 bytes big-endian, so keys sort in `seq` order. A run is named inside
 keys by the `seq` of its `run_started` entry rather than by its id, which keeps the indexes
@@ -61,6 +62,7 @@ __all__ = [
     'META_FORMAT',
     'META_LAST_SEQ',
     'META_LEASE_PREFIX',
+    'META_PROJECTION_PREFIX',
     'META_SCRUB_PENDING',
     'SEQ_SIZE',
     'TABLE_NAMES',
@@ -127,6 +129,8 @@ store's files; absent when every removal has been."""
 
 META_LEASE_PREFIX: Final = b'lease/'
 """The META keys of run leases: the prefix, then the run id (`lease_key`)."""
+META_PROJECTION_PREFIX: Final = b'projection/'
+"""The META keys of the catalogue of projections: the prefix, then the projection's name."""
 
 _SEQ = struct.Struct('>Q')
 _SEQ_LIMIT: Final = 1 << 64

@@ -16,7 +16,16 @@ import lmdb
 from eventlog._keys import key_seq, seq_key
 from eventlog._storage import prefix_end
 
-__all__ = ['POSITIONS', 'LmdbProjectionTxn', 'ProjectionHandles', 'StaleHandles', 'database_name', 'has_projection']
+__all__ = [
+    'POSITIONS',
+    'LmdbProjectionTxn',
+    'ProjectionHandles',
+    'StaleHandles',
+    'database_name',
+    'has_projection',
+    'present_projections',
+    'projection_tables',
+]
 
 POSITIONS: Final = b'projections'
 """The named database holding every projection's position."""
@@ -127,3 +136,27 @@ def has_projection(txn: lmdb.Transaction, name: str) -> bool:
     prefix = f'{name}.'.encode()
     cursor = txn.cursor()
     return bool(cursor.set_range(prefix)) and cast('bytes', cursor.key()).startswith(prefix)
+
+
+def present_projections(txn: lmdb.Transaction) -> set[str]:
+    """The projections whose databases (`p.t`) the store holds, read in `txn` (a projection's
+    databases are created with its first use, before it has a position)."""
+    names: set[str] = set()
+    for key in cast('Iterator[bytes]', txn.cursor().iternext(keys=True, values=False)):
+        name, dot, _ = key.partition(b'.')
+        if dot and name:
+            names.add(name.decode(errors='replace'))
+    return names
+
+
+def projection_tables(txn: lmdb.Transaction, name: str) -> tuple[str, ...]:
+    """The tables the store holds databases of for the projection `name`, read in `txn`."""
+    prefix = f'{name}.'.encode()
+    cursor = txn.cursor()
+    tables: list[str] = []
+    if cursor.set_range(prefix):
+        for key in cast('Iterator[bytes]', cursor.iternext(keys=True, values=False)):
+            if not key.startswith(prefix):
+                break
+            tables.append(key[len(prefix) :].decode(errors='replace'))
+    return tuple(tables)

@@ -41,6 +41,10 @@ class MemoryProjections:
         """Whether the projection was ever opened in this store."""
         return name in self._projections
 
+    def names(self) -> set[str]:
+        """The names of every projection ever opened in this store."""
+        return set(self._projections)
+
 
 class MemoryProjectionTxn:
     """`ProjectionWriter` over one in-memory projection, undone by `rollback`."""

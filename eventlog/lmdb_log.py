@@ -45,12 +45,12 @@ from eventlog.errors import (
     StoreReplacedError,
 )
 from eventlog.log import EventLogBase
-from eventlog.projection import LogReader, ProjectionSpec
+from eventlog.projection import CatalogueEntry, LogReader, ProjectionSpec, read_catalogue, record_in_catalogue
 
 if TYPE_CHECKING:
     from eventlog.retention import RetentionPolicy
 
-__all__ = ['CompactResult', 'LmdbEventLog', 'register_compaction_hook']
+__all__ = ['CompactResult', 'LmdbEventLog']
 
 T = TypeVar('T')
 
@@ -336,6 +336,7 @@ class LmdbEventLog(EventLogBase):
             raise
         self._closed = False
         self._projection_handles: dict[ProjectionSpec, lmdb_projection.ProjectionHandles] = {}
+        self._catalogued: set[ProjectionSpec] = set()
         self._retain_on_open(retention)
         self._finish_pending_scrub()
 
@@ -416,8 +417,25 @@ class LmdbEventLog(EventLogBase):
 
     def write_projection(self, spec: ProjectionSpec, fn: Callable[[ProjectionWriter, LogReader], T]) -> T:
         """Run `fn` in one write transaction: the projection's writes and position commit together
-        when it returns, none when it raises; retried after the map grows, as appends are."""
+        when it returns, none when it raises; retried after the map grows, as appends are. The
+        first write of `spec` through this handle records it in the store's catalogue."""
+        if spec not in self._catalogued:
+            self._write_sync(lambda txn: record_in_catalogue(txn, spec))
+            self._catalogued.add(spec)
         return self._run_projection(spec, fn, write=True)
+
+    def projection_catalogue(self) -> list[CatalogueEntry]:
+        """The projections recorded in the store's catalogue (see `eventlog.projection`)."""
+        return self._read_sync(read_catalogue)
+
+    def present_projections(self) -> set[str]:
+        """The names of the projections the store holds tables or a position of."""
+        return self.run_in_txn(lmdb_projection.present_projections, write=False)
+
+    def clear_projection(self, name: str) -> None:
+        """Empty every table of the projection `name` and forget its position."""
+        tables = self.run_in_txn(lambda txn: lmdb_projection.projection_tables(txn, name), write=False)
+        self._run_projection(ProjectionSpec(name, tables), lambda records, _: records.clear(), write=True)
 
     def has_projection(self, name: str) -> bool:
         """Whether the projection called `name` was ever opened in this store; asking creates nothing."""
@@ -478,7 +496,8 @@ class LmdbEventLog(EventLogBase):
         the processes holding it, where the system tells) and not through another handle of
         this process. Readers and writers of this handle wait while it runs; table handles a
         projection took with `open_table` before are invalid afterwards (open them again).
-        Projections registered with `register_compaction_hook` are brought up to date first.
+        Every projection in the store's catalogue is brought up to date by its maintainer first,
+        or cleared (`eventlog.projection.maintain_projections`).
         A crash at any point leaves either the old store or the compacted one, both complete.
         """
         self._check_open()
@@ -487,16 +506,16 @@ class LmdbEventLog(EventLogBase):
     def _rewrite_sync(self) -> str | None:
         """`compact`, so that the pages freed by an erasure or a delete are gone from the disk."""
         try:
-            self._compact_sync()
+            self._compact_sync(maintain=False)  # `scrub` has maintained the projections
         except EventLogError as exc:  # busy elsewhere, no room for the copy: the removal stays committed
             return f'the removed text stays in the free pages of data.mdb: {exc}'
         return None
 
-    def _compact_sync(self) -> CompactResult:
+    def _compact_sync(self, *, maintain: bool = True) -> CompactResult:
         self._check_open()
         pending = self._read_sync(engine.scrub_pending)
-        for before, _ in _compaction_hooks:
-            before(self)
+        if maintain:
+            self._maintain_projections()
         lock = self._store_lock
         with _store_locks_cond:
             while lock.compacting:
@@ -591,8 +610,6 @@ class LmdbEventLog(EventLogBase):
                 if value is fresh:
                     _registry[key] = shared
         after = os.stat(data).st_size
-        for _, after_hook in _compaction_hooks:
-            after_hook(self)
         return CompactResult(bytes_before=before, bytes_after=after)
 
 
@@ -602,17 +619,6 @@ class CompactResult:
 
     bytes_before: int
     bytes_after: int
-
-
-_CompactionHook = Callable[[LmdbEventLog], None]
-_compaction_hooks: list[tuple[_CompactionHook, _CompactionHook]] = []
-
-
-def register_compaction_hook(before: _CompactionHook, after: _CompactionHook) -> None:
-    """Have `compact` call `before(log)` first (a projection applies what it has not yet, e.g.
-    drops a deleted conversation's text) and `after(log)` once the compacted store is open (it
-    forgets table handles of the old one). For projections kept in the store, such as the search index."""
-    _compaction_hooks.append((before, after))
 
 
 # --- the store lock: shared by every open handle, exclusive for compact -------------------------

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar, cast
 from eventlog._storage import ReadTxn, TableId
 from eventlog.entries import RunRecord
 from eventlog.lmdb_log import LmdbEventLog
-from eventlog.projection import LogReader, ProjectionRecords, ProjectionSpec, ProjectionWriter
+from eventlog.projection import CatalogueEntry, LogReader, ProjectionRecords, ProjectionSpec, ProjectionWriter
 
 if TYPE_CHECKING:
     from pydantic_ai.messages import ModelMessage
@@ -114,6 +114,8 @@ class LocalProjections:
     def __init__(self, log: SnapshotLog, path: str | os.PathLike[str]) -> None:
         self.log = log
         self._records = LmdbEventLog(path)
+        self.path = self._records.path
+        """The local directory."""
 
     def read_projection(self, spec: ProjectionSpec, fn: Callable[[ProjectionRecords, LogReader], T]) -> T:
         """Run `fn` with the local records (one LMDB read transaction) and a reader of the log that
@@ -155,6 +157,27 @@ class LocalProjections:
     def has_projection(self, name: str) -> bool:
         """Whether the projection called `name` was ever opened in the local directory."""
         return self._records.has_projection(name)
+
+    def projection_catalogue(self) -> list[CatalogueEntry]:
+        """The projections recorded in the local directory's catalogue."""
+        return self._records.projection_catalogue()
+
+    def present_projections(self) -> set[str]:
+        """The names of the projections the local directory holds."""
+        return self._records.present_projections()
+
+    def clear_projection(self, name: str) -> None:
+        """Empty the projection `name` in the local directory (it rebuilds from the log)."""
+        self._records.clear_projection(name)
+
+    def compact(self) -> None:
+        """Rewrite the local directory's `data.mdb` without its free pages (which may hold text
+        an erasure removed from the projections): `LmdbEventLog.compact` of the directory. Its
+        projections are maintained beforehand by the log's scrub, which reads the shared log.
+
+        Raises `StoreBusyError` when another process has the directory open.
+        """
+        self._records._compact_sync(maintain=False)  # pyright: ignore[reportPrivateUsage]
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         """The run's record, from the log."""

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from eventlog.projection import LogReader, ProjectionRecords, ProjectionSpec, ProjectionWriter
     from eventlog.retention import RetentionPolicy, RetentionReport
 
-__all__ = ['Appended', 'EventLog', 'EventLogBase', 'register_scrub_hook']
+__all__ = ['Appended', 'EventLog', 'EventLogBase']
 
 T = TypeVar('T')
 
@@ -64,16 +64,6 @@ STREAM_BYTES = 2 * 1024 * 1024
 """Payload bytes after which a list the `iter_*` methods yield ends early (it holds at least one
 item), so that a batch of large messages stays small too."""
 _MESSAGE_KINDS = frozenset({'message'})
-
-_scrub_hooks: list[Callable[[EventLogBase], None]] = []
-
-
-def register_scrub_hook(hook: Callable[[EventLogBase], None]) -> None:
-    """Have `hook(log)` run first whenever `scrub` runs (after every `erase`): a projection that
-    copies content (the search index) brings itself up to date there, so that it drops what
-    was erased or deleted before the store's files are rewritten."""
-    if hook not in _scrub_hooks:
-        _scrub_hooks.append(hook)
 
 
 class Appended(list[int]):
@@ -670,8 +660,9 @@ class EventLogBase(ABC):
 
     async def scrub(self) -> str | None:
         """Purge removed content (erased entries, deleted conversations) from everything that may
-        still hold a copy: projections registered with `register_scrub_hook` are brought up to
-        date, then the backend rewrites its files (LMDB: `compact`; PostgreSQL: `VACUUM FULL` of
+        still hold a copy: every projection in the store's catalogue is brought up to date by its
+        maintainer, or cleared (`eventlog.projection.maintain_projections`), then the backend
+        rewrites its files (LMDB: `compact`; PostgreSQL: `VACUUM FULL` of
         the log's tables). Returns `None` when done, else a one-line reason it could not be
         (the store busy elsewhere, the disk too full for the rewritten copy): the removal itself
         stays committed either way, and the store records the scrub as pending (`scrub_pending`,
@@ -682,8 +673,7 @@ class EventLogBase(ABC):
     def _scrub_sync(self) -> str | None:
         pending = self._read_sync(engine.scrub_pending)
         try:
-            for hook in _scrub_hooks:
-                hook(self)
+            self._maintain_projections()
             problem = self._rewrite_sync()
         except EventLogError as exc:  # the removal stays committed: say what is left, never raise
             problem = f'{exc}'
@@ -702,6 +692,13 @@ class EventLogBase(ABC):
     def _rewrite_sync(self) -> str | None:
         """Rewrite the store so freed space holds no removed bytes; in memory there is nothing to do."""
         return None
+
+    def _maintain_projections(self) -> None:
+        """Run every catalogued projection's maintainer, or clear the projection (before a scrub)."""
+        from eventlog.projection import CataloguedStore, maintain_projections
+
+        if isinstance(self, CataloguedStore):
+            maintain_projections(self)
 
     retention_report: RetentionReport | None = None
     """What the retention policy given when the log was opened did (`None`: no policy was given)."""

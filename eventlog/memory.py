@@ -10,7 +10,7 @@ from eventlog import _engine as engine
 from eventlog._memory_projection import MemoryProjections
 from eventlog._storage import MemoryTables, MemoryTxn, ProjectionRecords, ProjectionWriter, ReadTxn, WriteTxn
 from eventlog.log import EventLogBase
-from eventlog.projection import LogReader, ProjectionSpec
+from eventlog.projection import CatalogueEntry, LogReader, ProjectionSpec, read_catalogue, record_in_catalogue
 
 __all__ = ['InMemoryEventLog']
 
@@ -49,8 +49,10 @@ class InMemoryEventLog(EventLogBase):
             return fn(self._projections.begin(spec.name), LogReader(MemoryTxn(self._tables)))
 
     def write_projection(self, spec: ProjectionSpec, fn: Callable[[ProjectionWriter, LogReader], T]) -> T:
-        """Run `fn` in one write transaction of the projection: all of it applies, or none if it raises."""
+        """Run `fn` in one write transaction of the projection: all of it applies, or none if it
+        raises. The first write of `spec` records it in the store's catalogue."""
         with self._lock:
+            self._write_sync(lambda log_txn: record_in_catalogue(log_txn, spec))
             txn = self._projections.begin(spec.name)
             try:
                 return fn(txn, LogReader(MemoryTxn(self._tables)))
@@ -62,3 +64,17 @@ class InMemoryEventLog(EventLogBase):
         """Whether the projection called `name` was ever opened in this store."""
         with self._lock:
             return self._projections.has(name)
+
+    def projection_catalogue(self) -> list[CatalogueEntry]:
+        """The projections recorded in the store's catalogue (see `eventlog.projection`)."""
+        return self._read_sync(read_catalogue)
+
+    def present_projections(self) -> set[str]:
+        """The names of the projections ever opened in this store."""
+        with self._lock:
+            return self._projections.names()
+
+    def clear_projection(self, name: str) -> None:
+        """Empty the projection `name` and forget its position."""
+        with self._lock:
+            self._projections.begin(name).clear()

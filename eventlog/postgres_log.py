@@ -78,7 +78,15 @@ from eventlog.errors import (
     StoreVersionError,
 )
 from eventlog.log import EventLogBase
-from eventlog.projection import LogReader, ProjectionRecords, ProjectionSpec, ProjectionWriter
+from eventlog.projection import (
+    CatalogueEntry,
+    LogReader,
+    ProjectionRecords,
+    ProjectionSpec,
+    ProjectionWriter,
+    read_catalogue,
+    record_in_catalogue,
+)
 from eventlog.retention import RetentionPolicy
 
 if TYPE_CHECKING:
@@ -177,6 +185,7 @@ class PostgresEventLog(EventLogBase):
         self._projection_tables = (f'{q}.projection_records', f'{q}.projection_positions')
         self._projection_relations: dict[ProjectionSpec, dict[str, PgRelation]] = {}
         self._known_projections: set[str] = set()
+        self._catalogued: set[ProjectionSpec] = set()
         self._lock_sql = f'LOCK TABLE {q}.entries IN EXCLUSIVE MODE'.encode()
         self._projection_lock_sql = f'LOCK TABLE {q}.projection_positions IN EXCLUSIVE MODE'.encode()
         self._prepare(create)
@@ -799,11 +808,18 @@ class PostgresEventLog(EventLogBase):
 
     def write_projection(self, spec: ProjectionSpec, fn: Callable[[ProjectionWriter, LogReader], T]) -> T:
         """Run `fn` in one transaction holding the projections' writer lock: its writes and
-        position commit together, and two processes catching a projection up take turns."""
+        position commit together, and two processes catching a projection up take turns. The
+        first write of `spec` through this handle records it in the store's catalogue."""
         self._forget()
         if self._local is not None:
             return self._local.write_projection(spec, fn)
         self._register(spec)
+        if spec not in self._catalogued:
+            self._write_sync(lambda txn: record_in_catalogue(txn, spec))
+            self._catalogued.add(spec)
+        return self._write_records(spec, fn)
+
+    def _write_records(self, spec: ProjectionSpec, fn: Callable[[ProjectionWriter, LogReader], T]) -> T:
         relations = self._projection_relation(spec)
 
         def run(cur: psycopg.Cursor[Any]) -> T:
@@ -831,6 +847,37 @@ class PostgresEventLog(EventLogBase):
             return cur.fetchone() is not None
 
         return self._run(run, begin=_BEGIN_READ, lock=None)
+
+    def projection_catalogue(self) -> list[CatalogueEntry]:
+        """The projections recorded in the catalogue (of `projections_dir`, when given)."""
+        if self._local is not None:
+            return self._local.projection_catalogue()
+        return self._read_sync(read_catalogue)
+
+    def present_projections(self) -> set[str]:
+        """The names of the projections the store (or `projections_dir`) holds records or a position of."""
+        if self._local is not None:
+            return self._local.present_projections()
+
+        def run(cur: psycopg.Cursor[Any]) -> set[str]:
+            records, positions = self._projection_tables
+            cur.execute(
+                f'SELECT projection FROM {positions} WHERE position IS NOT NULL '
+                f'UNION SELECT DISTINCT projection FROM {records}'.encode()
+            )
+            return {str(row[0]) for row in cur.fetchall()}
+
+        return self._run(run, begin=_BEGIN_READ, lock=None)
+
+    def clear_projection(self, name: str) -> None:
+        """Delete every record of the projection `name` and forget its position."""
+        if self._local is not None:
+            self._local.clear_projection(name)
+            return
+        self._forget()
+        spec = ProjectionSpec(name, ())
+        self._register(spec)
+        self._write_records(spec, lambda records, _: records.clear())
 
     def _register(self, spec: ProjectionSpec) -> None:
         if spec.name in self._known_projections:
@@ -880,7 +927,8 @@ class PostgresEventLog(EventLogBase):
         """`VACUUM FULL` every table of the log, so that no dead row version (the content before
         an erasure, a deleted conversation's rows) is left in the table files. Each table is
         locked exclusively while it is rewritten (readers and writers wait). Write-ahead log
-        segments and old file blocks the filesystem freed are beyond its reach (docs/erasure.md)."""
+        segments and old file blocks the filesystem freed are beyond its reach (docs/erasure.md).
+        With `projections_dir`, that LMDB directory is compacted too (`LocalProjections.compact`)."""
         names = [f'{self._q}."{name.decode()}"' for name in TABLE_NAMES.values()]
         names.extend(self._projection_tables)
         try:
@@ -889,6 +937,11 @@ class PostgresEventLog(EventLogBase):
                     cur.execute(f'VACUUM FULL {name}'.encode())
         except psycopg.Error as exc:
             return f'VACUUM FULL failed: {_first_line(exc)}'
+        if self._local is not None:
+            try:
+                self._local.compact()
+            except EventLogError as exc:  # open in another process, no room for the copy
+                return f'the removed text stays in the free pages of {self._local.path}: {exc}'
         return None
 
     def close(self) -> None:

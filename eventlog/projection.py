@@ -25,23 +25,31 @@ Typical use, one batch of a catch-up::
 
 from __future__ import annotations
 
+import importlib
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar, cast, runtime_checkable
 
+import msgspec
+
 from eventlog import _engine as engine
-from eventlog._storage import ProjectionRecords, ProjectionWriter, ReadTxn, Table, TableId
+from eventlog._keys import META_PROJECTION_PREFIX
+from eventlog._storage import ProjectionRecords, ProjectionWriter, ReadTxn, Table, TableId, WriteTxn
 from eventlog.entries import ConversationRecord, Entry, RunRecord
 from eventlog.errors import InvalidArgumentError
 
 __all__ = [
     'BranchMessage',
+    'CatalogueEntry',
+    'CataloguedStore',
     'LogReader',
     'ProjectionRecords',
     'ProjectionSpec',
     'ProjectionStore',
     'ProjectionWriter',
+    'keep_as_is',
+    'maintain_projections',
 ]
 
 T = TypeVar('T')
@@ -57,11 +65,18 @@ class ProjectionSpec:
     """A projection's name and the names of its tables (lowercase letters, digits and `_`).
 
     Backends derive their storage names from these: LMDB keeps table `t` of projection
-    `p` in the named database `p.t`.
+    `p` in the named database `p.t`. The first write of a projection records it, with its
+    `format` and `maintainer`, in the store's catalogue of projections (`CatalogueEntry`).
     """
 
     name: str
     tables: tuple[str, ...]
+    format: str = ''
+    """The layout of the records, as the catalogue records it (the projection's own version)."""
+    maintainer: str | None = None
+    """`'module:function'`: what the log imports and calls with the store before every scrub and
+    compaction, so that the projection drops what was erased or deleted (the BM25 index catches
+    up). `None`: the log clears the projection instead (it rebuilds from the log)."""
 
     def __post_init__(self) -> None:
         for part in (self.name, *self.tables):
@@ -71,6 +86,50 @@ class ProjectionSpec:
                 )
         if len(set(self.tables)) != len(self.tables):
             raise InvalidArgumentError(f'projection {self.name!r} names a table twice')
+        if self.maintainer is not None and not _REFERENCE.fullmatch(self.maintainer):
+            raise InvalidArgumentError(f'a maintainer is a module:function reference, got {self.maintainer!r}')
+
+
+_REFERENCE = re.compile(r'[A-Za-z_][\w.]*:[A-Za-z_]\w*')
+
+
+class CatalogueEntry(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
+    """A projection the store holds, as its catalogue records it (META `projection/<name>`)."""
+
+    name: str
+    tables: tuple[str, ...]
+    format: str
+    maintainer: str | None
+    """What the log runs before a scrub or a compaction (`ProjectionSpec.maintainer`)."""
+
+    @classmethod
+    def of(cls, spec: ProjectionSpec) -> CatalogueEntry:
+        """The entry recording `spec`."""
+        return cls(spec.name, spec.tables, spec.format, spec.maintainer)
+
+
+_entry_enc = msgspec.json.Encoder()
+_entry_dec = msgspec.json.Decoder(CatalogueEntry)
+
+
+def read_catalogue(txn: ReadTxn) -> list[CatalogueEntry]:
+    """The store's catalogue of projections, by name (an entry that cannot be read is skipped:
+    its projection is then cleared, not maintained)."""
+    entries: list[CatalogueEntry] = []
+    for _, value in txn.scan(Table.META, prefix=META_PROJECTION_PREFIX):
+        try:
+            entries.append(_entry_dec.decode(value))
+        except msgspec.DecodeError:
+            continue
+    return entries
+
+
+def record_in_catalogue(txn: WriteTxn, spec: ProjectionSpec) -> None:
+    """Record `spec` in the store's catalogue, unless it is recorded as it is already."""
+    key = META_PROJECTION_PREFIX + spec.name.encode()
+    value = _entry_enc.encode(CatalogueEntry.of(spec))
+    if txn.get(Table.META, key) != value:
+        txn.put(Table.META, key, value)
 
 
 class LogReader:
@@ -173,3 +232,56 @@ class ProjectionStore(Protocol):
         """Whether the projection called `name` was ever opened in this store (its tables exist,
         empty or not); asking creates nothing."""
         ...
+
+
+@runtime_checkable
+class CataloguedStore(ProjectionStore, Protocol):
+    """A projection store with a catalogue of its projections (every backend, and `LocalProjections`)."""
+
+    def projection_catalogue(self) -> list[CatalogueEntry]:
+        """The projections recorded in the store's catalogue."""
+        ...
+
+    def present_projections(self) -> set[str]:
+        """The names of every projection the store holds records or a position of, catalogued or not."""
+        ...
+
+    def clear_projection(self, name: str) -> None:
+        """Remove every record and the position of the projection `name` (it rebuilds from the log)."""
+        ...
+
+
+def keep_as_is(store: ProjectionStore) -> None:
+    """A maintainer for a projection that copies no content of the log (counts, positions): a
+    scrub or a compaction leaves it as it is."""
+
+
+def maintain_projections(store: CataloguedStore) -> list[str]:
+    """Before a scrub or a compaction: run the maintainer of every projection the store holds, and
+    clear each one without a maintainer, or whose maintainer cannot be imported or fails.
+
+    Returns the names of the projections cleared. Clearing is always safe (a projection rebuilds
+    from the log), so what a process imported never decides whether erased text stays in one.
+    Errors of clearing itself propagate (the scrub then reports it did not finish).
+    """
+    catalogue = {entry.name: entry for entry in store.projection_catalogue()}
+    cleared: list[str] = []
+    for name in sorted(store.present_projections() | catalogue.keys()):
+        entry = catalogue.get(name)
+        if entry is not None and entry.maintainer is not None:
+            try:
+                _resolve(entry.maintainer)(store)
+                continue
+            except Exception:  # any failure: clear instead, which is always safe
+                pass
+        store.clear_projection(name)
+        cleared.append(name)
+    return cleared
+
+
+def _resolve(reference: str) -> Callable[[ProjectionStore], object]:
+    module, _, function = reference.partition(':')
+    found = getattr(importlib.import_module(module), function)
+    if not callable(found):
+        raise TypeError(f'{reference} is not callable')
+    return cast('Callable[[ProjectionStore], object]', found)

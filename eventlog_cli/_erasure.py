@@ -92,7 +92,6 @@ async def _erase(
     from eventlog_cli import cli
     from eventlog_cli._ids import resolve_conversation, resolve_run
 
-    register_index_hook()
     async with cli._open(store) as log:  # pyright: ignore[reportPrivateUsage]
         conversation_id = await resolve_conversation(log, conversation)
         await cli._conversation(log, conversation_id)  # pyright: ignore[reportPrivateUsage]
@@ -197,7 +196,6 @@ async def _retain(
         raise cli.CliError('give --max-age (e.g. --max-age 30d) or --conversation-age ID=AGE')
     action: RetentionAction = 'delete' if delete else 'erase'
     policy = RetentionPolicy(max_age=max_age, conversations=ages, action=action)
-    register_index_hook()
     async with cli._open(store) as log:  # pyright: ignore[reportPrivateUsage]
         report = await log.retain(policy, dry_run=dry_run)
         lmdb = isinstance(log, LmdbEventLog)
@@ -234,9 +232,3 @@ def _report_retention(store: str, lmdb: bool, report: RetentionReport, as_json: 
             out.print(f'nothing is older than the limit: nothing {done}')
     if not report.dry_run:
         report_scrub(store, lmdb, bool(counts), report.scrubbed, report.scrub_error)
-
-
-def register_index_hook() -> None:
-    """Load the search index's module, which registers the hook that drops erased text from the
-    index before the store is compacted."""
-    import search.lmdb_index  # noqa: F401  # pyright: ignore[reportUnusedImport]

@@ -1054,7 +1054,6 @@ async def _delete(store: str, conversation_id: str, yes: bool) -> None:
             sys.stderr.write('\n'.join(lines) + '\n')
             raise typer.Exit(1)
         removed = await log.delete_conversation(conversation_id)
-        _erasure.register_index_hook()
         render.console().print(f'deleted {conversation_id}: {removed} entries removed')
         problem = await log.scrub()  # never raises: the deletion is committed
         _erasure.report_scrub(store, isinstance(log, LmdbEventLog), True, problem is None, problem)
@@ -1071,7 +1070,6 @@ def compact(store: StoreOption = _DEFAULT_STORE, as_json: JsonOption = False) ->
 
 
 async def _compact(store: str, as_json: bool) -> None:
-    _erasure.register_index_hook()
     async with _open(store) as log:
         if not isinstance(log, LmdbEventLog):
             problem = await log.scrub()

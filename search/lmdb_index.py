@@ -51,12 +51,10 @@ from typing import TYPE_CHECKING, Final, Protocol, TypeVar, cast
 
 import msgspec
 
-from eventlog import Entry, EventLogBase, LmdbEventLog, ReplayHistorySource, RunRecord, decode_messages
+from eventlog import Entry, EventLogBase, ReplayHistorySource, RunRecord, decode_messages
 from eventlog._keys import ck, seq_key
 from eventlog._threads import to_thread
 from eventlog.errors import CorruptStoreError, EventLogError, InvalidArgumentError
-from eventlog.lmdb_log import register_compaction_hook
-from eventlog.log import register_scrub_hook
 from eventlog.projection import LogReader, ProjectionRecords, ProjectionSpec, ProjectionStore, ProjectionWriter
 from search.analyzers import Analyzer, resolve_analyzer, term_counts
 from search.wire_text import wire_lines
@@ -73,7 +71,16 @@ if TYPE_CHECKING:
 # is searched or messages are read, so that `eventlog stats` and `verify`, which open the
 # index, start without them.
 
-__all__ = ['INDEX_PROJECTION', 'IndexAnalyzerMismatch', 'IndexFinding', 'IndexState', 'IndexedLog', 'LmdbIndex']
+__all__ = [
+    'INDEX_PROJECTION',
+    'LOCAL_INDEX_PROJECTION',
+    'IndexAnalyzerMismatch',
+    'IndexFinding',
+    'IndexState',
+    'IndexedLog',
+    'LmdbIndex',
+    'maintain_index',
+]
 
 T = TypeVar('T')
 
@@ -104,8 +111,15 @@ _SEQ = struct.Struct('>Q')
 _BLOCK_NO = struct.Struct('>I')
 _TABLES = ('meta', 'post', 'stats', 'runs', 'convruns', 'pos', 'held', 'copies', 'starts')
 
-INDEX_PROJECTION: Final = ProjectionSpec('ix', _TABLES)
-"""The index as a projection of the store: its name and tables."""
+INDEX_PROJECTION: Final = ProjectionSpec(
+    'ix', _TABLES, format=str(INDEX_FORMAT), maintainer='search.lmdb_index:maintain_index'
+)
+"""The index as a projection of the store: its name, tables, format and maintainer (the log runs
+`maintain_index` before every scrub and compaction, whatever the calling process imported)."""
+LOCAL_INDEX_PROJECTION: Final = ProjectionSpec(
+    'ix', _TABLES, format=str(LOCAL_INDEX_FORMAT), maintainer='search.lmdb_index:maintain_index'
+)
+"""`INDEX_PROJECTION` for an index kept apart from its log (format `LOCAL_INDEX_FORMAT`)."""
 
 
 class IndexedLog(ProjectionStore, Protocol):
@@ -456,7 +470,9 @@ class LmdbIndex:
         self.apart: bool = getattr(log, 'projections_apart', False) is True
         """Whether the index is kept apart from its log (`LocalProjections`): it then keeps the
         payloads and run names a search shows, and reads nothing of the log but its position."""
-        self._format = str(LOCAL_INDEX_FORMAT if self.apart else INDEX_FORMAT)
+        self.spec: ProjectionSpec = LOCAL_INDEX_PROJECTION if self.apart else INDEX_PROJECTION
+        """The projection the index writes as (its format depends on `apart`)."""
+        self._format = self.spec.format
         self._lock = threading.Lock()
         self.decoded = _DecodedCache()
         self.listed: OrderedDict[str | None, tuple[int, CorpusDocuments]] = OrderedDict()
@@ -528,7 +544,7 @@ class LmdbIndex:
         with self._lock:
             done = 0
             while True:
-                applied, remaining = self.log.write_projection(INDEX_PROJECTION, self._apply_batch)
+                applied, remaining = self.log.write_projection(self.spec, self._apply_batch)
                 done += applied
                 if progress is not None:
                     progress(done, done + remaining)
@@ -571,7 +587,7 @@ class LmdbIndex:
             _shared[self.log] = {self.analyzer.name: self}
 
         with self._lock:
-            self.log.write_projection(INDEX_PROJECTION, lambda records, _: records.clear())
+            self.log.write_projection(self.spec, lambda records, _: records.clear())
         return self.catch_up(progress)
 
     def verify(self) -> list[IndexFinding]:
@@ -604,7 +620,7 @@ class LmdbIndex:
 
         with self._lock:
             try:
-                self.log.write_projection(INDEX_PROJECTION, check)
+                self.log.write_projection(self.spec, check)
             except _Verified as done:
                 return done.findings
         return []  # pragma: no cover - `check` always raises
@@ -701,32 +717,13 @@ _shared: weakref.WeakKeyDictionary[IndexedLog, dict[str, LmdbIndex]] = weakref.W
 records live in the store, whose backend also owns every handle on them)."""
 
 
-def _apply_before_compaction(log: LmdbEventLog) -> None:
-    """Bring the store's index (if one was built) up to date before `LmdbEventLog.compact`, so
-    that a deleted conversation's terms are dropped from its tables and not carried into the
-    compacted copy; an index that cannot be opened here is dropped (it is rebuilt from the log)."""
-    if not log.has_projection(INDEX_PROJECTION.name):
-        return
-    try:
-        index = LmdbIndex.open_existing(log)
-        if index.state().analyzer is not None:  # tables opened (by `eventlog stats`, say) but never built
-            index.catch_up()
-    except (EventLogError, ImportError, ValueError):
-        log.write_projection(INDEX_PROJECTION, lambda records, _: records.clear())
-
-
-def _apply_before_scrub(log: EventLogBase) -> None:
-    """Bring the store's index (if one was built) up to date before `scrub` rewrites the store,
-    so that erased messages' and deleted conversations' terms leave its records first."""
-    _apply_before_compaction(log)  # pyright: ignore[reportArgumentType]
-
-
-def _nothing_after_compaction(log: LmdbEventLog) -> None:
-    """The index keeps no handle on the store's files (its backend reopens its tables itself)."""
-
-
-register_compaction_hook(_apply_before_compaction, _nothing_after_compaction)
-register_scrub_hook(_apply_before_scrub)
+def maintain_index(store: IndexedLog) -> None:
+    """The index's maintainer (`INDEX_PROJECTION.maintainer`): bring the store's index up to date,
+    so that erased messages and deleted conversations leave its records before the log rewrites
+    its files. The log runs it before every scrub and compaction and clears the index if it raises."""
+    index = LmdbIndex.open_existing(store)
+    if index.state().analyzer is not None:  # tables opened (by `eventlog stats`, say) but never built
+        index.catch_up()
 
 
 def _pos_seq(value: bytes) -> int:

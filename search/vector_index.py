@@ -50,13 +50,16 @@ from eventlog.projection import LogReader, ProjectionRecords, ProjectionSpec, Pr
 if TYPE_CHECKING:
     from pydantic_ai.embeddings import Embedder
 
-__all__ = ['VECTOR_PROJECTION', 'VectorIndex', 'VectorState', 'embedder_name']
+__all__ = ['VECTOR_PROJECTION', 'VectorIndex', 'VectorState', 'embedder_name', 'maintain_vectors']
 
 VECTOR_FORMAT: Final = 1
 """The layout of the `vx` tables; an index of another format is rebuilt when opened."""
 _TABLES = ('meta', 'vec', 'conv')
-VECTOR_PROJECTION: Final = ProjectionSpec('vx', _TABLES)
-"""The vector index as a projection of the store: its name and tables."""
+VECTOR_PROJECTION: Final = ProjectionSpec(
+    'vx', _TABLES, format=str(VECTOR_FORMAT), maintainer='search.vector_index:maintain_vectors'
+)
+"""The vector index as a projection of the store: its name, tables, format and maintainer (the log
+runs `maintain_vectors` before every scrub and compaction, whatever the calling process imported)."""
 
 DEFAULT_BATCH: Final = 64
 """Messages embedded per call of the embedding model."""
@@ -315,14 +318,7 @@ class VectorIndex:
                 records.put('conv', ck(conversation_id) + seq_key(seq), b'')
         if plan.removals:
             for conversation_id, seqs in plan.removals:
-                prefix = ck(conversation_id)
-                if seqs is None:
-                    for key in records.delete_prefix('conv', prefix):
-                        records.delete('vec', key[len(prefix) :])
-                else:
-                    for seq in seqs:
-                        records.delete('conv', prefix + seq_key(seq))
-                        records.delete('vec', seq_key(seq))
+                _remove(records, conversation_id, seqs)
             records.put('meta', b'epoch', os.urandom(8).hex().encode())
         records.set_position(plan.end)
         return True
@@ -409,6 +405,42 @@ class VectorIndex:
             return out
 
         return self.log.read_projection(VECTOR_PROJECTION, read)
+
+
+def maintain_vectors(store: ProjectionStore) -> None:
+    """The vector index's maintainer (`VECTOR_PROJECTION.maintainer`): remove the vectors of what
+    was erased or deleted after the index's position, without embedding anything (no model is
+    needed) and without moving the position. Catching up later removes them again, which changes
+    nothing; the messages it has still to embed are read erased, or not at all once deleted."""
+
+    def apply(records: ProjectionWriter, reader: LogReader) -> None:
+        if _meta(records, b'model') is None:
+            return  # never built: no vector to remove
+        removed = False
+        for entry in reader.entries_after(records.position() or 0):
+            if entry.kind == 'deleted':
+                _remove(records, entry.conversation_id, None)
+            elif entry.kind == 'erasure':
+                _remove(records, entry.conversation_id, _erasure_dec.decode(entry.payload).seqs)
+            else:
+                continue
+            removed = True
+        if removed:
+            records.put('meta', b'epoch', os.urandom(8).hex().encode())
+
+    store.write_projection(VECTOR_PROJECTION, apply)
+
+
+def _remove(records: ProjectionWriter, conversation_id: str, seqs: list[int] | None) -> None:
+    """Remove a conversation's vectors (`seqs` `None`), or those of some of its entries."""
+    prefix = ck(conversation_id)
+    if seqs is None:
+        for key in records.delete_prefix('conv', prefix):
+            records.delete('vec', key[len(prefix) :])
+        return
+    for seq in seqs:
+        records.delete('conv', prefix + seq_key(seq))
+        records.delete('vec', seq_key(seq))
 
 
 def _pending(reader: LogReader, position: int) -> int:

@@ -220,10 +220,9 @@ _CRASHING_ERASER = textwrap.dedent(
     """
     import asyncio, os, signal, sys
     from eventlog import LmdbEventLog
-    from eventlog.log import register_scrub_hook
 
-    register_scrub_hook(lambda log: os.kill(os.getpid(), signal.SIGKILL))  # dies after the commit
     log = LmdbEventLog(sys.argv[1])
+    log._maintain_projections = lambda: os.kill(os.getpid(), signal.SIGKILL)  # dies after the commit
     asyncio.run(log.erase('c', run_id='secret-run', reason='request'))
     """
 )
@@ -292,30 +291,25 @@ async def test_a_crash_between_an_erasure_and_its_compaction_is_recorded_and_fin
 
 
 async def test_a_removal_recorded_after_the_scrub_began_stays_pending() -> None:
-    """A scrub clears only the removals it saw when it began: one recorded meanwhile (here by a
-    scrub hook, which runs before the files are rewritten) is left for the next scrub."""
-    from eventlog import log as log_module
-
+    """A scrub clears only the removals it saw when it began: one recorded meanwhile (here while
+    the projections are maintained, before the files are rewritten) is left for the next scrub."""
     log = InMemoryEventLog()
     await add_run(log, 'c', 'r1', exchange(0))
     await add_run(log, 'other', 'o1', exchange(5))
     late: list[int] = []
 
-    def erase_more(target: object) -> None:
-        if target is log and not late:
+    def erase_more() -> None:
+        if not late:
             loop = asyncio.new_event_loop()
             try:
                 late.append(loop.run_until_complete(log.erase('other', scrub=False)).erasure_seq or 0)
             finally:
                 loop.close()
 
-    log_module.register_scrub_hook(erase_more)
-    try:
-        first = await log.erase('c', run_id='r1', scrub=False)
-        assert await log.scrub_pending() == first.erasure_seq
-        assert await log.scrub() is None
-    finally:
-        log_module._scrub_hooks.remove(erase_more)  # pyright: ignore[reportPrivateUsage]
+    log._maintain_projections = erase_more  # pyright: ignore[reportPrivateUsage]
+    first = await log.erase('c', run_id='r1', scrub=False)
+    assert await log.scrub_pending() == first.erasure_seq
+    assert await log.scrub() is None
     assert first.erasure_seq is not None and late[0] > first.erasure_seq
     assert await log.scrub_pending() == late[0]
     assert await log.scrub() is None

@@ -214,11 +214,32 @@ def test_lmdb_projection_sees_another_processs_writes(tmp_path: Path) -> None:
 
 
 async def test_lmdb_projection_handles_survive_compaction(tmp_path: Path) -> None:
+    kept = ProjectionSpec('demo', ('docs', 'terms'), maintainer='eventlog.projection:keep_as_is')
     log = LmdbEventLog(tmp_path / 's')
     await add_run(log, 'c', 'r', exchange(1, 'hello'))
-    log.write_projection(SPEC, lambda r, _: (r.put('docs', b'k', b'v' * 5000), r.set_position(1)))
+    log.write_projection(kept, lambda r, _: (r.put('docs', b'k', b'v' * 5000), r.set_position(1)))
     await log.compact()
-    assert _dump(log) == (1, {'docs': [(b'k', b'v' * 5000)], 'terms': []})
+    assert _dump(log, kept) == (1, {'docs': [(b'k', b'v' * 5000)], 'terms': []})
+    log.write_projection(kept, lambda r, _: (r.put('terms', b'after', b'compact'), r.set_position(2)))
+    assert _dump(log, kept)[0] == 2
+    log.close()
+
+
+async def test_compaction_clears_a_projection_without_a_maintainer(tmp_path: Path) -> None:
+    """A projection that names no maintainer (or one that cannot be imported) is cleared before a
+    compaction: it rebuilds from the log, and no copy of erased text outlives the compaction."""
+    broken = ProjectionSpec('gone', ('docs',), maintainer='no_such_module_here:maintain')
+    log = LmdbEventLog(tmp_path / 's')
+    await add_run(log, 'c', 'r', exchange(1, 'hello'))
+    log.write_projection(SPEC, lambda r, _: (r.put('docs', b'k', b'v'), r.set_position(1)))
+    log.write_projection(broken, lambda r, _: (r.put('docs', b'k', b'v'), r.set_position(1)))
+    await log.compact()
+    assert _dump(log) == (None, {'docs': [], 'terms': []})
+    assert log.read_projection(broken, lambda r, _: (r.position(), list(r.scan('docs')))) == (None, [])
+    assert {entry.name: entry.maintainer for entry in log.projection_catalogue()} == {
+        'demo': None,
+        'gone': 'no_such_module_here:maintain',
+    }
     log.write_projection(SPEC, lambda r, _: (r.put('terms', b'after', b'compact'), r.set_position(2)))
     assert _dump(log)[0] == 2
     log.close()
