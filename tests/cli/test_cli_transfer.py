@@ -89,6 +89,7 @@ def test_verify_an_intact_store(shared: Store) -> None:
         'entries_checked': 26,
         'conversations_checked': 2,
         'problems': [],
+        'scrub_pending': None,
         'conversations': 2,
         'deletion_tombstones': 0,
     }
