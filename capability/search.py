@@ -24,9 +24,8 @@ from pydantic_ai.toolsets import AgentToolset, FunctionToolset
 from eventlog import EventLogBase, ReplayHistorySource
 from search import Analyzer, HistorySource, ScopeDefaultWarning, SearchBackend, SearchEngine, SearchOptions, SearchScope
 from search.analyzers import resolve_analyzer
-from search.answer import AnswerStyle
-from search.engine import validate_mode, validate_search_options
 from search.lmdb_index import IndexAnalyzerMismatch, LmdbIndex
+from search.options import AnswerStyle, validate_mode, validate_search_options
 from search.render import SEARCH_TOOL_NAME
 from search.semantic import SearchMode
 

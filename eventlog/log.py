@@ -222,6 +222,15 @@ class EventLogBase(ABC):
     def has_projection(self, name: str) -> bool:
         """Whether the projection called `name` was ever opened in this store."""
 
+    @abstractmethod
+    def disk_size(self) -> int:
+        """Bytes the store takes in its storage, as `eventlog stats` reports them (`disk_bytes`).
+
+        LMDB: the blocks allocated to its data file (`data.mdb`), free pages included; PostgreSQL:
+        `pg_total_relation_size` of every table in the log's schema (their indexes and TOAST
+        included); in memory: 0, since nothing is on disk. A cheap synchronous call that reads no
+        entries, so it is not a measure of the live data (LMDB's `compact` gives free pages back)."""
+
     def _check_open(self) -> None:
         if self._closed:
             raise LogClosedError(f'{type(self).__name__} is closed')

@@ -78,3 +78,7 @@ class InMemoryEventLog(EventLogBase):
         """Empty the projection `name` and forget its position."""
         with self._lock:
             self._projections.begin(name).clear()
+
+    def disk_size(self) -> int:
+        """0: an in-memory log keeps nothing on disk."""
+        return 0

@@ -21,6 +21,10 @@ Typical use, one batch of a catch-up::
         return position
 
     log.write_projection(ProjectionSpec('mine', ('docs',)), apply)
+
+A projection's keys are its own, but most name a `seq` or an id; `seq_key`, `key_seq` and
+`id_prefix` encode them the way the log's own tables do, so that keys sort in `seq` order and
+one id's prefix never matches another id's keys.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from typing import Protocol, TypeVar, cast, runtime_checkable
 import msgspec
 
 from eventlog import _engine as engine
+from eventlog import _keys as keys
 from eventlog._keys import META_PROJECTION_PREFIX
 from eventlog._storage import ProjectionRecords, ProjectionWriter, ReadTxn, Table, TableId, WriteTxn
 from eventlog.entries import ConversationRecord, Entry, RunRecord
@@ -48,8 +53,11 @@ __all__ = [
     'ProjectionSpec',
     'ProjectionStore',
     'ProjectionWriter',
+    'id_prefix',
     'keep_as_is',
+    'key_seq',
     'maintain_projections',
+    'seq_key',
 ]
 
 T = TypeVar('T')
@@ -58,6 +66,25 @@ BranchMessage = tuple[int, str, bytes]
 """A message on a branch: its `seq`, its conversation, and its pydantic-ai JSON."""
 
 _NAME = re.compile(r'[a-z][a-z0-9_]{0,31}')
+
+
+# --- keys of a projection's records -----------------------------------------------------------
+
+
+def seq_key(seq: int) -> bytes:
+    """A `seq` as the 8 bytes big-endian the log's own keys use, so that keys sort in `seq` order."""
+    return keys.seq_key(seq)
+
+
+def key_seq(key: bytes) -> int:
+    """The `seq` a key ends with (its last 8 bytes, as `seq_key` wrote them)."""
+    return keys.key_seq(key)
+
+
+def id_prefix(identifier: str) -> bytes:
+    """An id (of a conversation or a run) as a key prefix: its UTF-8 bytes and a NUL, which ids may
+    not contain, so that one id's prefix never matches the keys of another id it is a prefix of."""
+    return keys.ck(identifier)
 
 
 @dataclass(frozen=True)

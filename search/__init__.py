@@ -11,6 +11,7 @@ capabilities, and the event log never imports search. Its parts:
 - `search.bm25`: scoring over postings, shared by every index.
 - `search.backend`: the `SearchBackend` / `Corpus` seam an index implements.
 - `search.memory_index`: the in-memory corpus rebuilt from a `HistorySource` per search.
+- `search.options`: `SearchOptions`, how a search ranks and how much it shows (read by the two below).
 - `search.engine`: the search itself: a `SearchResult`, or an answer written for a model.
 - `search.result`: `SearchResult` and its hits, what one search found, as data.
 - `search.answer`: a result as the text a model reads (the reference's wording, or explained).
@@ -31,9 +32,10 @@ from eventlog._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from search.analyzers import ANALYZER_NAMES, Analyzer, CjkAnalyzer, DefaultAnalyzer, EnglishAnalyzer, get_analyzer
-    from search.answer import AnswerStyle, answer_text
+    from search.answer import answer_text
     from search.backend import SearchBackend
-    from search.engine import ScopeDefaultWarning, SearchEngine, SearchOptions, SearchScope
+    from search.engine import ScopeDefaultWarning, SearchEngine, SearchScope
+    from search.options import AnswerStyle, SearchOptions
     from search.result import SearchHit, SearchOutcome, SearchResult, SearchTimings, WindowMessage
     from search.semantic import SearchMode
     from search.source import HistorySource, RunInfo
@@ -70,7 +72,7 @@ __all__ = [
 _SUBMODULE: dict[str, str] = {
     'ANALYZER_NAMES': 'search.analyzers',
     'Analyzer': 'search.analyzers',
-    'AnswerStyle': 'search.answer',
+    'AnswerStyle': 'search.options',
     'CjkAnalyzer': 'search.analyzers',
     'DefaultAnalyzer': 'search.analyzers',
     'EnglishAnalyzer': 'search.analyzers',
@@ -81,7 +83,7 @@ _SUBMODULE: dict[str, str] = {
     'SearchEngine': 'search.engine',
     'SearchHit': 'search.result',
     'SearchMode': 'search.semantic',
-    'SearchOptions': 'search.engine',
+    'SearchOptions': 'search.options',
     'SearchOutcome': 'search.result',
     'SearchResult': 'search.result',
     'SearchScope': 'search.engine',

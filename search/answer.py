@@ -18,18 +18,12 @@ from __future__ import annotations
 
 import unicodedata
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Literal
 
+from search.options import AnswerStyle, SearchOptions
 from search.render import Locator, display_lines, make_locator
 from search.result import SearchHit, SearchResult
 
-if TYPE_CHECKING:
-    from search.engine import SearchOptions
-
 __all__ = ['AnswerStyle', 'answer_text']
-
-AnswerStyle = Literal['reference', 'explained']
-"""How an answer is worded: the reference's text (`'reference'`), or with explanations (`'explained'`)."""
 
 MAX_QUERY_TERMS = 1000
 """A query with more distinct terms than this is refused rather than ranked."""

@@ -14,27 +14,23 @@ answer an unknown run id gets.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Literal, overload
 
 from pydantic_ai.messages import ModelMessage
 
-from search.analyzers import Analyzer, DefaultAnalyzer
-from search.answer import MAX_QUERY_TERMS, AnswerStyle, answer_text
+from search.answer import MAX_QUERY_TERMS, answer_text
 from search.backend import Corpus, Hit, NumberedCorpus, RunSpan, SearchBackend
-from search.bm25 import DEFAULT_B, DEFAULT_K1, unique_terms
+from search.bm25 import unique_terms
 from search.memory_index import HistorySourceBackend
+from search.options import AnswerStyle, SearchOptions, validate_mode, validate_search_options
 from search.result import SearchHit, SearchOutcome, SearchResult, SearchTimings, WindowMessage
-from search.semantic import SEARCH_MODES, SearchMode, TextVectors, fuse_rankings, semantic_ranking
+from search.semantic import SearchMode, TextVectors, fuse_rankings, semantic_ranking
 from search.source import HistorySource
 
 if TYPE_CHECKING:
-    from pydantic_ai.embeddings import Embedder
-
     from search.vector_index import VectorIndex
 
 __all__ = [
@@ -67,90 +63,6 @@ class ScopeDefaultWarning(DeprecationWarning):
     Emitted once per capability instance. Pass `scope='conversation'` to keep that
     behaviour without the warning, or `scope='all'` to search every run in the store.
     """
-
-
-def _is_count(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_real(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def validate_search_options(*, max_matches: int, context_lines: int, bm25_k1: float, bm25_b: float) -> None:
-    """Check the search options, raising `ValueError` naming the first bad one.
-
-    `max_matches` and `context_lines` are non-negative integers, `bm25_k1` a finite
-    non-negative number (a negative one can zero a denominator, and `nan` or `inf` would turn
-    every score into `nan`), and `bm25_b` a number from 0 to 1.
-    """
-    if not _is_count(max_matches) or max_matches < 0:
-        raise ValueError(f'max_matches must be a non-negative integer, got {max_matches!r}.')
-    if not _is_count(context_lines) or context_lines < 0:
-        raise ValueError(f'context_lines must be a non-negative integer, got {context_lines!r}.')
-    if not _is_real(bm25_k1) or not math.isfinite(bm25_k1) or bm25_k1 < 0:
-        raise ValueError(f'bm25_k1 must be a finite number of at least 0, got {bm25_k1!r}.')
-    if not _is_real(bm25_b) or not 0.0 <= bm25_b <= 1.0:
-        raise ValueError(f'bm25_b must be a number from 0.0 to 1.0, got {bm25_b!r}.')
-
-
-@dataclass(frozen=True)
-class SearchOptions:
-    """How a search ranks and how much it shows; validated on creation."""
-
-    max_matches: int = 10
-    """The most results one answer shows."""
-
-    context_lines: int = 5
-    """Messages shown before and after each match, from the match's own run."""
-
-    bm25_k1: float = DEFAULT_K1
-    """BM25 term-frequency saturation."""
-
-    bm25_b: float = DEFAULT_B
-    """BM25 length normalisation."""
-
-    analyzer: Analyzer = field(default_factory=DefaultAnalyzer)
-    """How messages and queries become terms."""
-
-    answer_style: AnswerStyle = 'reference'
-    """How the model's answer is worded (`search.answer`): `'reference'`, the text the reference's
-    `ConversationSearch` gives, byte for byte; `'explained'`, answers that say why nothing was
-    found and what to try, and do not repeat a message an earlier result already showed."""
-
-    mode: SearchMode = 'bm25'
-    """How results are ranked (`search.semantic`): `'bm25'` (lexical; answers unchanged), `'semantic'`
-    (cosine similarity of embeddings) or `'hybrid'` (reciprocal-rank fusion of both)."""
-
-    embedder: Embedder | None = field(default=None, compare=False)
-    """The pydantic-ai `Embedder` that embeds messages and queries; required by `'semantic'` and `'hybrid'`."""
-
-    def __post_init__(self) -> None:
-        """Reject invalid values with a `ValueError`."""
-        validate_search_options(
-            max_matches=self.max_matches,
-            context_lines=self.context_lines,
-            bm25_k1=self.bm25_k1,
-            bm25_b=self.bm25_b,
-        )
-        if self.answer_style not in ('reference', 'explained'):
-            raise ValueError(f"answer_style must be 'reference' or 'explained', got {self.answer_style!r}.")
-        validate_mode(self.mode, self.embedder)
-
-
-def validate_mode(mode: object, embedder: object) -> None:
-    """Check a search mode and its embedder, raising `ValueError` for an unknown mode, or for
-    `'semantic'` or `'hybrid'` without an `Embedder`."""
-    if mode not in SEARCH_MODES:
-        raise ValueError(f"mode must be 'bm25', 'semantic' or 'hybrid', got {mode!r}.")
-    if mode != 'bm25':
-        from pydantic_ai.embeddings import Embedder
-
-        if not isinstance(embedder, Embedder):
-            raise ValueError(
-                f"mode={mode!r} needs embedder=, a pydantic-ai Embedder (such as Embedder('sentence-transformers:"
-                f"all-MiniLM-L6-v2')); got {type(embedder).__name__}."
-            )
 
 
 def as_backend(source: HistorySource | SearchBackend) -> SearchBackend:

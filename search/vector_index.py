@@ -19,7 +19,7 @@ Tables of the projection `vx`:
 - `vx.meta`  `model` (the embedding model's name), `dim` (its dimension), `format`, and `epoch`
              (changed whenever vectors are removed, so a process's in-memory copy is dropped)
 - `vx.vec`   seq -> the message's unit-length embedding, float32 little-endian
-- `vx.conv`  ck(conversation) + seq -> '' (which vectors a deletion or an erasure removes)
+- `vx.conv`  id_prefix(conversation) + seq -> '' (which vectors a deletion or an erasure removes)
 
 A message whose indexed text is empty, an erased message (its placeholder says nothing) and the
 search tool's own calls and returns get no vector. A `deleted` entry removes the conversation's
@@ -42,10 +42,18 @@ import msgspec
 import numpy as np
 from numpy.typing import NDArray
 
-from eventlog._keys import ck, key_seq, seq_key
 from eventlog.entries import ErasureInfo
 from eventlog.errors import CorruptStoreError, InvalidArgumentError, VectorIndexMismatch
-from eventlog.projection import LogReader, ProjectionRecords, ProjectionSpec, ProjectionStore, ProjectionWriter
+from eventlog.projection import (
+    LogReader,
+    ProjectionRecords,
+    ProjectionSpec,
+    ProjectionStore,
+    ProjectionWriter,
+    id_prefix,
+    key_seq,
+    seq_key,
+)
 
 if TYPE_CHECKING:
     from pydantic_ai.embeddings import Embedder
@@ -315,7 +323,7 @@ class VectorIndex:
                 )
             for (seq, conversation_id, _text), vector in zip(plan.items, vectors, strict=True):
                 records.put('vec', seq_key(seq), vector.astype('<f4').tobytes())
-                records.put('conv', ck(conversation_id) + seq_key(seq), b'')
+                records.put('conv', id_prefix(conversation_id) + seq_key(seq), b'')
         if plan.removals:
             for conversation_id, seqs in plan.removals:
                 _remove(records, conversation_id, seqs)
@@ -433,7 +441,7 @@ def maintain_vectors(store: ProjectionStore) -> None:
 
 def _remove(records: ProjectionWriter, conversation_id: str, seqs: list[int] | None) -> None:
     """Remove a conversation's vectors (`seqs` `None`), or those of some of its entries."""
-    prefix = ck(conversation_id)
+    prefix = id_prefix(conversation_id)
     if seqs is None:
         for key in records.delete_prefix('conv', prefix):
             records.delete('vec', key[len(prefix) :])

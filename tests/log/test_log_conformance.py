@@ -41,6 +41,13 @@ async def test_backend_satisfies_protocol(log: EventLogBase) -> None:
     assert isinstance(log, EventLog)
 
 
+async def test_disk_size_is_a_byte_count(log: EventLogBase, backend: str) -> None:
+    await add_run(log, 'c1', 'r1', exchange(1))
+    size = log.disk_size()
+    assert isinstance(size, int)
+    assert size == 0 if backend == 'memory' else size > 0
+
+
 async def test_seq_is_strictly_increasing_and_global(log: EventLogBase) -> None:
     a = await add_run(log, 'c1', 'r1', exchange(1))
     b = await add_run(log, 'c2', 'r2', exchange(2))
