@@ -45,7 +45,7 @@ import struct
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import suppress
 from typing import TYPE_CHECKING, Final, Protocol, TypeVar, cast
 
@@ -167,10 +167,79 @@ _MAX_INDEX_FINDINGS: Final = 20
 """Differences listed per index table; the rest are counted."""
 
 
-def _table_items(records: ProjectionRecords) -> dict[str, dict[bytes, bytes]]:
-    items = {name: dict(records.scan(name)) for name in _TABLES}
-    items['meta'].pop(_DROPPED, None)  # a mark for caches (absent from indexes built before it), not derived content
-    return items
+_SCRATCH: Final = b'\xff\xff\xffverify\x00'
+"""Key prefix under which `LmdbIndex.verify` rebuilds the index beside the stored one, in its always
+aborted transaction. No key the index writes starts with `0xff` (ids and terms are UTF-8, `seq`s
+are big-endian below 2**63), so the rebuilt records sort after every stored one."""
+_AFTER_SCRATCH: Final = _SCRATCH[:-1] + b'\x01'
+"""The smallest key after every key starting with `_SCRATCH`."""
+
+
+class _ScratchRecords:
+    """`ProjectionWriter` over the keys of another starting with `_SCRATCH`: an empty projection
+    of its own (with its position kept here) for `LmdbIndex.verify` to rebuild the index into."""
+
+    __slots__ = ('_position', '_records')
+
+    def __init__(self, records: ProjectionWriter) -> None:
+        self._records = records
+        self._position: int | None = None
+
+    def position(self) -> int | None:
+        return self._position
+
+    def get(self, table: str, key: bytes) -> bytes | None:
+        return self._records.get(table, _SCRATCH + key)
+
+    def scan(
+        self, table: str, *, prefix: bytes = b'', start: bytes | None = None, reverse: bool = False
+    ) -> Iterator[tuple[bytes, bytes]]:
+        cut = len(_SCRATCH)
+        found = self._records.scan(
+            table, prefix=_SCRATCH + prefix, start=None if start is None else _SCRATCH + start, reverse=reverse
+        )
+        return ((key[cut:], value) for key, value in found)
+
+    def last(self, table: str, prefix: bytes = b'') -> tuple[bytes, bytes] | None:
+        return next(self.scan(table, prefix=prefix, reverse=True), None)
+
+    def put(self, table: str, key: bytes, value: bytes) -> None:
+        self._records.put(table, _SCRATCH + key, value)
+
+    def delete(self, table: str, key: bytes) -> None:
+        self._records.delete(table, _SCRATCH + key)
+
+    def delete_prefix(self, table: str, prefix: bytes) -> list[bytes]:
+        cut = len(_SCRATCH)
+        return [key[cut:] for key in self._records.delete_prefix(table, _SCRATCH + prefix)]
+
+    def set_position(self, seq: int) -> None:
+        self._position = seq
+
+    def clear(self) -> None:
+        for table in _TABLES:
+            self._records.delete_prefix(table, _SCRATCH)
+        self._position = None
+
+
+def _stored_items(records: ProjectionRecords, table: str) -> Iterator[tuple[bytes, bytes]]:
+    """The stored records of `table` in key order, without the rebuilt ones (`_SCRATCH`) nor
+    the `_DROPPED` mark (for caches, absent from indexes built before it: not derived content)."""
+    for key, value in records.scan(table):
+        if key.startswith(_SCRATCH):
+            break
+        if table != 'meta' or key != _DROPPED:
+            yield key, value
+    for key, value in records.scan(table, start=_AFTER_SCRATCH):  # damaged keys sorting after the rebuilt ones
+        if table != 'meta' or key != _DROPPED:
+            yield key, value
+
+
+def _rebuilt_items(records: ProjectionRecords, table: str) -> Iterator[tuple[bytes, bytes]]:
+    cut = len(_SCRATCH)
+    for key, value in records.scan(table, prefix=_SCRATCH):
+        if table != 'meta' or key[cut:] != _DROPPED:
+            yield key[cut:], value
 
 
 def _index_conversation(table: str, key: bytes) -> str:
@@ -180,27 +249,36 @@ def _index_conversation(table: str, key: bytes) -> str:
     return key[: max(cut, 0)].decode(errors='replace')
 
 
-def _index_differences(
-    stored: dict[str, dict[bytes, bytes]], rebuilt: dict[str, dict[bytes, bytes]]
+def _table_differences(
+    table: str, have: Iterator[tuple[bytes, bytes]], want: Iterator[tuple[bytes, bytes]]
 ) -> list[IndexFinding]:
+    """The differences between two tables given in key order, walked side by side: the first
+    `_MAX_INDEX_FINDINGS`, then how many more (neither table is held in memory)."""
     findings: list[IndexFinding] = []
-    for table in _TABLES:
-        have, want = stored[table], rebuilt[table]
-        keys = sorted(set(have) | set(want))
-        differing = [key for key in keys if have.get(key) != want.get(key)]
-        for key in differing[:_MAX_INDEX_FINDINGS]:
+    more = 0
+    stored, rebuilt = next(have, None), next(want, None)
+    while True:
+        if stored is not None and (rebuilt is None or stored[0] < rebuilt[0]):
+            key, what = stored[0], 'holds a key the entries do not give: {!r}'
+            stored = next(have, None)
+        elif rebuilt is not None and (stored is None or rebuilt[0] < stored[0]):
+            key, what = rebuilt[0], 'lacks the key {!r}'
+            rebuilt = next(want, None)
+        elif stored is not None and rebuilt is not None:
+            key, same = stored[0], stored[1] == rebuilt[1]
+            stored, rebuilt = next(have, None), next(want, None)
+            if same:
+                continue
+            what = 'holds another value under {!r}'
+        else:
+            break
+        if len(findings) < _MAX_INDEX_FINDINGS:
             shown = key[:60].decode('utf-8', errors='backslashreplace')
-            if key not in want:
-                what = f'holds a key the entries do not give: {shown!r}'
-            elif key not in have:
-                what = f'lacks the key {shown!r}'
-            else:
-                what = f'holds another value under {shown!r}'
-            findings.append(IndexFinding(_index_conversation(table, key), table, f'ix.{table} {what}'))
-        if len(differing) > _MAX_INDEX_FINDINGS:
-            findings.append(
-                IndexFinding('', table, f'ix.{table}: {len(differing) - _MAX_INDEX_FINDINGS} more differences')
-            )
+            findings.append(IndexFinding(_index_conversation(table, key), table, f'ix.{table} {what.format(shown)}'))
+        else:
+            more += 1
+    if more:
+        findings.append(IndexFinding('', table, f'ix.{table}: {more} more differences'))
     return findings
 
 
@@ -594,8 +672,9 @@ class LmdbIndex:
         """Check that the index holds exactly what the log's entries give it.
 
         In one write transaction that is always aborted (the store is left as it was): the
-        index is brought up to the log's last `seq` as a search would, its tables are read,
-        cleared and rebuilt from the entries, and the two are compared table by table. A
+        index is brought up to the log's last `seq` as a search would, rebuilt from the entries
+        beside itself (in its own tables, under the `_SCRATCH` key prefix), and the two are
+        walked side by side in key order, table by table, so that neither is held in memory. A
         finding names the table and the conversation concerned; `LmdbIndex.rebuild`
         (`eventlog reindex`) repairs any of them. No index built yet gives no findings.
         Appends wait while it runs, as they do during a reindex.
@@ -609,14 +688,15 @@ class LmdbIndex:
                     pass
             except (msgspec.DecodeError, struct.error, UnicodeDecodeError, ValueError, KeyError, IndexError) as exc:
                 raise _Verified([IndexFinding('', 'meta', f'the index cannot be brought up to date ({exc})')]) from None
-            stored = _table_items(records)
-            records.clear()
+            scratch = _ScratchRecords(records)
             self.decoded.clear()
-            while self._apply_batch(records, reader)[1]:
+            while self._apply_batch(scratch, reader)[1]:
                 pass
-            rebuilt = _table_items(records)
             self.decoded.clear()
-            raise _Verified(_index_differences(stored, rebuilt))
+            findings: list[IndexFinding] = []
+            for table in _TABLES:
+                findings += _table_differences(table, _stored_items(records, table), _rebuilt_items(records, table))
+            raise _Verified(findings)
 
         with self._lock:
             try:

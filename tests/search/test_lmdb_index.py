@@ -399,3 +399,65 @@ def test_index_tables_stay_out_of_the_logs_tables(tmp_path: Path) -> None:
             names.add(bytes(key))
     assert b'ix.post' in names and b'entries' in names
     log.close()
+
+
+@pytest.mark.parametrize('backend', ['lmdb', 'memory'])
+async def test_verify_walks_the_tables_and_finds_each_kind_of_damage(tmp_path: Path, backend: str) -> None:
+    """`LmdbIndex.verify` rebuilds beside the stored index and walks both in key order: an extra
+    posting, a missing one and a wrong statistic are each found where they are, many differences
+    are counted past the first `_MAX_INDEX_FINDINGS`, and a damaged key sorting after the rebuilt
+    records (`0xff...`) is found too; the store is left as it was."""
+    from eventlog import InMemoryEventLog
+    from eventlog.projection import ProjectionWriter
+    from search.lmdb_index import _MAX_INDEX_FINDINGS, INDEX_PROJECTION  # pyright: ignore[reportPrivateUsage]
+
+    log = LmdbEventLog(tmp_path / 's', sync=False) if backend == 'lmdb' else InMemoryEventLog()
+    try:
+        await Builder(log, 5).build(12)  # pyright: ignore[reportArgumentType]
+        index = LmdbIndex(log)
+        index.catch_up()
+        assert index.verify() == []
+
+        def damage(fn: object) -> None:
+            log.write_projection(INDEX_PROJECTION, lambda records, _: fn(records))  # pyright: ignore
+
+        def tables(records: ProjectionWriter) -> dict[str, list[tuple[bytes, bytes]]]:
+            return {name: list(records.scan(name)) for name in ('post', 'stats')}
+
+        snapshot: dict[str, list[tuple[bytes, bytes]]] = log.read_projection(INDEX_PROJECTION, lambda r, _: tables(r))  # pyright: ignore
+        (missing, _), (changed, stat) = snapshot['post'][0], snapshot['stats'][1]
+        conversation = changed.split(b'\x00', 1)[0].decode()
+
+        def three(records: ProjectionWriter) -> None:
+            records.put('post', b'c0\x00ozzz-not-a-term\x00\x00\x00\x00\x00', b'')
+            records.delete('post', missing)
+            records.put('stats', changed, stat[:-1] + bytes([stat[-1] ^ 1]))
+
+        damage(three)
+        found = index.verify()
+        reasons = {(f.table, f.reason.split(' ', 2)[1]) for f in found}
+        assert reasons == {('post', 'holds'), ('post', 'lacks'), ('stats', 'holds')}, found
+        assert any('ozzz-not-a-term' in f.reason and f.conversation_id == 'c0' for f in found)
+        assert any('another value' in f.reason and f.conversation_id == conversation for f in found)
+        assert any(f'lacks the key {missing[:60].decode("utf-8", "backslashreplace")!r}' in f.reason for f in found)
+
+        extra = _MAX_INDEX_FINDINGS + 7
+
+        def many(records: ProjectionWriter) -> None:
+            for i in range(extra):
+                records.put('held', f'c1\x00junk{i:03}'.encode(), b'')
+            records.put('runs', b'\xff\xff\xff\xff after every rebuilt key', b'x')
+
+        damage(many)
+        before = index.state()
+        found = index.verify()
+        held = [f for f in found if f.table == 'held']
+        assert len(held) == _MAX_INDEX_FINDINGS + 1
+        assert held[-1].reason == 'ix.held: 7 more differences'
+        assert [f.table for f in found if 'after every rebuilt key' in f.reason] == ['runs']
+        assert index.state() == before, 'verify leaves the index as it was'
+        assert log.read_projection(INDEX_PROJECTION, lambda r, _: tables(r)) != snapshot  # the damage is still there
+        index.rebuild()
+        assert index.verify() == []
+    finally:
+        log.close()
