@@ -263,7 +263,10 @@ def test_delete_with_yes_compacts_the_deleted_text_away(fresh: Store) -> None:
     result = invoke('delete', 'beta', '--yes', store=fresh.path)
     assert result.exit_code == 0, result.output
     assert result.stdout == 'deleted beta: 4 entries removed\n'
-    assert result.stderr.startswith(f'compacted {fresh.path}: ') and 'the removed text is gone from its files' in result.stderr
+    assert (
+        result.stderr.startswith(f'compacted {fresh.path}: ')
+        and 'the removed text is gone from its files' in result.stderr
+    )
     on_disk = _store_bytes(fresh.path)
     assert b'wombat' not in on_disk
     assert b'quokka-archive-7731' in on_disk
