@@ -60,11 +60,17 @@ def test_a_rival_in_another_pid_namespace_with_the_same_host_name_does_not_take_
     # rival's own thread ids, which a signal 0 would find alive.
     spawn = 'i=0; while [ $i -lt 300 ]; do /bin/true; i=$((i+1)); done; "$@"; exit $?'
     holder = worker(
-        tmp_path, 'start', ['lmdb'], name, prefix=['unshare', '-p', '-f', '--mount-proc', 'sh', '-c', spawn, 'sh']
+        tmp_path,
+        'start',
+        ['lmdb'],
+        name,
+        prefix=['unshare', '-p', '-f', '--kill-child', '--mount-proc', 'sh', '-c', spawn, 'sh'],
     )
     try:
         wait_hung(tmp_path, holder, [name], 'start')
-        rival = worker(tmp_path, 'resume', ['lmdb'], name, prefix=['unshare', '-p', '-f', '--mount-proc'])
+        rival = worker(
+            tmp_path, 'resume', ['lmdb'], name, prefix=['unshare', '-p', '-f', '--kill-child', '--mount-proc']
+        )
         finish(tmp_path, rival, 'resume')
         one_executes(tmp_path, name)
     finally:
