@@ -33,9 +33,9 @@ from eventlog import EventLogBase, InvalidArgumentError, RecalledHit, RecallInfo
 from search import Analyzer, HistorySource, SearchBackend, SearchEngine, SearchMode, SearchOptions, SearchScope
 from search.analyzers import resolve_analyzer
 from search.bm25 import DEFAULT_B, DEFAULT_K1
-from search.lmdb_index import LmdbIndex
 from search.memory_index import message_identity
 from search.options import validate_mode, validate_search_options
+from search.persistent_index import PersistentIndex
 from search.render import message_segments
 from search.result import SearchHit
 
@@ -380,6 +380,6 @@ def _log_of(source: Any) -> object:
     """The event log `source` reads, when it reads one."""
     if isinstance(source, ReplayHistorySource):
         return source.log
-    if isinstance(source, LmdbIndex):
+    if isinstance(source, PersistentIndex):
         return source.log
     return None

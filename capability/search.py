@@ -24,8 +24,8 @@ from pydantic_ai.toolsets import AgentToolset, FunctionToolset
 from eventlog import EventLogBase, ReplayHistorySource
 from search import Analyzer, HistorySource, ScopeDefaultWarning, SearchBackend, SearchEngine, SearchOptions, SearchScope
 from search.analyzers import resolve_analyzer
-from search.lmdb_index import IndexAnalyzerMismatch, LmdbIndex
 from search.options import AnswerStyle, validate_mode, validate_search_options
+from search.persistent_index import IndexAnalyzerMismatch, PersistentIndex
 from search.render import SEARCH_TOOL_NAME
 from search.semantic import SearchMode
 
@@ -51,7 +51,7 @@ def backend_for(
         source = ReplayHistorySource(source)
     if isinstance(source, ReplayHistorySource) and source.log.persistent:
         try:
-            return LmdbIndex.for_log(source.log, analyzer)
+            return PersistentIndex.for_log(source.log, analyzer)
         except IndexAnalyzerMismatch:
             if not fallback:
                 raise

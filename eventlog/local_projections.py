@@ -102,7 +102,7 @@ class LocalProjections:
     """The projection API (`eventlog.projection.ProjectionStore`) of `log`, with the records in
     the LMDB directory `path` (created if absent) and the log read from `log`.
 
-    Pass it wherever a log's projections are used, e.g. `LmdbIndex(LocalProjections(log, path))`
+    Pass it wherever a log's projections are used, e.g. `PersistentIndex(LocalProjections(log, path))`
     for a search index local to this machine. Close it when done (`close`, or `with`).
     """
 

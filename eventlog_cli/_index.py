@@ -12,7 +12,7 @@ from eventlog._threads import to_thread
 
 if TYPE_CHECKING:
     from search.analyzers import Analyzer
-    from search.lmdb_index import IndexedLog, LmdbIndex
+    from search.persistent_index import IndexedLog, PersistentIndex
 
 # The index modules (numpy, pydantic-ai) are imported on first use, keeping the CLI's start fast.
 
@@ -22,11 +22,11 @@ Progress = Callable[[int, int], None]
 """Called with (done, total) as a long operation advances."""
 
 
-def _existing_index(log: IndexedLog) -> LmdbIndex:
+def _existing_index(log: IndexedLog) -> PersistentIndex:
     """The index of `log` opened with the analyzer it was built with (`default` when none is built)."""
-    from search.lmdb_index import LmdbIndex
+    from search.persistent_index import PersistentIndex
 
-    return LmdbIndex.open_existing(log)
+    return PersistentIndex.open_existing(log)
 
 
 def index_analyzer(log: IndexedLog) -> str | None:

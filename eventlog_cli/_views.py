@@ -278,14 +278,14 @@ async def read_verify(
     from eventlog._threads import to_thread
     from eventlog._verify import report_of
     from eventlog.entries import VerifyProblem
-    from search.lmdb_index import LmdbIndex
+    from search.persistent_index import PersistentIndex
 
     if checkpoints is not None and public_key is not None:
         report = await log.verify(checkpoints=checkpoints, public_key=public_key)
     else:
         report = await log.verify()
     if not any(p.code == 'structure' for p in report.problems):
-        index = LmdbIndex.open_existing(log)
+        index = PersistentIndex.open_existing(log)
         found = await to_thread(index.verify)
         report = report_of(
             (

@@ -821,7 +821,7 @@ async def _search(
 ) -> None:
     from capability.search import backend_for
     from search.engine import MAX_QUERY_TERMS, SearchEngine, SearchOptions
-    from search.lmdb_index import LmdbIndex
+    from search.persistent_index import PersistentIndex
 
     async with _open(store) as log:
         if conversation_id is not None:
@@ -837,7 +837,7 @@ async def _search(
             analyzer = _analyzer(built or 'default')
         backend = backend_for(log, analyzer, fallback=True)
         note = None
-        if not isinstance(backend, LmdbIndex):
+        if not isinstance(backend, PersistentIndex):
             note = (
                 f'the search index was built with the {built!r} analyzer, so this search rebuilt a corpus in '
                 f'memory with {analyzer.name!r} (slower); `eventlog reindex --analyzer {analyzer.name}` '

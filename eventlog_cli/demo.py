@@ -49,7 +49,7 @@ from rich.text import Text
 from capability.persistence import EventLogPersistence
 from capability.search import TOOL_NAME, ConversationSearch
 from eventlog import LmdbEventLog, ReplayHistorySource, ToolEffectInfo
-from search.lmdb_index import LmdbIndex
+from search.persistent_index import PersistentIndex
 
 __all__ = [
     'CONVERSATION_ID',
@@ -440,7 +440,7 @@ async def _finale(
 ) -> DemoResult:
     console.print(Rule('The question'))
     began = time.perf_counter()
-    applied = await asyncio.to_thread(LmdbIndex(log).catch_up)
+    applied = await asyncio.to_thread(PersistentIndex(log).catch_up)
     console.print(
         Text.assemble(
             ('search index: ', 'dim'),

@@ -1,7 +1,7 @@
 """BM25 recall over stored conversation history.
 
 The in-memory search reads history through `HistorySource`; the persistent index
-(`search.lmdb_index`) is a tracked projection of the event log and stands on its storage
+(`search.persistent_index`) is a tracked projection of the event log and stands on its storage
 protocol (`eventlog.projection`). So the search layer imports the event log, never the
 capabilities, and the event log never imports search. Its parts:
 
@@ -15,7 +15,10 @@ capabilities, and the event log never imports search. Its parts:
 - `search.engine`: the search itself: a `SearchResult`, or an answer written for a model.
 - `search.result`: `SearchResult` and its hits, what one search found, as data.
 - `search.answer`: a result as the text a model reads (the reference's wording, or explained).
-- `search.lmdb_index`: the index kept in the log's store, current with the log by position.
+- `search.persistent_index`: the index kept in the log's store, current with the log by position,
+  on every backend (`PersistentIndex`); its parts are `search.index_format` (tables and codecs),
+  `search.index_writer`, `search.index_check` (what `verify` compares) and `search.index_corpus`
+  (the query side). `search.lmdb_index` is its former name, kept as an alias.
 - `search.vector_index`: message embeddings kept in the log's store the same way (extra `semantic`
   for a local model: `search.local_model`).
 - `search.semantic`: the `'semantic'` and `'hybrid'` search modes (cosine similarity, rank fusion).

@@ -301,7 +301,7 @@ class _WithoutRun(Sequence[Hit]):
 
 
 async def _settle(corpus: Corpus) -> None:
-    """Let a corpus that checks it is current while it ranks (`search.lmdb_index` over a local
+    """Let a corpus that checks it is current while it ranks (`search.index_corpus` over a local
     index) finish that check, so that its `document_count` is final without ranking."""
     settle = getattr(corpus, 'settle', None)
     if settle is not None:

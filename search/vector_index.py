@@ -1,6 +1,6 @@
 """`VectorIndex`: message embeddings kept in the log's store, as a tracked projection.
 
-Like the BM25 index (`search.lmdb_index`), the vector index is a projection of the log
+Like the BM25 index (`search.persistent_index`), the vector index is a projection of the log
 (`eventlog.projection`): it runs on every backend that offers the projection API (LMDB,
 PostgreSQL, in memory), follows the log by position, and can be cleared and rebuilt from the
 entries with the same result. One vector is kept per stored message, by the `seq` of the entry

@@ -479,7 +479,7 @@ def _preload() -> None:
     for name in (
         'pydantic_ai.messages',
         'search.engine',
-        'search.lmdb_index',
+        'search.persistent_index',
         'search.render',
         'eventlog._verify',
         'eventlog.checkpoint',

@@ -308,11 +308,11 @@ async def search_page(log: StoreLog, query: str, conversation_id: str | None, pa
     """Page `page` of the hits of `query` over the store's persistent index (one conversation, or all)."""
     from eventlog_cli._index import index_analyzer
     from search.engine import SearchEngine, SearchOptions
-    from search.lmdb_index import LmdbIndex
+    from search.persistent_index import PersistentIndex
     from search.render import display_lines, make_locator
 
     name = index_analyzer(log) or 'default'
-    index = LmdbIndex.for_log(log, name)
+    index = PersistentIndex.for_log(log, name)
     analyzer = index.analyzer
     engine = SearchEngine(index, SearchOptions(max_matches=page * SEARCH_PAGE, context_lines=0, analyzer=analyzer))
     result: SearchResult = await engine.find(

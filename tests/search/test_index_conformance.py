@@ -1,8 +1,8 @@
 """One conformance suite for the search index, run on the in-memory, LMDB and PostgreSQL backends,
 and on PostgreSQL with the index kept in a local LMDB directory (`LocalProjections`).
 
-The index (`search.lmdb_index.LmdbIndex`) stands on the storage protocol's projection API,
-so the same code runs on both backends. On each: catching up step by step gives exactly
+The index (`search.persistent_index.PersistentIndex`, alias `search.lmdb_index.LmdbIndex`) stands
+on the storage protocol's projection API, so the same code runs on both backends. On each: catching up step by step gives exactly
 the records a rebuild gives, the ranking is the in-memory `HistorySourceBackend`'s, and
 deletes, archives, context compactions, forks and store compaction are followed. Both
 backends hold byte-identical records for the same log. On LMDB, a catch-up killed with
@@ -255,10 +255,11 @@ async def test_the_position_of_a_message_maps_to_its_entry(log: EventLogBase) ->
 
 _KILLED_CATCH_UP = """
 import sys
-import search.lmdb_index as ix
+import search.index_writer as iw
+import search.persistent_index as ix
 from eventlog import LmdbEventLog
 ix._CATCH_UP_BATCH = 40
-flush = ix._Writer.flush
+flush = iw.IndexWriter.flush
 batches = 0
 def flush_then_hang(self, position):
     global batches
@@ -267,9 +268,9 @@ def flush_then_hang(self, position):
     if batches == 2:
         print('inside', flush=True)
         sys.stdin.readline()
-ix._Writer.flush = flush_then_hang
+iw.IndexWriter.flush = flush_then_hang
 log = LmdbEventLog(sys.argv[1], sync=False)
-ix.LmdbIndex(log).catch_up()
+ix.PersistentIndex(log).catch_up()
 """
 
 
@@ -302,7 +303,7 @@ async def test_a_catch_up_killed_mid_transaction_keeps_its_last_committed_batch(
     replay = History(replica, 21)
     for _ in range(30):
         await replay.step()
-    import search.lmdb_index as ix
+    import search.persistent_index as ix
 
     class _Stop(Exception):
         pass

@@ -405,11 +405,12 @@ def test_index_tables_stay_out_of_the_logs_tables(tmp_path: Path) -> None:
 async def test_verify_walks_the_tables_and_finds_each_kind_of_damage(tmp_path: Path, backend: str) -> None:
     """`LmdbIndex.verify` rebuilds beside the stored index and walks both in key order: an extra
     posting, a missing one and a wrong statistic are each found where they are, many differences
-    are counted past the first `_MAX_INDEX_FINDINGS`, and a damaged key sorting after the rebuilt
+    are counted past the first `MAX_INDEX_FINDINGS`, and a damaged key sorting after the rebuilt
     records (`0xff...`) is found too; the store is left as it was."""
     from eventlog import InMemoryEventLog
     from eventlog.projection import ProjectionWriter
-    from search.lmdb_index import _MAX_INDEX_FINDINGS, INDEX_PROJECTION  # pyright: ignore[reportPrivateUsage]
+    from search.index_check import MAX_INDEX_FINDINGS
+    from search.lmdb_index import INDEX_PROJECTION
 
     log = LmdbEventLog(tmp_path / 's', sync=False) if backend == 'lmdb' else InMemoryEventLog()
     try:
@@ -441,7 +442,7 @@ async def test_verify_walks_the_tables_and_finds_each_kind_of_damage(tmp_path: P
         assert any('another value' in f.reason and f.conversation_id == conversation for f in found)
         assert any(f'lacks the key {missing[:60].decode("utf-8", "backslashreplace")!r}' in f.reason for f in found)
 
-        extra = _MAX_INDEX_FINDINGS + 7
+        extra = MAX_INDEX_FINDINGS + 7
 
         def many(records: ProjectionWriter) -> None:
             for i in range(extra):
@@ -452,7 +453,7 @@ async def test_verify_walks_the_tables_and_finds_each_kind_of_damage(tmp_path: P
         before = index.state()
         found = index.verify()
         held = [f for f in found if f.table == 'held']
-        assert len(held) == _MAX_INDEX_FINDINGS + 1
+        assert len(held) == MAX_INDEX_FINDINGS + 1
         assert held[-1].reason == 'ix.held: 7 more differences'
         assert [f.table for f in found if 'after every rebuilt key' in f.reason] == ['runs']
         assert index.state() == before, 'verify leaves the index as it was'

@@ -162,3 +162,20 @@ async def test_a_projection_without_a_usable_maintainer_is_cleared(tmp_path: Pat
         assert (await engine.search(MARKER, scope='conversation', conversation_id='c')).startswith('No ')
     finally:
         log.close()
+
+
+def test_the_recorded_maintainer_still_names_the_former_module_which_aliases_the_index() -> None:
+    """Stores record `search.lmdb_index:maintain_index` (processes of earlier versions resolve it):
+    the index's spec keeps naming it, and the former module re-exports the split index's names."""
+    import importlib
+
+    import search.lmdb_index as former
+    import search.persistent_index as index
+
+    assert INDEX_PROJECTION.maintainer == 'search.lmdb_index:maintain_index'
+    module, _, function = INDEX_PROJECTION.maintainer.partition(':')
+    assert getattr(importlib.import_module(module), function) is index.maintain_index
+    assert former.LmdbIndex is LmdbIndex is index.PersistentIndex
+    assert former.INDEX_PROJECTION is index.INDEX_PROJECTION is INDEX_PROJECTION
+    for name in index.__all__:
+        assert getattr(former, name) is getattr(index, name)
