@@ -814,18 +814,25 @@ class PostgresEventLog(EventLogBase):
         if self._local is not None:
             return self._local.write_projection(spec, fn)
         self._register(spec)
-        if spec not in self._catalogued:
-            self._write_sync(lambda txn: record_in_catalogue(txn, spec))
-            self._catalogued.add(spec)
-        return self._write_records(spec, fn)
+        result = self._write_records(spec, fn, catalogue=spec not in self._catalogued)
+        self._catalogued.add(spec)
+        return result
 
-    def _write_records(self, spec: ProjectionSpec, fn: Callable[[ProjectionWriter, LogReader], T]) -> T:
+    def _write_records(
+        self, spec: ProjectionSpec, fn: Callable[[ProjectionWriter, LogReader], T], *, catalogue: bool = False
+    ) -> T:
+        """Run `fn` in a projection write transaction; with `catalogue`, record `spec` in the
+        store's catalogue in the same transaction (which takes the projections' lock, never the
+        writers': a projection catching up must not wait for an append in flight)."""
         relations = self._projection_relation(spec)
 
         def run(cur: psycopg.Cursor[Any]) -> T:
             pending: Pending = {}
             records = PgProjectionTxn(cur, spec.name, relations, self._projection_tables, pending)
-            result = fn(records, LogReader(PgWriteTxn(cur, self._relations, pending)))
+            log_txn = PgWriteTxn(cur, self._relations, pending)
+            if catalogue:
+                record_in_catalogue(log_txn, spec)
+            result = fn(records, LogReader(log_txn))
             flush(cur, pending)
             return result
 
