@@ -230,6 +230,37 @@ class LogReader:
         bodies = engine.branch_bodies(self._txn, tip)
         return [(b.seq, b.conversation_id, b.payload) for b in bodies if b.kind == 'message']
 
+    def as_of(self, seq: int) -> LogReader:
+        """This reader, with the log ending at `seq`: `last_seq` is at most `seq` and
+        `entries_after` stops there (to rebuild a projection to the position it was read at)."""
+        return _LogReaderAsOf(self._txn, seq)
+
+
+class _LogReaderAsOf(LogReader):
+    """A `LogReader` whose log ends at `end` (`LogReader.as_of`)."""
+
+    def __init__(self, txn: ReadTxn, end: int) -> None:
+        super().__init__(txn)
+        self._end = end
+
+    def last_seq(self) -> int:
+        return min(super().last_seq(), self._end)
+
+    def entries_after(self, seq: int, *, limit: int | None = None) -> Iterator[Entry]:
+        bounded = _until(engine.iter_entries(self._txn, after_seq=seq), self._end)
+        return bounded if limit is None else _take(bounded, limit)
+
+    def as_of(self, seq: int) -> LogReader:
+        return _LogReaderAsOf(self._txn, min(seq, self._end))
+
+
+def _until(entries: Iterator[Entry], end: int) -> Iterator[Entry]:
+    """`entries` (in `seq` order) up to the first past `end`."""
+    for entry in entries:
+        if entry.seq > end:
+            return
+        yield entry
+
 
 def _take(entries: Iterator[Entry], limit: int) -> Iterator[Entry]:
     if limit <= 0:

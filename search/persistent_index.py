@@ -27,7 +27,9 @@ current, and its maintainer. `search.lmdb_index`, its former name, re-exports it
 
 from __future__ import annotations
 
+import os
 import struct
+import tempfile
 import threading
 import weakref
 from collections import OrderedDict
@@ -39,10 +41,11 @@ import msgspec
 
 from eventlog._threads import to_thread
 from eventlog.errors import EventLogError, InvalidArgumentError
+from eventlog.lmdb_log import LmdbEventLog
 from eventlog.projection import LogReader, ProjectionRecords, ProjectionSpec, ProjectionWriter
 from eventlog.projection import id_prefix as ck  # the body still calls it `ck`, its name in eventlog._keys
 from search.analyzers import Analyzer, resolve_analyzer
-from search.index_check import IndexFinding, ScratchRecords, Verified, index_differences
+from search.index_check import IndexFinding, index_differences
 from search.index_corpus import DecodedCache, IndexCorpus, NoRuns, OneRun
 from search.index_format import (
     ALL_KEY,
@@ -78,6 +81,12 @@ T = TypeVar('T')
 
 _CATCH_UP_BATCH: Final = 5000
 """Entries applied per write transaction while catching up."""
+_VERIFY_ATTEMPTS: Final = 3
+"""Catch-ups `verify` tries before comparing, while appends keep landing after each one."""
+_VERIFY_BATCH: Final = 1000
+"""Entries `verify` applies per transaction of its scratch copy: LMDB keeps the pages one
+transaction dirtied for reuse until the store is closed, and a batch dirties more of them as the
+index grows, so smaller batches keep that memory small (the copy's commits are not synced)."""
 _THREAD_BACKLOG: Final = 500
 """A backlog larger than this is applied in a worker thread."""
 
@@ -199,7 +208,10 @@ class PersistentIndex:
                 if applied == 0 or remaining == 0:
                     return done
 
-    def _apply_batch(self, records: ProjectionWriter, reader: LogReader) -> tuple[int, int]:
+    def _apply_batch(self, records: ProjectionWriter, reader: LogReader, limit: int | None = None) -> tuple[int, int]:
+        """Apply the next batch of at most `limit` entries (`_CATCH_UP_BATCH` by default); return
+        how many were read and how many remain."""
+        limit = _CATCH_UP_BATCH if limit is None else limit
         stored = read_meta(records, b'analyzer')
         if stored is None:
             records.put('meta', b'analyzer', self.analyzer.name.encode())
@@ -216,11 +228,11 @@ class PersistentIndex:
         writer = IndexWriter(self, records, reader)
         applied = 0
         new_position = position
-        for entry in reader.entries_after(position, limit=_CATCH_UP_BATCH):
+        for entry in reader.entries_after(position, limit=limit):
             writer.apply(entry)
             applied += 1
             new_position = entry.seq
-        if applied < _CATCH_UP_BATCH:
+        if applied < limit:
             new_position = last
         writer.flush(new_position)
         return applied, (0 if new_position >= last else last - new_position)
@@ -238,39 +250,66 @@ class PersistentIndex:
             self.log.write_projection(self.spec, lambda records, _: records.clear())
         return self.catch_up(progress)
 
-    def verify(self) -> list[IndexFinding]:
+    def verify(self, *, scratch_dir: str | os.PathLike[str] | None = None) -> list[IndexFinding]:
         """Check that the index holds exactly what the log's entries give it.
 
-        In one write transaction that is always aborted (the store is left as it was): the
-        index is brought up to the log's last `seq` as a search would, rebuilt from the entries
-        beside itself (in its own tables, under the `SCRATCH` key prefix), and the two are
-        walked side by side in key order, table by table, so that neither is held in memory. A
-        finding names the table and the conversation concerned; `PersistentIndex.rebuild`
-        (`eventlog reindex`) repairs any of them. No index built yet gives no findings.
-        Appends wait while it runs, as they do during a reindex.
+        The index is first brought up to the log's last `seq`, as a search would. Then, in one
+        read snapshot of the store, it is rebuilt from the entries up to its position into a
+        scratch LMDB directory (in `scratch_dir`, the system's temporary directory by default:
+        it needs room for about the index's size), one committed batch at a time so that memory
+        stays bounded whatever the store's size, and the stored and rebuilt tables are walked
+        side by side in key order, so that neither is held in memory. The scratch directory is
+        removed afterwards. Appends and searches go on meanwhile. A finding names the table and
+        the conversation concerned; `PersistentIndex.rebuild` (`eventlog reindex`) repairs any
+        of them. No index built yet gives no findings.
         """
-
-        def check(records: ProjectionWriter, reader: LogReader) -> list[IndexFinding]:
-            if records.get('meta', b'analyzer') is None:
-                raise Verified([])
-            try:
-                while self._apply_batch(records, reader)[1]:
-                    pass
-            except (msgspec.DecodeError, struct.error, UnicodeDecodeError, ValueError, KeyError, IndexError) as exc:
-                raise Verified([IndexFinding('', 'meta', f'the index cannot be brought up to date ({exc})')]) from None
-            scratch = ScratchRecords(records)
-            self.decoded.clear()
-            while self._apply_batch(scratch, reader)[1]:
-                pass
-            self.decoded.clear()
-            raise Verified(index_differences(records))
-
         with self._lock:
+            if self._read(lambda records, _: records.get('meta', b'analyzer')) is None:
+                return []
+            for _ in range(_VERIFY_ATTEMPTS):
+                try:
+                    while self.log.write_projection(self.spec, self._apply_batch)[1]:
+                        pass
+                except (msgspec.DecodeError, struct.error, UnicodeDecodeError, ValueError, KeyError, IndexError) as exc:
+                    return [IndexFinding('', 'meta', f'the index cannot be brought up to date ({exc})')]
+                current = self._read(lambda records, reader: (records.position() or 0) >= reader.last_seq())
+                if current:
+                    break
+            # Compared as of the index's position: entries appended since then are not its yet.
+            return self.log.read_projection(
+                self.spec, lambda records, reader: self._compare(records, reader, scratch_dir)
+            )
+
+    def _compare(
+        self, stored: ProjectionRecords, reader: LogReader, scratch_dir: str | os.PathLike[str] | None
+    ) -> list[IndexFinding]:
+        """The differences between `stored` and the index rebuilt from `reader`'s entries up to
+        `stored`'s position, in a scratch store of its own (`verify`)."""
+        log = reader.as_of(stored.position() or 0)
+        with tempfile.TemporaryDirectory(prefix='eventlog-verify-', dir=scratch_dir) as place:
             try:
-                self.log.write_projection(self.spec, check)
-            except Verified as done:
-                return done.findings
-        return []  # pragma: no cover - `check` always raises
+                scratch = LmdbEventLog(place, sync=False)
+            except EventLogError as exc:
+                raise EventLogError(
+                    f'verify could not make its scratch copy of the search index in {place}: {exc}'
+                ) from None
+            try:
+                self.decoded.clear()
+                try:
+                    while scratch.write_projection(
+                        self.spec, lambda records, _: self._apply_batch(records, log, _VERIFY_BATCH)
+                    )[1]:
+                        pass
+                except EventLogError as exc:
+                    raise EventLogError(
+                        f'verify could not rebuild the search index beside itself in {place} '
+                        f"(it needs about the index's size there; set TMPDIR to another place): {exc}"
+                    ) from None
+                finally:
+                    self.decoded.clear()
+                return scratch.read_projection(self.spec, lambda rebuilt, _: index_differences(stored, rebuilt))
+            finally:
+                scratch.close()
 
     def _read_scope(self, key: bytes) -> tuple[ScopeStats, int]:
         """The scope's statistics and how many log positions the index is behind, in one read."""
