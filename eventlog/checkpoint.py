@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 __all__ = [
+    'CHECKPOINT_FILE_LIMIT',
     'CHECKPOINT_FORMAT',
     'CHECKPOINT_VERSION',
     'KEY_FILE_LIMIT',
@@ -104,6 +105,13 @@ def _crypto_missing() -> MissingExtraError:
 
 KEY_FILE_LIMIT: Final = 64 * 1024
 """The most bytes read from a key file: a PEM Ed25519 key takes about 120 (no key file is larger)."""
+
+
+CHECKPOINT_FILE_LIMIT: Final = 1 << 30
+"""The most bytes read from a checkpoint file (`Checkpoint.read`): a checkpoint lists one head per
+conversation, about 150 bytes each, so this allows some seven million conversations."""
+_CHECKPOINT_HEAD: Final = 4096
+"""Bytes read first to tell a checkpoint (a JSON object) from another file."""
 
 
 def _read_key_file(path: str | os.PathLike[str], *, private: bool = False) -> bytes:
@@ -437,14 +445,29 @@ class Checkpoint:
     @classmethod
     def read(cls, path: str | os.PathLike[str]) -> Checkpoint:
         """The checkpoint in a file written by `write` (or `eventlog checkpoint`)."""
+        source = f'the checkpoint file {path}'
         try:
             _require_file(Path(path), 'a checkpoint file')
-            data = Path(path).read_bytes()
+            with open(path, 'rb') as fh:
+                # A checkpoint is one JSON object: a file too big for one, or that does not start
+                # as one (a sparse file of zeros, a binary file), is refused before it is read.
+                if os.fstat(fh.fileno()).st_size > CHECKPOINT_FILE_LIMIT:
+                    raise CheckpointFormatError(
+                        f'{source} is not a checkpoint: it holds more than {CHECKPOINT_FILE_LIMIT >> 20} MiB'
+                    )
+                head = fh.read(_CHECKPOINT_HEAD)
+                if head.strip() and not head.lstrip().startswith(b'{'):
+                    raise CheckpointFormatError(f'{source} is not a checkpoint (it does not start with a JSON object)')
+                data = head + fh.read(CHECKPOINT_FILE_LIMIT + 1 - len(head))
         except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
             raise CheckpointFormatError(
                 f'cannot read the checkpoint file {path}: {getattr(exc, "strerror", None) or exc}'
             ) from None
-        return cls.from_bytes(data, source=f'the checkpoint file {path}')
+        if len(data) > CHECKPOINT_FILE_LIMIT:  # it grew while being read
+            raise CheckpointFormatError(
+                f'{source} is not a checkpoint: it holds more than {CHECKPOINT_FILE_LIMIT >> 20} MiB'
+            )
+        return cls.from_bytes(data, source=source)
 
     def write(self, path: str | os.PathLike[str]) -> Path:
         """Write the checkpoint to `path` (a new 0600 file renamed into place when complete); return it."""

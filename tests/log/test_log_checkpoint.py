@@ -462,3 +462,38 @@ def test_without_cryptography_the_log_works_and_signing_says_which_extra(tmp_pat
         'True',
         "signed checkpoints need the 'cryptography' package: install pydantic-ai-eventlog[audit]",
     ]
+
+
+_READ_HOSTILE = """
+import resource, sys
+from eventlog.checkpoint import Checkpoint
+from eventlog.errors import CheckpointFormatError
+try:
+    Checkpoint.read(sys.argv[1])
+except CheckpointFormatError as exc:
+    print(str(exc))
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+"""
+
+
+@pytest.mark.parametrize('kind', ['zeros', 'huge', 'binary'])
+def test_a_hostile_checkpoint_file_is_refused_without_being_read_whole(tmp_path: Path, kind: str) -> None:
+    """A 1.5 GB sparse file of zeros, one past the size limit that starts like a checkpoint,
+    and a binary file are each refused with one line, and the reading process never holds the
+    file (its peak memory stays far below the file's size)."""
+    import subprocess
+    import sys
+
+    from eventlog.checkpoint import CHECKPOINT_FILE_LIMIT
+
+    path = tmp_path / 'cp.json'
+    with path.open('wb') as fh:
+        if kind == 'huge':
+            fh.write(b'{"type":"checkpoint",')
+        elif kind == 'binary':
+            fh.write(bytes(range(256)) * 64)
+        fh.truncate(CHECKPOINT_FILE_LIMIT + (1 << 29) if kind != 'binary' else fh.tell())
+    done = subprocess.run([sys.executable, '-c', _READ_HOSTILE, str(path)], capture_output=True, text=True, check=True)
+    message, peak_mb = done.stdout.splitlines()
+    assert 'is not a checkpoint' in message and str(path) in message, message
+    assert int(peak_mb) < 200, f'the reader peaked at {peak_mb} MB'
