@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import importlib
 import re
+from bisect import bisect_left, bisect_right, insort
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar, cast, runtime_checkable
@@ -40,7 +41,7 @@ import msgspec
 from eventlog import _engine as engine
 from eventlog import _keys as keys
 from eventlog._keys import META_PROJECTION_PREFIX
-from eventlog._storage import ProjectionRecords, ProjectionWriter, ReadTxn, Table, TableId, WriteTxn
+from eventlog._storage import ProjectionRecords, ProjectionWriter, ReadTxn, Table, TableId, WriteTxn, prefix_end
 from eventlog.entries import ConversationRecord, Entry, RunRecord
 from eventlog.errors import InvalidArgumentError
 
@@ -49,6 +50,7 @@ __all__ = [
     'CatalogueEntry',
     'CataloguedStore',
     'LogReader',
+    'ProjectionOverlay',
     'ProjectionRecords',
     'ProjectionSpec',
     'ProjectionStore',
@@ -229,6 +231,122 @@ class LogReader:
         """The messages on the branch ending at `tip`, oldest first."""
         bodies = engine.branch_bodies(self._txn, tip)
         return [(b.seq, b.conversation_id, b.payload) for b in bodies if b.kind == 'message']
+
+
+class ProjectionOverlay:
+    """A `ProjectionWriter` over a projection's stored records that keeps every write in memory:
+    its reads see the stored records as changed by the writes made through it, and nothing
+    reaches the store. What a check runs in where no write transaction may be opened (a
+    read-only store: `PersistentIndex.verify`); it holds every record written in memory."""
+
+    __slots__ = ('_changes', '_cleared', '_keys', '_position', '_position_set', '_records')
+
+    def __init__(self, records: ProjectionRecords) -> None:
+        self._records = records
+        self._changes: dict[str, dict[bytes, bytes | None]] = {}
+        """Per table, each key written (`None`: deleted) since the overlay began."""
+        self._keys: dict[str, list[bytes]] = {}
+        """The keys of `_changes`, per table, in key order."""
+        self._cleared = False
+        self._position: int | None = None
+        self._position_set = False
+
+    def position(self) -> int | None:
+        """The position set through the overlay, else the stored one."""
+        if self._position_set:
+            return self._position
+        return None if self._cleared else self._records.position()
+
+    def get(self, table: str, key: bytes) -> bytes | None:
+        """A record as the overlay's writes left it."""
+        changes = self._changes.get(table)
+        if changes is not None and key in changes:
+            return changes[key]
+        return None if self._cleared else self._records.get(table, key)
+
+    def scan(
+        self, table: str, *, prefix: bytes = b'', start: bytes | None = None, reverse: bool = False
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """The stored records merged with the overlay's writes, in the order `ProjectionRecords.scan` gives."""
+        stored = iter(()) if self._cleared else self._records.scan(table, prefix=prefix, start=start, reverse=reverse)
+        changes = self._changes.get(table, {})
+        written = self._written(table, prefix, start, reverse)
+        mine = next(written, None)
+        theirs = next(stored, None)
+        while mine is not None or theirs is not None:
+            if theirs is None or (mine is not None and (mine < theirs[0] if not reverse else mine > theirs[0])):
+                assert mine is not None
+                value = changes[mine]
+                if value is not None:
+                    yield mine, value
+                mine = next(written, None)
+                continue
+            if mine is not None and mine == theirs[0]:  # the overlay's write hides the stored record
+                value = changes[mine]
+                if value is not None:
+                    yield mine, value
+                mine = next(written, None)
+            else:
+                yield theirs
+            theirs = next(stored, None)
+
+    def _written(self, table: str, prefix: bytes, start: bytes | None, reverse: bool) -> Iterator[bytes]:
+        keys = self._keys.get(table, [])
+        if not reverse:
+            index = bisect_left(keys, prefix if start is None else max(prefix, start))
+            while index < len(keys) and keys[index].startswith(prefix):
+                yield keys[index]
+                index += 1
+            return
+        if start is not None:
+            index = bisect_right(keys, start)
+        else:
+            upper = prefix_end(prefix)
+            index = len(keys) if upper is None else bisect_left(keys, upper)
+        while index > 0:
+            index -= 1
+            key = keys[index]
+            if not key.startswith(prefix):
+                if key < prefix:
+                    return
+                continue
+            yield key
+
+    def last(self, table: str, prefix: bytes = b'') -> tuple[bytes, bytes] | None:
+        """The record with the largest key starting with `prefix`."""
+        return next(self.scan(table, prefix=prefix, reverse=True), None)
+
+    def _set(self, table: str, key: bytes, value: bytes | None) -> None:
+        changes = self._changes.setdefault(table, {})
+        if key not in changes:
+            insort(self._keys.setdefault(table, []), key)
+        changes[key] = value
+
+    def put(self, table: str, key: bytes, value: bytes) -> None:
+        """Write a record, in memory only."""
+        self._set(table, key, value)
+
+    def delete(self, table: str, key: bytes) -> None:
+        """Delete a record, in memory only."""
+        self._set(table, key, None)
+
+    def delete_prefix(self, table: str, prefix: bytes) -> list[bytes]:
+        """Delete every record whose key starts with `prefix`, in memory only; return their keys."""
+        removed = [key for key, _ in self.scan(table, prefix=prefix)]
+        for key in removed:
+            self._set(table, key, None)
+        return removed
+
+    def set_position(self, seq: int) -> None:
+        """Set the position, in memory only."""
+        self._position, self._position_set = seq, True
+
+    def clear(self) -> None:
+        """Hide every stored record and the position, in memory only."""
+        self._cleared = True
+        self._changes.clear()
+        self._keys.clear()
+        self._position, self._position_set = None, True
 
 
 def _take(entries: Iterator[Entry], limit: int) -> Iterator[Entry]:
