@@ -378,10 +378,11 @@ def nobody_env() -> dict[str, str]:
     return {'PATH': '/usr/bin:/bin', 'HOME': '/nonexistent', 'PYTHONPATH': f'{here}:{site}', 'COLUMNS': '200'}
 
 
-@pytest.fixture
-def root_owned_store() -> Iterator[Path]:
-    """A store recorded by real runs, in a 0755 directory owned by root with 0644 files, where
-    `nobody` can reach it (pytest's own temporary directories are 0700)."""
+@pytest.fixture(params=['root-dir', 'own-dir'])
+def root_owned_store(request: pytest.FixtureRequest) -> Iterator[Path]:
+    """A store recorded by real runs with root's 0644 files, in a 0755 directory owned by root
+    (`root-dir`) or by `nobody` (`own-dir`: only the files are write-protected), where `nobody`
+    can reach it (pytest's own temporary directories are 0700)."""
     base = Path(tempfile.mkdtemp(prefix='eventlog-ro-'))
     try:
         base.chmod(0o755)
@@ -394,6 +395,8 @@ def root_owned_store() -> Iterator[Path]:
         store.chmod(0o755)
         for file in store.iterdir():
             file.chmod(0o644)
+        if request.param == 'own-dir' and os.geteuid() == 0:
+            os.chown(store, 65534, 65534)
         yield store
     finally:
         shutil.rmtree(base)
@@ -411,7 +414,10 @@ def test_a_user_who_may_not_write_the_store_reads_it(root_owned_store: Path) -> 
     )
     assert done.returncode == 0, done.stderr
     seen = json.loads(done.stdout)
-    assert seen['reason'] == f'this process may not write the directory {root_owned_store}'
+    if root_owned_store.stat().st_uid == 0:
+        assert seen['reason'] == f'this process may not write the directory {root_owned_store}'
+    else:  # the directory is nobody's: only the files stand in the way
+        assert seen['reason'] == f'this process may not write {root_owned_store / "data.mdb"}'
     assert seen['lockless'] is True  # lock.mdb is root's: LMDB reads without it
     assert seen['conversations'] == ['alpha', 'beta'] and seen['verify'] is True and seen['index_findings'] == 0
     assert seen['hits']
