@@ -41,7 +41,8 @@ class StaleHandles(Exception):
 
 
 class ProjectionHandles:
-    """A projection's database handles in one LMDB environment."""
+    """A projection's database handles in one LMDB environment (`None` for a table a read-only
+    store does not hold: it reads as empty)."""
 
     __slots__ = ('dbs', 'env', 'name', 'positions')
 
@@ -52,7 +53,7 @@ class ProjectionHandles:
         self.dbs = {table: open_db(database_name(name, table)) for table in tables}
 
 
-OpenDb = Callable[[bytes], lmdb._Database]
+OpenDb = Callable[[bytes], 'lmdb._Database | None']
 
 
 class LmdbProjectionTxn:
@@ -66,16 +67,22 @@ class LmdbProjectionTxn:
         self._dbs = handles.dbs
 
     def position(self) -> int | None:
+        if self._handles.positions is None:
+            return None
         raw = cast('bytes | None', self._txn.get(self._handles.name, db=self._handles.positions))
         return None if raw is None else key_seq(raw)
 
     def get(self, table: str, key: bytes) -> bytes | None:
-        return cast('bytes | None', self._txn.get(key, db=self._dbs[table]))
+        db = self._dbs[table]
+        return None if db is None else cast('bytes | None', self._txn.get(key, db=db))
 
     def scan(
         self, table: str, *, prefix: bytes = b'', start: bytes | None = None, reverse: bool = False
     ) -> Iterator[tuple[bytes, bytes]]:
-        cursor = self._txn.cursor(db=self._dbs[table])
+        db = self._dbs[table]
+        if db is None:
+            return
+        cursor = self._txn.cursor(db=db)
         if not reverse:
             if not cursor.set_range(prefix if start is None else max(prefix, start)):
                 return
@@ -126,7 +133,8 @@ class LmdbProjectionTxn:
 
     def clear(self) -> None:
         for db in self._dbs.values():
-            self._txn.drop(db, delete=False)
+            if db is not None:  # `None` only in a read-only store, which writes nothing
+                self._txn.drop(db, delete=False)
         self._txn.delete(self._handles.name, db=self._handles.positions)
 
 

@@ -33,6 +33,7 @@ __all__ = [
     'LogFullError',
     'MissingExtraError',
     'NotFoundError',
+    'ReadOnlyStoreError',
     'RunLeaseError',
     'RunNotFound',
     'StorageError',
@@ -76,6 +77,12 @@ class StoreLocationError(EventLogError):
 class DestinationError(EventLogError):
     """An export destination cannot be written: a directory, a socket, a symlink to nothing,
     or a path this process may not write."""
+
+
+class ReadOnlyStoreError(EventLogError):
+    """The store is open read-only (asked for, or found write-protected: a read-only file system,
+    files or a directory this process may not write, a database role without write privileges):
+    every read works, and a call that would write raises this and writes nothing."""
 
 
 class StoreBusyError(EventLogError):

@@ -38,7 +38,9 @@ from eventlog.entries import VerifyProblem, VerifyReport
 from eventlog.errors import (
     CorruptEntryError,
     EventLogError,
+    InvalidArgumentError,
     LogClosedError,
+    ReadOnlyStoreError,
     StorageError,
     StoreBusyError,
     StoreLocationError,
@@ -50,7 +52,7 @@ from eventlog.projection import CatalogueEntry, LogReader, ProjectionSpec, read_
 if TYPE_CHECKING:
     from eventlog.retention import RetentionPolicy
 
-__all__ = ['CompactResult', 'LmdbEventLog']
+__all__ = ['CompactResult', 'LmdbEventLog', 'write_blocker']
 
 T = TypeVar('T')
 
@@ -138,8 +140,15 @@ class _SharedEnv:
     writer register here and a resize waits for them.
     """
 
-    def __init__(self, env: lmdb.Environment, path: Path, sync: bool, ident: tuple[int, int]) -> None:
+    def __init__(
+        self, env: lmdb.Environment, path: Path, sync: bool, ident: tuple[int, int], read_only: bool = False
+    ) -> None:
         self.env = env
+        self.read_only = read_only
+        """Whether the environment was opened with LMDB's `readonly` (no write transaction possible)."""
+        self.lockless = False
+        """Whether it was opened without LMDB's lock file (`lock=False`): its readers take no slot
+        in the reader table, so no process may write the store meanwhile."""
         self.dbs: _Layout = {}
         self.path = path
         self.sync = sync
@@ -212,7 +221,7 @@ class _SharedEnv:
     def _reopen(self, map_size: int) -> None:
         with contextlib.suppress(lmdb.Error):
             self.env.close()
-        self.env = _open_env(self.path, map_size, self.sync)
+        self.env = _open_env(self.path, map_size, self.sync, read_only=self.read_only, lock=not self.lockless)
         self.dbs = _open_tables(self)
 
 
@@ -220,11 +229,13 @@ _registry: dict[tuple[int, int], _SharedEnv] = {}
 _registry_lock = threading.Lock()
 
 
-def _prepare_directory(path: Path) -> None:
+def _prepare_directory(path: Path, *, read_only: bool) -> None:
     try:
         if path.exists():
             if not path.is_dir():
                 raise StoreLocationError(f'{path} exists and is not a directory; an LmdbEventLog store is a directory')
+        elif read_only:
+            raise StoreLocationError(f'no store at {path} (a read-only open creates nothing)')
         else:
             path.mkdir(mode=0o700, parents=True)
             os.chmod(path, 0o700)
@@ -234,22 +245,70 @@ def _prepare_directory(path: Path) -> None:
         raise StoreLocationError(
             f'cannot create the store directory {path}: {getattr(exc, "strerror", None) or exc}'
         ) from None
+    if read_only:
+        if not os.access(path, os.R_OK | os.X_OK):
+            raise StoreLocationError(f'the store directory {path} is not readable by this process')
+        if not (path / 'data.mdb').exists():
+            raise StoreLocationError(f'{path} holds no store (no data.mdb), and a read-only open creates nothing')
+        return
     if not os.access(path, os.R_OK | os.W_OK | os.X_OK):
-        raise StoreLocationError(f'the store directory {path} is not readable and writable by this process')
+        raise StoreLocationError(
+            f'the store directory {path} is not readable and writable by this process; '
+            f'to read it, open it read-only (read_only=True)'
+        )
 
 
-def _open_shared(path: Path, map_size: int, sync: bool) -> _SharedEnv:
+def write_blocker(path: str | os.PathLike[str]) -> str | None:
+    """Why this process cannot write the store at `path` (its file system is mounted read-only,
+    the directory or one of its files is not writable by this process), or `None` when nothing
+    stands in the way. Cheap: a `statvfs` and a few `access` calls; it writes nothing."""
+    where = Path(path)
+    if not where.is_dir():
+        return None  # absent or not a store: opening says what is wrong
+    if _on_read_only_media(where):
+        return 'its file system is mounted read-only'
+    if not os.access(where, os.W_OK):
+        return f'this process may not write the directory {where}'
+    for name in ('data.mdb', 'lock.mdb', LOCK_FILE):  # the files a writer writes
+        file = where / name
+        if file.exists() and not os.access(file, os.W_OK):
+            return f'this process may not write {file}'
+    return None
+
+
+def _open_shared(path: Path, map_size: int, sync: bool, *, read_only: bool = False) -> _SharedEnv:
     st = path.stat()
     key = (st.st_dev, st.st_ino)
     with _registry_lock:
         shared = _registry.get(key)
+        if shared is not None and shared.read_only and not read_only:
+            raise ReadOnlyStoreError(
+                f'the store at {path} is open read-only in this process already (LMDB maps a store once per '
+                f'process); close those handles before opening it for writing'
+            )
         if shared is None:
             lmdb_check.check_files(path)
-            env = _open_env(path, map_size, sync)
+            lockless = False
+            if read_only:
+                # With LMDB's lock file where it exists and this process may write it, readers keep
+                # their slots; otherwise (read-only media, lock.mdb absent, never created here, or
+                # another user's), LMDB reads without it.
+                lock_file = path / 'lock.mdb'
+                try:
+                    if _on_read_only_media(path) or not os.access(lock_file, os.R_OK | os.W_OK):
+                        raise StoreLocationError(f'{lock_file} cannot be written')
+                    env = _open_env(path, map_size, sync, read_only=True, lock=True)
+                except StoreLocationError:
+                    env = _open_env(path, map_size, sync, read_only=True, lock=False)
+                    lockless = True
+            else:
+                env = _open_env(path, map_size, sync)
             try:
-                env.reader_check()
+                if not read_only:
+                    env.reader_check()
                 st = os.stat(path / 'data.mdb')
-                shared = _SharedEnv(env, path, sync, (st.st_dev, st.st_ino))
+                shared = _SharedEnv(env, path, sync, (st.st_dev, st.st_ino), read_only)
+                shared.lockless = lockless
                 shared.dbs = _open_tables(shared)
             except BaseException:
                 env.close()
@@ -259,7 +318,14 @@ def _open_shared(path: Path, map_size: int, sync: bool) -> _SharedEnv:
         return shared
 
 
-def _open_env(path: Path, map_size: int, sync: bool) -> lmdb.Environment:
+def _on_read_only_media(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+def _open_env(path: Path, map_size: int, sync: bool, *, read_only: bool = False, lock: bool = True) -> lmdb.Environment:
     try:
         return lmdb.open(
             str(path),
@@ -268,7 +334,9 @@ def _open_env(path: Path, map_size: int, sync: bool) -> lmdb.Environment:
             subdir=True,
             sync=sync,
             metasync=sync,
-            lock=True,
+            lock=lock,
+            readonly=read_only,
+            create=not read_only,
             mode=0o600,
             readahead=False,
             max_readers=256,
@@ -280,6 +348,8 @@ def _open_env(path: Path, map_size: int, sync: bool) -> lmdb.Environment:
 def _open_tables(shared: _SharedEnv) -> _Layout:
     """Open (creating if needed) the log's tables and check the store's format version."""
     env = shared.env
+    if shared.read_only:
+        return _open_tables_read_only(shared)
     while True:
         try:
             opened = {name: env.open_db(name, create=True) for name in PHYSICAL_NAMES}
@@ -296,6 +366,27 @@ def _open_tables(shared: _SharedEnv) -> _Layout:
             raise StoreLocationError(f'cannot open the store tables: {exc}') from None
 
 
+def _open_tables_read_only(shared: _SharedEnv) -> _Layout:
+    """Open the log's tables of a store opened read-only, creating nothing: the store must hold
+    them, in the current format (an older one needs its migration, a write)."""
+    env = shared.env
+    try:
+        opened = {name: env.open_db(name, create=False) for name in PHYSICAL_NAMES}
+    except lmdb.NotFoundError:
+        raise StoreLocationError(f'{shared.path} holds no event log tables (it is not an eventlog store)') from None
+    except lmdb.Error as exc:
+        raise StoreLocationError(f'cannot open the store tables: {exc}') from None
+    dbs = {table: (opened[name], prefix) for table, (name, prefix) in LMDB_TABLES.items()}
+    with env.begin() as txn:
+        version = engine.check_format(_LmdbTxn(txn, dbs))
+    if version != engine.FORMAT_VERSION:
+        raise ReadOnlyStoreError(
+            f'the store at {shared.path} is in format {version or "(none recorded)"}, which is brought to format '
+            f'{engine.FORMAT_VERSION} by opening it for writing once; opened read-only, nothing may be written'
+        )
+    return dbs
+
+
 class LmdbEventLog(EventLogBase):
     """An `EventLog` in an LMDB directory, shared safely by threads and processes.
 
@@ -306,9 +397,22 @@ class LmdbEventLog(EventLogBase):
         map_size: The initial size of the memory map; it grows by itself when full.
         retention: A `RetentionPolicy` applied as the store opens (erasing or deleting what is
             older than it allows); what it did is in `retention_report`.
+        read_only: Open the store for reading only (`True`), for writing (`False`, the default), or
+            read-only only when this process cannot write it (`None`: a read-only file system, a
+            directory or files it may not write; `write_blocker` says why). A read-only handle
+            creates nothing and writes nothing, not even at open (no pending scrub finished, no
+            catalogue entry, no lock file): every read works, including `verify` and searches of
+            the store's index, and every call that would write raises `ReadOnlyStoreError`.
+
+    Opened read-only, the store is opened with LMDB's `readonly`; where LMDB's lock file cannot be
+    opened for writing (read-only media, files of another user), without its lock file. That
+    assumes no process writes the store while it is open read-only: such readers take no slot in
+    LMDB's reader table, so a writer could reuse the pages under them. It holds for a copy, a
+    snapshot, read-only media or a mount nobody writes (docs/operations.md).
 
     Opening a store whose last erasure or deletion was not scrubbed from its files yet (see
-    `scrub_pending`) finishes that scrub when no other process has the store open.
+    `scrub_pending`) finishes that scrub when no other process has the store open (never when
+    read-only: `verify` then reports it pending).
     """
 
     persistent: ClassVar[bool] = True
@@ -320,17 +424,25 @@ class LmdbEventLog(EventLogBase):
         sync: bool = True,
         map_size: int = DEFAULT_MAP_SIZE,
         retention: RetentionPolicy | None = None,
+        read_only: bool | None = False,
     ) -> None:
         if not isinstance(path, (str, os.PathLike)):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise StoreLocationError(f'the store path must be a string or a path, got {type(path).__name__}')
         if not os.fspath(path):
             raise StoreLocationError('the store path is empty (name a directory; "." for this one)')
+        if read_only not in (True, False, None):
+            raise InvalidArgumentError(f'read_only must be True, False or None, got {read_only!r}')
         self.path = Path(path)
         self.sync = sync
-        _prepare_directory(self.path)
-        self._store_lock = _acquire_store_lock(self.path)
+        if read_only is None:
+            reason = write_blocker(self.path) if self.path.exists() else None
+        else:
+            reason = 'opened read-only as asked' if read_only else None
+        self.read_only_reason = reason
+        _prepare_directory(self.path, read_only=reason is not None)
+        self._store_lock = _acquire_store_lock(self.path, read_only=reason is not None)
         try:
-            self._shared = _open_shared(self.path, map_size, sync)
+            self._shared = _open_shared(self.path, map_size, sync, read_only=reason is not None)
         except BaseException:
             _release_store_lock(self._store_lock)
             raise
@@ -338,7 +450,17 @@ class LmdbEventLog(EventLogBase):
         self._projection_handles: dict[ProjectionSpec, lmdb_projection.ProjectionHandles] = {}
         self._catalogued: set[ProjectionSpec] = set()
         self._retain_on_open(retention)
-        self._finish_pending_scrub()
+        if reason is None:
+            self._finish_pending_scrub()
+
+    def _store_name(self) -> str:
+        return f'the store at {self.path}'
+
+    @property
+    def lockless(self) -> bool:
+        """Whether the store is open without LMDB's lock file (read-only media, files of another
+        user): no process may write it while this handle has it open (see the class docstring)."""
+        return self._shared.lockless
 
     def _finish_pending_scrub(self) -> None:
         """Finish the scrub an erasure or deletion left pending (a crash before its compaction,
@@ -368,6 +490,8 @@ class LmdbEventLog(EventLogBase):
         raises; retried after growing the map when it fills. For projections over this store."""
         if self._closed:
             raise LogClosedError('LmdbEventLog is closed')
+        if write:
+            self._refuse_write()
         shared = self._shared
         lock = shared.write_lock if write else None
         while True:
@@ -398,6 +522,7 @@ class LmdbEventLog(EventLogBase):
         if name in PHYSICAL_NAMES:
             raise ValueError(f"{name!r} is one of the log's own tables")
         self._check_open()
+        self._refuse_write()
         shared = self._shared
         with shared.write_lock:
             shared.enter()
@@ -410,6 +535,20 @@ class LmdbEventLog(EventLogBase):
             finally:
                 shared.leave()
 
+    def _existing_table(self, name: bytes) -> lmdb._Database | None:
+        """A projection's table for a read-only handle, or `None` when the store holds none (it
+        then reads as empty); creates nothing."""
+        shared = self._shared
+        shared.enter()
+        try:
+            return shared.env.open_db(name, create=False)
+        except lmdb.NotFoundError:
+            return None
+        except lmdb.Error as exc:
+            raise _storage_error(exc, self.path) from None
+        finally:
+            shared.leave()
+
     def read_projection(self, spec: ProjectionSpec, fn: Callable[[ProjectionRecords, LogReader], T]) -> T:
         """Run `fn` with the projection's records and the log in one read transaction (see
         `eventlog.projection`); the projection's tables are created on first use."""
@@ -419,6 +558,7 @@ class LmdbEventLog(EventLogBase):
         """Run `fn` in one write transaction: the projection's writes and position commit together
         when it returns, none when it raises; retried after the map grows, as appends are. The
         first write of `spec` through this handle records it in the store's catalogue."""
+        self._refuse_write()
         if spec not in self._catalogued:
             self._write_sync(lambda txn: record_in_catalogue(txn, spec))
             self._catalogued.add(spec)
@@ -434,6 +574,7 @@ class LmdbEventLog(EventLogBase):
 
     def clear_projection(self, name: str) -> None:
         """Empty every table of the projection `name` and forget its position."""
+        self._refuse_write()
         tables = self.run_in_txn(lambda txn: lmdb_projection.projection_tables(txn, name), write=False)
         self._run_projection(ProjectionSpec(name, tables), lambda records, _: records.clear(), write=True)
 
@@ -448,7 +589,8 @@ class LmdbEventLog(EventLogBase):
             handles = self._projection_handles.get(spec)
             if handles is None or handles.env is not self._shared.env:  # new, or the store was compacted
                 self._check_open()
-                handles = lmdb_projection.ProjectionHandles(self._shared.env, spec.name, spec.tables, self.open_table)
+                opener = self._existing_table if self.read_only else self.open_table
+                handles = lmdb_projection.ProjectionHandles(self._shared.env, spec.name, spec.tables, opener)
                 self._projection_handles[spec] = handles
 
             def run(txn: lmdb.Transaction, handles: lmdb_projection.ProjectionHandles = handles) -> T:
@@ -499,8 +641,10 @@ class LmdbEventLog(EventLogBase):
         Every projection in the store's catalogue is brought up to date by its maintainer first,
         or cleared (`eventlog.projection.maintain_projections`).
         A crash at any point leaves either the old store or the compacted one, both complete.
+        A read-only handle raises `ReadOnlyStoreError`.
         """
         self._check_open()
+        self._refuse_write()
         return await to_thread(self._compact_sync)
 
     def _rewrite_sync(self) -> str | None:
@@ -513,6 +657,7 @@ class LmdbEventLog(EventLogBase):
 
     def _compact_sync(self, *, maintain: bool = True) -> CompactResult:
         self._check_open()
+        self._refuse_write()
         pending = self._read_sync(engine.scrub_pending)
         if maintain:
             self._maintain_projections()
@@ -647,9 +792,12 @@ _store_locks: dict[tuple[int, int], _StoreLock] = {}
 _store_locks_cond = threading.Condition()
 
 
-def _acquire_store_lock(path: Path) -> _StoreLock:
+def _acquire_store_lock(path: Path, *, read_only: bool = False) -> _StoreLock:
     """Hold a shared lock on the store for one more handle of this process (waits while a
-    compaction, here or in another process, has it)."""
+    compaction, here or in another process, has it).
+
+    `read_only`: the lock file is opened for reading and never created; where it is absent or
+    unreadable, the handle holds no lock (`lockable` is then false: nothing to compact anyway)."""
     st = path.stat()
     key = (st.st_dev, st.st_ino)
     lock_path = path / LOCK_FILE
@@ -662,15 +810,29 @@ def _acquire_store_lock(path: Path) -> _StoreLock:
             if held is not None:
                 held.refs += 1
                 return held
+        flags = os.O_RDONLY if read_only else os.O_RDWR | os.O_CREAT
         try:
-            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+            fd = os.open(lock_path, flags | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
         except OSError as exc:
-            raise StoreLocationError(f'cannot open the lock file {lock_path}: {exc.strerror or exc}') from None
+            if read_only:
+                fd = -1  # a copy without the lock file, or one this process may not read
+            else:
+                raise StoreLocationError(
+                    f'cannot open the lock file {lock_path}: {exc.strerror or exc}'
+                    + ('; to read the store, open it read-only (read_only=True)' if _write_refused(exc) else '')
+                ) from None
+        if fd < 0:
+            with _store_locks_cond:
+                if key not in _store_locks:
+                    lock = _store_locks[key] = _StoreLock(key, fd, path)
+                    lock.lockable = False
+                    return lock
+            continue
         lockable = True
         try:
             fcntl.flock(fd, fcntl.LOCK_SH)  # blocks only while another process compacts
         except OSError as exc:
-            if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL):
+            if not read_only and exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL):
                 os.close(fd)
                 raise StoreLocationError(f'cannot lock {lock_path}: {exc.strerror or exc}') from None
             lockable = False  # a file system without flock: the store opens, compact refuses
@@ -688,7 +850,13 @@ def _release_store_lock(lock: _StoreLock) -> None:
         if lock.refs == 0:
             if _store_locks.get(lock.key) is lock:
                 del _store_locks[lock.key]
-            os.close(lock.fd)  # releases the flock
+            if lock.fd >= 0:
+                os.close(lock.fd)  # releases the flock
+
+
+def _write_refused(exc: OSError) -> bool:
+    """Whether `exc` says the file system or the permissions refuse a write."""
+    return exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM)
 
 
 def _upgrade_store_lock(lock: _StoreLock, path: Path) -> int:

@@ -39,7 +39,14 @@ from eventlog.entries import (
     VerifyReport,
     encode_info,
 )
-from eventlog.errors import ConversationNotFound, EventLogError, InvalidArgumentError, LogClosedError, RunNotFound
+from eventlog.errors import (
+    ConversationNotFound,
+    EventLogError,
+    InvalidArgumentError,
+    LogClosedError,
+    ReadOnlyStoreError,
+    RunNotFound,
+)
 
 if TYPE_CHECKING:
     from pydantic_ai.messages import ModelMessage
@@ -231,6 +238,27 @@ class EventLogBase(ABC):
         included); in memory: 0, since nothing is on disk. A cheap synchronous call that reads no
         entries, so it is not a measure of the live data (LMDB's `compact` gives free pages back)."""
 
+    read_only_reason: str | None = None
+    """Why this handle is read-only (`'opened read-only as asked'`, `'its file system is read-only'`,
+    ...); `None` when it may write. A read-only handle answers every read and raises
+    `ReadOnlyStoreError` for every call that would write."""
+
+    @property
+    def read_only(self) -> bool:
+        """Whether this handle refuses writes (see `read_only_reason`)."""
+        return self.read_only_reason is not None
+
+    def _store_name(self) -> str:
+        """How a message names this store."""
+        return 'the store'
+
+    def _refuse_write(self) -> None:
+        """Raise `ReadOnlyStoreError` when this handle is read-only; called before anything is written."""
+        if self.read_only_reason is not None:
+            raise ReadOnlyStoreError(
+                f'{self._store_name()} is open read-only ({self.read_only_reason}); nothing was written'
+            )
+
     def _check_open(self) -> None:
         if self._closed:
             raise LogClosedError(f'{type(self).__name__} is closed')
@@ -243,6 +271,7 @@ class EventLogBase(ABC):
 
     async def _write(self, fn: Callable[[WriteTxn], T], *, bulk: bool = False) -> T:
         self._check_open()
+        self._refuse_write()
         if bulk:
             return await to_thread(self._write_sync, fn)
         return self._write_sync(fn)
@@ -675,8 +704,10 @@ class EventLogBase(ABC):
         the log's tables). Returns `None` when done, else a one-line reason it could not be
         (the store busy elsewhere, the disk too full for the rewritten copy): the removal itself
         stays committed either way, and the store records the scrub as pending (`scrub_pending`,
-        reported by `verify`) until a later `scrub` finishes it."""
+        reported by `verify`) until a later `scrub` finishes it. A read-only handle raises
+        `ReadOnlyStoreError`."""
         self._check_open()
+        self._refuse_write()
         return await to_thread(self._scrub_sync)
 
     def _scrub_sync(self) -> str | None:
@@ -725,6 +756,9 @@ class EventLogBase(ABC):
         if not isinstance(policy, RetentionPolicy):  # pyright: ignore[reportUnnecessaryIsInstance]
             self.close()
             raise InvalidArgumentError(f'retention takes a RetentionPolicy, got {type(policy).__name__}')
+        if self.read_only_reason is not None:  # retention erases: refused before anything is read
+            self.close()
+            self._refuse_write()
         import asyncio
         from concurrent.futures import ThreadPoolExecutor
 
@@ -749,6 +783,8 @@ class EventLogBase(ABC):
             raise InvalidArgumentError(f'retain takes a RetentionPolicy, got {type(policy).__name__}')
         if now is not None and (not isinstance(now, datetime) or now.tzinfo is None):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise InvalidArgumentError('now must be a timezone-aware datetime')
+        if not dry_run:
+            self._refuse_write()
         moment = now or engine.utcnow()
         convs = await self.list_conversations(include_archived=True)
         erased: dict[str, int] = {}
@@ -853,6 +889,7 @@ class EventLogBase(ABC):
             return transfer.import_from(self._write_sync, source, allow_version_1=allow_version_1)
 
         self._check_open()
+        self._refuse_write()
         return await to_thread(work)
 
     async def verify(

@@ -72,6 +72,7 @@ from eventlog.errors import (
     EventLogError,
     InvalidArgumentError,
     LogClosedError,
+    ReadOnlyStoreError,
     StorageError,
     StoreConnectionError,
     StoreLocationError,
@@ -140,6 +141,13 @@ class PostgresEventLog(EventLogBase):
             `seq` and the messages they show (`LocalProjections`, docs/postgres.md).
         retention: A `RetentionPolicy` applied as the log opens (erasing or deleting what is
             older than it allows); what it did is in `retention_report`.
+        read_only: Open the log for reading only (`True`), for writing (`False`, the default), or
+            read-only only when it cannot be written (`None`: the role lacks INSERT or UPDATE on
+            the log's tables, the server is a standby, or the session is read-only). A read-only
+            handle needs only USAGE on the schema and SELECT on its tables: it creates, migrates,
+            registers and locks nothing, every read works (searches of an existing index
+            included), and every call that would write raises `ReadOnlyStoreError`. With
+            `projections_dir`, the projections there are still kept (that directory is local).
     """
 
     persistent: ClassVar[bool] = True
@@ -153,6 +161,7 @@ class PostgresEventLog(EventLogBase):
         pool_size: int = 4,
         projections_dir: str | os.PathLike[str] | None = None,
         retention: RetentionPolicy | None = None,
+        read_only: bool | None = False,
     ) -> None:
         if not isinstance(dsn, str) or not dsn.strip():  # pyright: ignore[reportUnnecessaryIsInstance]
             raise InvalidArgumentError('PostgresEventLog needs a connection string, e.g. postgresql://user@host/db')
@@ -166,6 +175,8 @@ class PostgresEventLog(EventLogBase):
             )
         if pool_size < 1:
             raise InvalidArgumentError(f'pool_size must be at least 1, got {pool_size}')
+        if read_only not in (True, False, None):
+            raise InvalidArgumentError(f'read_only must be True, False or None, got {read_only!r}')
         try:
             params = conninfo_to_dict(dsn)
         except psycopg.ProgrammingError as exc:
@@ -188,7 +199,8 @@ class PostgresEventLog(EventLogBase):
         self._catalogued: set[ProjectionSpec] = set()
         self._lock_sql = f'LOCK TABLE {q}.entries IN EXCLUSIVE MODE'.encode()
         self._projection_lock_sql = f'LOCK TABLE {q}.projection_positions IN EXCLUSIVE MODE'.encode()
-        self._prepare(create)
+        self.read_only_reason = 'opened read-only as asked' if read_only else None
+        self._prepare(create and not read_only, detect=read_only is None)
         self._pool = ConnectionPool(
             dsn,
             min_size=1,
@@ -235,9 +247,14 @@ class PostgresEventLog(EventLogBase):
 
     # -- opening --------------------------------------------------------------------------------
 
-    def _prepare(self, create: bool) -> None:
+    def _store_name(self) -> str:
+        return self.location
+
+    def _prepare(self, create: bool, *, detect: bool = False) -> None:
         """Connect once (so that a wrong DSN or password fails here, typed), check the schema
-        version, and create or migrate the tables under an advisory lock."""
+        version, and create or migrate the tables under an advisory lock; with `detect`, open the
+        log read-only when it cannot be written (`_write_blocker`). Read-only, nothing is created
+        or migrated."""
         try:
             conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=_CONNECT_TIMEOUT)
         except (psycopg.Error, UnicodeError) as exc:  # UnicodeError: a host name the resolver cannot encode
@@ -259,9 +276,17 @@ class PostgresEventLog(EventLogBase):
                         f'{self.location} has schema version {version}; this version of pydantic-ai-eventlog '
                         f'reads up to {SCHEMA_VERSION} (upgrade pydantic-ai-eventlog)'
                     )
+                if detect and self.read_only_reason is None:
+                    self.read_only_reason = self._write_blocker(cur)
                 # Most opens find the format current and need no writers' lock: opening never waits
                 # for a writer in the middle of its transaction.
-                if engine.check_format(PgReadTxn(cur, self._relations)) != engine.FORMAT_VERSION:
+                found = engine.check_format(PgReadTxn(cur, self._relations))
+                if found != engine.FORMAT_VERSION and self.read_only_reason is not None:
+                    raise ReadOnlyStoreError(
+                        f'{self.location} is in format {found or "(none recorded)"}, which opening it for writing '
+                        f'once brings to format {engine.FORMAT_VERSION}; opened read-only, nothing may be written'
+                    )
+                if found != engine.FORMAT_VERSION:
                     with conn.transaction():
                         cur.execute(self._lock_sql)
                         engine.init_format(_OneShotWrite(cur, self._relations))
@@ -271,6 +296,30 @@ class PostgresEventLog(EventLogBase):
             raise StoreConnectionError(f'PostgreSQL at {redact_dsn(self.dsn)} failed: {_said(exc, self.dsn)}') from None
         finally:
             conn.close()
+
+    def _write_blocker(self, cur: psycopg.Cursor[Any]) -> str | None:
+        """Why this session cannot write the log (a standby, a read-only session, a role without
+        INSERT or UPDATE on its tables), or `None`: one query of the server's own answers."""
+        tables = [self._relations[Table.ENTRIES].table, self._relations[Table.META].table, *self._projection_tables]
+        checks = ', '.join(
+            f"has_table_privilege(%s, '{privilege}')" for _ in tables for privilege in ('INSERT', 'UPDATE')
+        )
+        cur.execute(
+            f"SELECT pg_is_in_recovery(), current_setting('transaction_read_only') = 'on', current_user, {checks}",
+            [table for table in tables for _ in ('INSERT', 'UPDATE')],
+        )
+        row = cur.fetchone()
+        assert row is not None
+        if row[0]:
+            return 'the server is a standby in recovery'
+        if row[1]:
+            return 'the session is read-only (default_transaction_read_only)'
+        allowed = iter(row[3:])
+        for table in tables:
+            for privilege in ('INSERT', 'UPDATE'):
+                if not next(allowed):
+                    return f'the role {row[2]} has no {privilege} privilege on {table}'
+        return None
 
     def _read_version(self, cur: psycopg.Cursor[Any]) -> int | None:
         cur.execute(
@@ -473,6 +522,7 @@ class PostgresEventLog(EventLogBase):
         return None if self._local is None else self._local.start_log_position()
 
     def _write_sync(self, fn: Callable[[WriteTxn], T]) -> T:
+        self._refuse_write()
         if not self._one_trip:  # switched off: every write as before, no cache kept
             self._forget()
             return self._write_two_trips(fn, track=False)[0]
@@ -797,7 +847,8 @@ class PostgresEventLog(EventLogBase):
         """Run `fn` with the projection's records and the log in one snapshot (see `eventlog.projection`)."""
         if self._local is not None:
             return self._local.read_projection(spec, fn)
-        self._register(spec)
+        if self.read_only_reason is None:  # read-only: an unregistered projection reads as empty
+            self._register(spec)
         relations = self._projection_relation(spec)
 
         def run(cur: psycopg.Cursor[Any]) -> T:
@@ -810,6 +861,8 @@ class PostgresEventLog(EventLogBase):
         """Run `fn` in one transaction holding the projections' writer lock: its writes and
         position commit together, and two processes catching a projection up take turns. The
         first write of `spec` through this handle records it in the store's catalogue."""
+        if self._local is None:
+            self._refuse_write()
         self._forget()
         if self._local is not None:
             return self._local.write_projection(spec, fn)
@@ -881,6 +934,7 @@ class PostgresEventLog(EventLogBase):
         if self._local is not None:
             self._local.clear_projection(name)
             return
+        self._refuse_write()
         self._forget()
         spec = ProjectionSpec(name, ())
         self._register(spec)

@@ -7,13 +7,19 @@ fragment is the command line's own notation and is never sent to the server (lib
 `schema` parameter); a `#` inside a password is written `%23`, as in any URL.
 
 Reading commands never create a store: a path that holds none, or a schema without an event
-log in it, is refused with one line (`no store at ...`); `import` creates one. Whatever is shown
+log in it, is refused with one line (`no store at ...`); `import` creates one.
+
+A store this process cannot write (read-only media or mount, a directory or files of another
+user, a database role with only SELECT) is opened read-only: every reading command works, and a
+writing one fails with one line naming why the store is read-only. `--read-only` (which sets
+`$EVENTLOG_READ_ONLY=1`) opens every store read-only even where it could be written. Whatever is shown
 of a URL (messages, `stats`) leaves its password out (`redact_dsn`). psycopg is imported only
 when a URL is opened.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import AsyncGenerator
 from contextlib import asynccontextmanager
@@ -31,6 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     'DEFAULT_SCHEMA',
+    'READ_ONLY_ENV',
     'PostgresStore',
     'StoreLocation',
     'StoreLog',
@@ -39,12 +46,16 @@ __all__ = [
     'is_postgres',
     'open_store',
     'parse_store',
+    'read_only_wanted',
     'redacted',
     'store_exists',
 ]
 
 DEFAULT_SCHEMA = 'eventlog'
 """The schema used when a PostgreSQL URL names none after `#` (`PostgresEventLog`'s default)."""
+
+READ_ONLY_ENV = 'EVENTLOG_READ_ONLY'
+"""The environment variable that opens every store read-only when set to `1` (`--read-only` sets it)."""
 
 _SCHEMES = ('postgresql://', 'postgres://')
 _FRAGMENT = re.compile(r'#([^#/@?]*)$')
@@ -136,7 +147,18 @@ def _scrub(message: str, store: PostgresStore) -> str:
     return hide_secrets(message, store.dsn)
 
 
-def _postgres(store: PostgresStore, *, create: bool) -> PostgresEventLog:
+def read_only_wanted() -> bool | None:
+    """`True` when `$EVENTLOG_READ_ONLY` asks for read-only stores (`1`, `true`, `yes`, `on`), else
+    `None`: read-only only where the store cannot be written. `InvalidArgumentError` for another value."""
+    raw = os.environ.get(READ_ONLY_ENV, '').strip().lower()
+    if raw in ('1', 'true', 'yes', 'on'):
+        return True
+    if raw in ('', '0', 'false', 'no', 'off'):
+        return None
+    raise InvalidArgumentError(f'{READ_ONLY_ENV} must be 1 (open stores read-only) or 0, not {raw[:20]!r}')
+
+
+def _postgres(store: PostgresStore, *, create: bool, read_only: bool | None = None) -> PostgresEventLog:
     """Open the PostgreSQL store; a missing schema is `StoreLocationError` (`no store at ...`)
     unless `create`; every message leaves the password out."""
     try:
@@ -146,7 +168,7 @@ def _postgres(store: PostgresStore, *, create: bool) -> PostgresEventLog:
             f"a PostgreSQL store needs the optional dependencies of 'pydantic-ai-eventlog[postgres]' ({exc})"
         ) from None
     try:
-        return PostgresEventLog(store.dsn, schema=store.schema, create=create, pool_size=2)
+        return PostgresEventLog(store.dsn, schema=store.schema, create=create, pool_size=2, read_only=read_only)
     except StoreLocationError as exc:
         if create or 'holds no event log' not in str(exc):
             raise StoreLocationError(_scrub(str(exc), store)) from None
@@ -166,18 +188,27 @@ def _check_directory(store: Path) -> None:
 
 
 @asynccontextmanager
-async def open_store(store: StoreLocation | str, *, create: bool = False) -> AsyncGenerator[StoreLog]:
-    """The store `store` names, closed afterwards; unless `create`, refuse one that does not exist yet."""
+async def open_store(
+    store: StoreLocation | str, *, create: bool = False, read_only: bool | None = None
+) -> AsyncGenerator[StoreLog]:
+    """The store `store` names, closed afterwards; unless `create`, refuse one that does not exist yet.
+
+    `read_only`: `True` opens it read-only; `None` (the default) does so when `$EVENTLOG_READ_ONLY`
+    asks (`read_only_wanted`) or when this process cannot write the store, so that reading
+    commands work on a write-protected copy and writing ones refuse it with one line
+    (`ReadOnlyStoreError`, naming why); `False` opens it for writing or fails."""
     where = parse_store(store) if isinstance(store, str) else store
+    if read_only is None:
+        read_only = read_only_wanted()
     log: StoreLog
     if isinstance(where, PostgresStore):
-        log = _postgres(where, create=create)
+        log = _postgres(where, create=create and read_only is not True, read_only=read_only)
     else:
         from eventlog.lmdb_log import LmdbEventLog
 
-        if not create:
+        if not create or read_only is True:
             _check_directory(where)
-        log = LmdbEventLog(where)
+        log = LmdbEventLog(where, read_only=read_only)
     try:
         yield log
     finally:

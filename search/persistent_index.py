@@ -141,8 +141,19 @@ class PersistentIndex:
                 f'the search index of this store was built with the {stored!r} analyzer, not {self.analyzer.name!r}; '
                 f'rebuild it with that analyzer first (`eventlog reindex --analyzer {self.analyzer.name}`)'
             )
+        self._unusable = False
+        """The store is read-only and its index is in an older format: searches read the log instead."""
         if stored is not None and stored_format != self._format:
-            self.rebuild()
+            if self._frozen():
+                self._unusable = True
+            else:
+                self.rebuild()
+
+    def _frozen(self) -> bool:
+        """Whether the index cannot be written: its log is open read-only (`EventLogBase.read_only`)
+        and keeps it in its own store. Searches then use the index only while it is current with
+        the log, and otherwise index the log in memory per search; nothing is written."""
+        return not self.apart and getattr(self.log, 'read_only', False) is True
 
     def _read(self, fn: Callable[[ProjectionRecords, LogReader], T]) -> T:
         return self.log.read_projection(INDEX_PROJECTION, fn)
@@ -261,12 +272,13 @@ class PersistentIndex:
         side by side in key order, so that neither is held in memory. The scratch directory is
         removed afterwards. Appends and searches go on meanwhile. A finding names the table and
         the conversation concerned; `PersistentIndex.rebuild` (`eventlog reindex`) repairs any
-        of them. No index built yet gives no findings.
+        of them. No index built yet gives no findings. On a read-only store the index is not
+        brought up to date first: it is checked as of its own position, writing nothing to the store.
         """
         with self._lock:
             if self._read(lambda records, _: records.get('meta', b'analyzer')) is None:
                 return []
-            for _ in range(_VERIFY_ATTEMPTS):
+            for _ in range(0 if self._frozen() else _VERIFY_ATTEMPTS):
                 try:
                     while self.log.write_projection(self.spec, self._apply_batch)[1]:
                         pass
@@ -352,12 +364,27 @@ class PersistentIndex:
             if stats.docs == 0:
                 await corpus.settle()  # an empty corpus is not ranked: its count must be final now
             return corpus
+        if self._unusable:
+            return await self._log_corpus(conversation_id, analyzer)
         # The usual case, an index already current, takes one read; otherwise catch up first.
         stats, behind = self._read_scope(key)
         if behind > 0:
+            if self._frozen():  # a read-only store whose index lags (or was never built): read the log
+                return await self._log_corpus(conversation_id, analyzer)
             await self._catch_up_behind(behind)
             stats, _ = self._read_scope(key)
         return IndexCorpus(self, conversation_id, stats.docs, stats.length)
+
+    async def _log_corpus(self, conversation_id: str | None, analyzer: Analyzer) -> Corpus:
+        """The scope indexed in memory from the log itself, as an in-memory search does (the
+        same ranking); for a read-only store whose index cannot be brought up to date."""
+        from eventlog.log import EventLogBase
+        from eventlog.replay import ReplayHistorySource
+        from search.memory_index import MemoryCorpus
+
+        assert isinstance(self.log, EventLogBase)  # `_frozen`: a log keeping the index in its store
+        source = ReplayHistorySource(self.log)
+        return await MemoryCorpus.build(source, conversation_id=conversation_id, run_id=None, analyzer=analyzer)
 
     async def _catch_up_behind(self, behind: int) -> None:
         if behind > _THREAD_BACKLOG:
