@@ -20,10 +20,13 @@ __all__ = [
     'Handler',
     'Subparsers',
     'add_command',
+    'arguments',
     'at_least',
     'fail',
     'full_ids_option',
+    'is_lmdb',
     'json_option',
+    'options',
     'run',
     'store_of',
     'store_option',
@@ -46,7 +49,7 @@ status (`None`: 0)."""
 
 
 def add_command(
-    subparsers: Any, name: str, handler: Handler, doc: str, *, arguments: str = ''
+    subparsers: Subparsers, name: str, handler: Handler, doc: str, *, arguments: str = ''
 ) -> argparse.ArgumentParser:
     """Add the command `name` to `subparsers` (what `eventlog_cli.main` hands each group's
     `register`): its help is `doc` (the first paragraph's first sentence lists it in
