@@ -1,5 +1,5 @@
 """What the console script's crash guard costs: `eventlog` runs each command in a forked child
-(eventlog_cli.cli.main), after every import is done.
+(eventlog_cli.launch.main), after every import is done.
 
 Prints the median time of fork + child exit + wait in a process that has imported the CLI, and
 the median wall time of `eventlog conversations --json` on a small store with and without the
@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import eventlog_cli.cli  # noqa: F401  (the guard forks after these imports)
+import eventlog_cli.main  # noqa: F401  (the guard forks after these imports)
 from eventlog import LmdbEventLog, run_finished_entry, run_started_entry
 
 
@@ -63,8 +63,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         store = Path(tmp) / 'store.lmdb'
         asyncio.run(build(store))
-        guarded = 'import sys\nfrom eventlog_cli.cli import main\nsys.argv[0] = "eventlog"\nmain()\n'
-        plain = 'import sys\nfrom eventlog_cli.cli import app\napp(sys.argv[1:], prog_name="eventlog")\n'
+        guarded = 'import sys\nfrom eventlog_cli.launch import main\nsys.argv[0] = "eventlog"\nmain()\n'
+        plain = 'import sys\nfrom eventlog_cli.main import run\nsys.exit(run(sys.argv[1:]))\n'
         with_guard = command_time(guarded, store, runs)
         without = command_time(plain, store, runs)
     print(

@@ -150,6 +150,7 @@ def main() -> None:
             f'usage: python bench/bench_cli_start.py [RUNS] [--eventlog PATH] [--store PATH] [--as-installed]; got {args}'
         )
     runs = int(args[0]) if args else 5
+    print(f'load average before the run: {" ".join(f"{n:.2f}" for n in os.getloadavg())}')
     with tempfile.TemporaryDirectory() as tmp:
         env = _environment(Path(tmp) / 'bytecode' if cached else None)
         if store is None:
@@ -164,18 +165,29 @@ def main() -> None:
         conversation = json.loads(listing.stdout)[0]['conversation_id']
         commands = [
             ['--help'],
+            ['--version'],
+            ['conversations', '--help'],
             ['conversations', '--store', str(store)],
+            ['conversations', '--json', '--store', str(store)],
+            ['runs', '--store', str(store)],
             ['info', conversation, '--store', str(store)],
             ['stats', '--store', str(store)],
             ['verify', '--store', str(store)],
             ['tail', '--store', str(store)],
             ['tail', '--json', '--store', str(store)],
             ['show', conversation, '--store', str(store)],
+            ['replay', '--last', '--store', str(store)],
+            ['context', conversation, '--store', str(store)],
+            ['search', 'detail', '--all', '--store', str(store)],
         ]
-        if cached:  # fill the bytecode cache: what an installed package has from the start
-            for script in scripts:
-                for command in commands:
-                    subprocess.run([str(script), *command], check=True, capture_output=True, env=env)
+        answered: set[tuple[int, int]] = set()
+        # fill the bytecode cache (what an installed package has from the start), and learn which
+        # commands an install answers at all (an older one may lack `--version`)
+        for number, script in enumerate(scripts):
+            for index, command in enumerate(commands):
+                done = subprocess.run([str(script), *command], capture_output=True, env=env)
+                if done.returncode == 0:
+                    answered.add((number, index))
         bytecode = 'cached by the bench' if cached else 'as installed, none written'
         print(f'median of {runs} cold starts on {store}; bytecode {bytecode}')
         print(f'target: under {TARGET} s wall on a quiet machine; ! marks a figure at or over it')
@@ -189,16 +201,21 @@ def main() -> None:
                 )
         columns = f' {"wall":>8} {"cpu":>8} {"tty wall":>8} {"tty cpu":>8} '
         print(f'  {"command":<31}' + ''.join(columns for _ in scripts))
-        for command in commands:
+        for index, command in enumerate(commands):
             label = ' '.join(part for part in command if part not in (str(store), '--store'))
             row = f'  eventlog {label:<22}'
-            for script in scripts:  # side by side, so that both see the same load
+            for number, script in enumerate(scripts):  # side by side, so that both see the same load
+                if (number, index) not in answered:
+                    row += f' {"n/a":>8} {"n/a":>8} {"n/a":>8} {"n/a":>8} '
+                    continue
                 wall, cpu = median_time([str(script), *command], runs, env)
                 tty_wall, tty_cpu = median_tty_time([str(script), *command], runs, env)
                 row += f' {_figure(wall)} {_figure(cpu)} {_figure(tty_wall)} {_figure(tty_cpu)}'
             print(row, flush=True)
-    print('(`show` decodes messages, so it imports pydantic-ai: a reference, not a target;')
-    print(' wall and cpu: stdout a pipe; tty: stdout a 120-column pseudo-terminal)')
+    print(f'load average after the run: {" ".join(f"{n:.2f}" for n in os.getloadavg())}')
+    print('(`show`, `replay`, `context` and `search` decode messages, so they import pydantic-ai:')
+    print(' a reference, not a target; wall and cpu: stdout a pipe; tty: stdout a 120-column')
+    print(' pseudo-terminal; n/a: the install does not answer the command)')
 
 
 if __name__ == '__main__':

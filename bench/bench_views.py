@@ -90,8 +90,8 @@ atexit.register(report)
 mode, args = sys.argv[1], sys.argv[2:]
 if mode == 'cli':
     sys.argv = ['eventlog', *args]
-    from eventlog_cli.cli import app  # the app itself: `main()` would fork and do the work in a child
-    app()
+    from eventlog_cli.main import main  # the parser itself: `launch.main()` would fork and work in a child
+    main()
 else:
     sys.argv = ['program', *args[1:]]
     exec(compile(args[0], '<program>', 'exec'), {'__name__': '__main__'})
@@ -154,7 +154,7 @@ def main() -> None:
     parser.add_argument('--sizes', default='16,50', help='sizes in MB of the single huge messages')
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix='bench-views-') as tmp:
-        seconds, heap, total = _measure('code', 'import eventlog_cli.cli')
+        seconds, heap, total = _measure('code', 'import eventlog_cli.main')
         print(f'baseline (import the CLI): {seconds:.2f} s, peak heap {heap:.1f} MB, peak RSS {total:.1f} MB')
         long_store = Path(tmp) / 'long.lmdb'
         began = time.perf_counter()

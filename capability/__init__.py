@@ -37,7 +37,7 @@ __all__ = [
 ]
 
 # The names are imported on first use (PEP 562): the `eventlog` command imports
-# `eventlog_cli.cli`, and most of its commands never need pydantic-ai's agent machinery.
+# `eventlog_cli.commands`, and most of its commands never need pydantic-ai's agent machinery.
 _SUBMODULE: dict[str, str] = {
     'EventLogDurability': 'capability.durability',
     'AutoRecall': 'capability.recall',

@@ -1,11 +1,8 @@
 """The styled (Rich) layouts of the everyday read views: `conversations`, `info`, `stats`, the
 ok line of `verify` and `tail`'s lines.
 
-Shared by the full command line (`eventlog_cli.cli`) and the fast commands
-(`eventlog_cli._fast_commands`), which print them on a terminal without loading typer, click,
-asyncio or the rest of the full command line: both print the very same Rich objects on the
-same console (`eventlog_cli._render.console`), so the output is the same byte for byte.
-Nothing here imports more than Rich and the views.
+Used by the browsing commands (`eventlog_cli.commands.browse`, `...audit`), printed on the
+console of `eventlog_cli._render.console`. Nothing here imports more than Rich and the views.
 """
 
 from __future__ import annotations

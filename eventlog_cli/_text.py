@@ -2,7 +2,7 @@
 times, an entry's one-line headline, records and entries as JSON-ready data.
 
 Nothing here imports Rich (or pydantic-ai, but inside the functions that decode a message), so
-the fast commands (`eventlog_cli._fast`) print exactly what the full command line prints.
+a command printing JSON does not load either.
 `eventlog_cli._render` re-exports every name.
 """
 

@@ -1,10 +1,9 @@
 """What the everyday read commands (`conversations`, `info`, `stats`, `verify`, `tail`) read and
-say, as plain data: shared by the full command line (`eventlog_cli.cli`, which lays it out with
-Rich) and the fast commands (`eventlog_cli._fast`, which print it as plain text), so that both
-say exactly the same.
+say, as plain data, which the commands (`eventlog_cli.commands`) print as JSON or lay out with
+Rich.
 
 Nothing here imports Rich, typer, asyncio or pydantic-ai. The reads are coroutines over the
-log's async API; the fast commands drive them without an event loop (`eventlog_cli._fast.drive`).
+log's async API; the listings drive them without an event loop (`eventlog_cli.commands._common.run`).
 A row is `(label, text, style)`: `text` already made safe to print (`clean`) where it holds
 stored strings, `style` a Rich style for a terminal.
 """

@@ -1,6 +1,5 @@
-"""The `eventlog` console script: a crash guard around the command, which the fast commands
-(`eventlog_cli._fast`) answer when they can and the full command line (`eventlog_cli.cli`)
-otherwise. It imports neither before the fork, so a fast command never loads typer or Rich.
+"""The `eventlog` console script: a crash guard around the command line (`eventlog_cli.main`),
+which runs in a forked child. Only the standard library is imported before the fork.
 """
 
 from __future__ import annotations
@@ -9,16 +8,11 @@ import contextlib
 import os
 import signal
 import sys
-from pathlib import Path
 from typing import IO, NoReturn
 
-__all__ = ['DEFAULT_STORE', 'DEMO_STORE', 'EXIT_STORE_CRASHED', 'main']
+from eventlog_cli.commands._common import DEFAULT_STORE, DEMO_STORE
 
-DEFAULT_STORE = Path('eventlog.lmdb')
-"""The store used when neither `--store` nor `$EVENTLOG_STORE` names one."""
-
-DEMO_STORE = Path('eventlog-demo.lmdb')
-"""Where `eventlog demo` writes unless told otherwise."""
+__all__ = ['EXIT_STORE_CRASHED', 'main']
 
 EXIT_STORE_CRASHED = 3
 """Exit status when reading the store crashed the storage engine (a damaged file): see `main`."""
@@ -85,20 +79,10 @@ def _child(argv: list[str], noise_fd: int) -> NoReturn:
 
 
 def _command(argv: list[str]) -> int:
-    """Run `eventlog ARGV` in this process: by the fast commands when they answer it, else by
-    the full command line. Its exit status.
+    """Run `eventlog ARGV` in this process (`eventlog_cli.main.run`); its exit status."""
+    from eventlog_cli.main import run
 
-    A program that has loaded the full command line (`eventlog_cli.cli`) already paid for its
-    start: it gets the full command line throughout."""
-    if 'eventlog_cli.cli' not in sys.modules:
-        from eventlog_cli._fast import run
-
-        code = run(argv)
-        if code is not None:
-            return code
-    from eventlog_cli.cli import run_app
-
-    return run_app(argv)
+    return run(argv)
 
 
 def _exit_code(code: object) -> int:
@@ -169,8 +153,8 @@ def _store_of(argv: list[str]) -> str:
         if arg.startswith('-s') and len(arg) > 2 and not arg.startswith('--'):
             return redacted(arg[2:])
     if argv[:1] == ['demo']:
-        return str(DEMO_STORE)
-    return redacted(os.environ.get('EVENTLOG_STORE') or str(DEFAULT_STORE))
+        return DEMO_STORE
+    return redacted(os.environ.get('EVENTLOG_STORE') or DEFAULT_STORE)
 
 
 if __name__ == '__main__':

@@ -14,18 +14,18 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
-from typer.testing import CliRunner
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for the in-process runner
 
-from eventlog_cli.cli import app
+from clirunner import run_cli
 
 
 def _run_commands(store: str, out: str, commands: list[list[str]]) -> None:
-    runner = CliRunner()
     fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     for args in commands:
-        result = runner.invoke(app, [*args, '--store', store], env={'COLUMNS': '240', 'EVENTLOG_STORE': None})
+        result = run_cli([*args, '--store', store])
         unhandled = result.exception if not isinstance(result.exception, SystemExit) else None
         record: dict[str, Any] = {
             'args': args,

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
+from clirunner import Result, run_cli
 from pydantic_ai import Agent
 from pydantic_ai.capabilities import ProcessHistory
 from pydantic_ai.messages import (
@@ -26,11 +27,9 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
-from typer.testing import CliRunner, Result
 
 from capability.persistence import EventLogPersistence
 from eventlog import LmdbEventLog
-from eventlog_cli.cli import app
 
 DETAIL = 'the staging bucket is s3://quokka-archive-7731 and nothing else'
 """A detail stated early in conversation `alpha`, later compacted away."""
@@ -128,15 +127,17 @@ def build_store(path: Path) -> Store:
     return asyncio.run(build_store_async(path))
 
 
-_runner = CliRunner()
-
-
-def invoke(*args: str | Path, store: Path | None = None, input: str | bytes | None = None) -> Result:
-    """Run `eventlog ARGS [--store STORE]` in-process (wide output, no colours)."""
+def invoke(
+    *args: str | Path,
+    store: Path | None = None,
+    input: str | bytes | None = None,
+    env: dict[str, str | None] | None = None,
+) -> Result:
+    """Run `eventlog ARGS [--store STORE]` in-process (`clirunner.run_cli`: wide output, no colours)."""
     argv = [str(a) for a in args]
     if store is not None:
         argv += ['--store', str(store)]
-    return _runner.invoke(app, argv, input=input, env={'COLUMNS': '240', 'EVENTLOG_STORE': None})
+    return run_cli(argv, input=input, env=env)
 
 
 def open_log(path: Path) -> LmdbEventLog:

@@ -12,7 +12,8 @@ from pydantic_ai.messages import ModelRequest, ToolReturnPart
 
 from capability.search import TOOL_NAME, ConversationSearch
 from eventlog import LmdbEventLog
-from eventlog_cli.cli import DEMO_STORE, _demo_target  # pyright: ignore[reportPrivateUsage]
+from eventlog_cli.commands._common import DEMO_STORE
+from eventlog_cli.commands.demo import demo_target
 from eventlog_cli.demo import CONVERSATION_ID, DETAIL_PATH, FINAL_QUESTION, SEARCH_QUERY
 
 
@@ -108,11 +109,11 @@ def test_demo_overwrite_replaces_a_store(tmp_path: Path) -> None:
 
 def test_the_default_demo_store_is_never_overwritten(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    assert _demo_target(None, False) == DEMO_STORE
-    DEMO_STORE.mkdir()
-    assert _demo_target(None, False) == Path('eventlog-demo-2.lmdb')
+    assert demo_target(None, False) == Path(DEMO_STORE)
+    Path(DEMO_STORE).mkdir()
+    assert demo_target(None, False) == Path('eventlog-demo-2.lmdb')
     Path('eventlog-demo-2.lmdb').mkdir()
-    assert _demo_target(None, False) == Path('eventlog-demo-3.lmdb')
+    assert demo_target(None, False) == Path('eventlog-demo-3.lmdb')
 
 
 def test_demo_with_an_unusable_model_fails_in_one_line(tmp_path: Path) -> None:

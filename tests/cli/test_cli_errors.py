@@ -8,10 +8,8 @@ from pathlib import Path
 import lmdb
 import pytest
 from clitools import Store, fresh, invoke
-from typer.testing import CliRunner
 
 from eventlog._storage import Table
-from eventlog_cli.cli import app
 
 __all__ = ['fresh']
 
@@ -47,12 +45,9 @@ def test_no_store_at_the_path_is_one_line_and_creates_nothing(args: list[str], t
 
 
 def test_the_store_comes_from_the_environment(tmp_path: Path) -> None:
-    from typer.testing import CliRunner
-
-    from eventlog_cli.cli import app
 
     missing = tmp_path / 'from-env.lmdb'
-    result = CliRunner().invoke(app, ['stats'], env={'EVENTLOG_STORE': str(missing)})
+    result = invoke('stats', env={'EVENTLOG_STORE': str(missing)})
     assert result.exit_code == 1 and str(missing) in result.stderr
 
 
@@ -90,18 +85,15 @@ def test_a_store_of_a_newer_format(fresh: Store) -> None:
 @pytest.mark.parametrize(
     ('args', 'message'),
     [
-        (['conversations', '--bogus'], 'No such option: --bogus'),
-        (['tail', '-n', 'many'], "Invalid value for '--lines'"),
-        (['info'], "Missing argument 'CONVERSATION'"),
-        (['frobnicate'], "No such command 'frobnicate'"),
+        (['conversations', '--bogus'], 'unrecognized arguments: --bogus'),
+        (['tail', '-n', 'many'], "argument --lines/-n: 'many' is not a whole number"),
+        (['info'], 'the following arguments are required: CONVERSATION'),
+        (['frobnicate'], "no such command 'frobnicate' (see 'eventlog --help')"),
     ],
 )
 def test_a_bad_option_is_one_line(args: list[str], message: str, tmp_path: Path) -> None:
-    from typer.testing import CliRunner
 
-    from eventlog_cli.cli import app
-
-    result = CliRunner().invoke(app, [*args, '--store', str(tmp_path / 's')] if args[0] != 'frobnicate' else args)
+    result = invoke(*([*args, '--store', str(tmp_path / 's')] if args[0] != 'frobnicate' else args))
     assert result.exit_code == 2
     assert result.stdout == ''
     assert result.stderr.startswith('eventlog: ') and message in result.stderr
@@ -109,11 +101,8 @@ def test_a_bad_option_is_one_line(args: list[str], message: str, tmp_path: Path)
 
 
 def test_help_works() -> None:
-    from typer.testing import CliRunner
 
-    from eventlog_cli.cli import app
-
-    result = CliRunner().invoke(app, ['--help'])
+    result = invoke('--help')
     assert result.exit_code == 0
     for command in ('conversations', 'replay', 'search', 'verify', 'tail', 'demo', 'import'):
         assert command in result.stdout
@@ -134,8 +123,6 @@ def test_store_may_come_before_the_command(fresh: Store, tmp_path: Path) -> None
     missing = tmp_path / 'missing.lmdb'
     both = invoke('--store', fresh.path, 'stats', '--store', missing)
     assert both.exit_code == 1 and f'no store at {missing}' in both.stderr
-    over_env = CliRunner().invoke(
-        app, ['--store', str(fresh.path), 'stats', '--json'], env={'EVENTLOG_STORE': str(missing)}
-    )
+    over_env = invoke('--store', fresh.path, 'stats', '--json', env={'EVENTLOG_STORE': str(missing)})
     assert over_env.exit_code == 0, over_env.output
     assert json.loads(over_env.stdout)['conversations'] == 2

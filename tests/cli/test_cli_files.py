@@ -314,7 +314,7 @@ def test_export_to_dev_stdout_writes_into_the_pipe(shared: Store, tmp_path: Path
     import subprocess
     import sys
 
-    script = 'import sys\nfrom eventlog_cli.cli import app\napp(sys.argv[1:], prog_name="eventlog")\n'
+    script = 'import sys\nfrom eventlog_cli.main import run\nsys.exit(run(sys.argv[1:]))\n'
     done = subprocess.run(
         [sys.executable, '-c', script, 'export', '-o', '/dev/stdout', '--store', str(shared.path)],
         capture_output=True,

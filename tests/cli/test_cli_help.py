@@ -9,18 +9,16 @@ import sys
 
 import pytest
 
-from eventlog_cli.cli import app
+from eventlog_cli.main import build_parser, commands
 
-COMMANDS = sorted(
-    command.name or (command.callback.__name__ if command.callback else '') for command in app.registered_commands
-)
+COMMANDS = sorted(commands(build_parser()))
 
 
 def _help(*args: str) -> str:
     """The help as a user's 80-column terminal shows it (a real process, plain output)."""
     env = {**os.environ, 'COLUMNS': '80', 'NO_COLOR': '1'}
     done = subprocess.run(
-        [sys.executable, '-m', 'eventlog_cli.cli', *args, '--help'],
+        [sys.executable, '-m', 'eventlog_cli', *args, '--help'],
         capture_output=True,
         text=True,
         env=env,

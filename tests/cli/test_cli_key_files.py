@@ -57,7 +57,7 @@ def test_no_key_file_is_read_past_the_bound(tmp_path: Path) -> None:
     script = (
         'import resource, sys\n'
         'resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))\n'
-        'from eventlog_cli.cli import main\nsys.argv[0] = "eventlog"\nmain()\n'
+        'from eventlog_cli.launch import main\nsys.argv[0] = "eventlog"\nmain()\n'
     )
     for path in (sparse, Path('/dev/zero')):
         done = subprocess.run(

@@ -1,4 +1,6 @@
-"""The everyday commands start without importing pydantic-ai or numpy (what makes them slow to start).
+"""The everyday commands start without importing what makes a command slow to start: building
+the parser imports no command's implementation, the listings read an LMDB store without asyncio,
+pydantic-ai or numpy, and their `--json` without Rich either.
 
 Each check runs in a fresh interpreter and reads `sys.modules` afterwards; how long the
 commands take is shown by `bench/bench_cli_start.py`, not asserted here.
@@ -24,21 +26,24 @@ import search
 __all__ = ['shared']
 
 HEAVY = ('pydantic_ai', 'numpy')
-"""Top-level packages the fast commands must not import."""
+"""Top-level packages the listing commands must not import."""
+
+NEVER_LOADED = ('typer', 'click', 'asyncio', 'pydantic', 'pydantic_ai', 'numpy', 'search.render')
+"""What the listing commands never import, on a pipe or a terminal: the event loop,
+pydantic(-ai) and the search engine's message rendering (which needs it), numpy; and no other
+command-line parser. Each costs from tens of milliseconds to a second."""
+
+WITHOUT_RICH = ('rich',)
+"""What `--json` and `--help` do not import either: they print no table."""
 
 RUN_COMMAND = textwrap.dedent(
     """
     import json, sys
-    from eventlog_cli.cli import app
-    try:
-        app(sys.argv[2:], prog_name='eventlog')
-    except SystemExit as exc:
-        status = exc.code or 0
-    else:
-        status = 0
-    loaded = sorted({name.split('.')[0] for name in sys.modules})
+    from eventlog_cli.main import run
+    status = run(sys.argv[2:])
+    sys.stdout.flush()
     with open(sys.argv[1], 'w') as out:
-        json.dump({'status': status, 'modules': loaded}, out)
+        json.dump({'status': status, 'modules': sorted(sys.modules)}, out)
     """
 )
 
@@ -53,7 +58,7 @@ def _run(tmp_path: Path, *args: str) -> tuple[int, str, list[str]]:
     )
     assert done.stderr == '', done.stderr
     data = json.loads(report.read_text())
-    return data['status'], done.stdout, data['modules']
+    return data['status'], done.stdout, sorted({name.split('.')[0] for name in data['modules']})
 
 
 @pytest.mark.parametrize(
@@ -71,7 +76,7 @@ def _run(tmp_path: Path, *args: str) -> tuple[int, str, list[str]]:
     ],
     ids=' '.join,
 )
-def test_fast_commands_do_not_import_pydantic_ai(shared: Store, tmp_path: Path, command: list[str]) -> None:
+def test_the_listings_do_not_import_pydantic_ai(shared: Store, tmp_path: Path, command: list[str]) -> None:
     args = command if command == ['--help'] else [*command, '--store', str(shared.path)]
     status, stdout, modules = _run(tmp_path, *args)
     assert status == 0, stdout
@@ -79,7 +84,7 @@ def test_fast_commands_do_not_import_pydantic_ai(shared: Store, tmp_path: Path, 
     assert [name for name in HEAVY if name in modules] == []
 
 
-def test_the_fast_commands_still_say_what_they_said(shared: Store, tmp_path: Path) -> None:
+def test_the_listings_still_say_what_they_said(shared: Store, tmp_path: Path) -> None:
     """Nothing the lazy imports skipped was needed: the answers are the real ones."""
     _, listing, _ = _run(tmp_path, 'conversations', '--json', '--store', str(shared.path))
     rows = json.loads(listing)
@@ -102,7 +107,7 @@ def test_commands_that_decode_messages_import_pydantic_ai_when_they_do(shared: S
 
 def test_the_console_script_still_forks_and_answers(shared: Store) -> None:
     """`main` (the crash guard that runs the command in a forked child) works with the lazy imports."""
-    script = 'import sys\nfrom eventlog_cli.cli import main\nsys.argv[0] = "eventlog"\nmain()\n'
+    script = 'import sys\nfrom eventlog_cli.launch import main\nsys.argv[0] = "eventlog"\nmain()\n'
     done = subprocess.run(
         [sys.executable, '-c', script, 'conversations', '--json', '--store', str(shared.path)],
         capture_output=True,
@@ -114,7 +119,7 @@ def test_the_console_script_still_forks_and_answers(shared: Store) -> None:
 
 
 def test_importing_the_packages_does_not_import_pydantic_ai() -> None:
-    code = 'import sys, eventlog, search, capability, eventlog_cli.cli; print(sorted({m.split(".")[0] for m in sys.modules}))'
+    code = 'import sys, eventlog, search, capability, eventlog_cli.main; print(sorted({m.split(".")[0] for m in sys.modules}))'
     done = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True, timeout=120)
     loaded = eval(done.stdout)  # a printed list of module names
     assert [name for name in HEAVY if name in loaded] == []
@@ -134,7 +139,7 @@ def test_every_public_name_still_resolves(package: ModuleType) -> None:
 
 
 def test_the_library_packages_do_not_import_the_command_line() -> None:
-    """The command line is its own package: the library's layers load neither it nor typer.
+    """The command line is its own package: the library's layers do not load it.
 
     (rich may still arrive with pydantic-ai's HTTP client, which is not ours to change.)"""
     code = (
@@ -148,66 +153,6 @@ def test_the_library_packages_do_not_import_the_command_line() -> None:
 
 
 @pytest.fixture(scope='module')
-def unindexed(tmp_path_factory: pytest.TempPathFactory) -> Store:
-    """A store no search has built an index in."""
-    return build_store(tmp_path_factory.mktemp('unindexed') / 'store.lmdb')
-
-
-FAST_COMMAND = textwrap.dedent(
-    """
-    import json, sys
-    from eventlog_cli._fast import run
-    status = run(sys.argv[2:])
-    loaded = sorted({name.split('.')[0] for name in sys.modules})
-    with open(sys.argv[1], 'w') as out:
-        json.dump({'status': status, 'modules': loaded}, out)
-    """
-)
-
-
-@pytest.mark.parametrize(
-    'command',
-    [
-        ['--help'],
-        ['conversations'],
-        ['conversations', '--json'],
-        ['info', 'alpha'],
-        ['stats'],
-        ['verify'],
-        ['tail', '--lines', '40'],
-        ['tail', '--json'],
-    ],
-    ids=' '.join,
-)
-def test_the_console_scripts_fast_commands_load_no_typer_rich_or_asyncio(
-    unindexed: Store, tmp_path: Path, command: list[str]
-) -> None:
-    """What the console script runs first (`eventlog_cli._fast`) answers these alone, with none
-    of the command line's heavy start-up: typer, click, Rich, asyncio, pydantic(-ai), numpy.
-    (A store with a search index: `test_the_fast_commands_never_load_the_heavy_modules`.)"""
-    args = command if command == ['--help'] else [*command, '--store', str(unindexed.path)]
-    report = tmp_path / 'report.json'
-    env = {k: v for k, v in os.environ.items() if k not in ('EVENTLOG_STORE', 'COLUMNS', 'FORCE_COLOR')}
-    done = subprocess.run(
-        [sys.executable, '-c', FAST_COMMAND, str(report), *args], capture_output=True, text=True, env=env, timeout=120
-    )
-    data = json.loads(report.read_text())
-    assert data['status'] == 0, done.stderr
-    assert done.stdout.strip()
-    slow = ('typer', 'click', 'rich', 'asyncio', 'pydantic', 'pydantic_ai', 'numpy')
-    assert [name for name in slow if name in data['modules']] == []
-
-
-NEVER_LOADED = ('typer', 'click', 'asyncio', 'pydantic', 'pydantic_ai', 'numpy', 'search.render', 'eventlog_cli.cli')
-"""What the fast commands must never import, on a pipe or a terminal, whatever the store holds:
-the full command line and its parser, the event loop, pydantic(-ai) and the search engine's
-message rendering (which needs it), numpy. Each costs from tens of milliseconds to a second."""
-
-NOT_ON_A_PIPE = ('rich',)
-"""What they must not import either when plain text is enough (stdout a pipe)."""
-
-
-@pytest.fixture(scope='module')
 def indexed(tmp_path_factory: pytest.TempPathFactory) -> Store:
     """A store whose search index is built, which `verify` derives again to check it."""
     store = build_store(tmp_path_factory.mktemp('indexed') / 'store.lmdb')
@@ -217,26 +162,18 @@ def indexed(tmp_path_factory: pytest.TempPathFactory) -> Store:
     return store
 
 
-PINNED = textwrap.dedent(
-    """
-    import json, sys
-    from eventlog_cli._fast import run
-    status = run(sys.argv[2:])
-    sys.stdout.flush()
-    with open(sys.argv[1], 'w') as out:
-        json.dump({'status': status, 'modules': sorted(sys.modules)}, out)
-    """
-)
-
-
 @pytest.mark.parametrize('terminal', [False, True], ids=['pipe', 'terminal'])
 @pytest.mark.parametrize(
     'command',
     [
         ['--help'],
+        ['--version'],
+        ['conversations', '--help'],
         ['conversations'],
         ['conversations', '--include-archived', '--full-ids'],
         ['conversations', '--json'],
+        ['runs'],
+        ['runs', '--json'],
         ['info', 'alpha'],
         ['info', 'alpha', '--json'],
         ['stats'],
@@ -248,16 +185,17 @@ PINNED = textwrap.dedent(
     ],
     ids=' '.join,
 )
-def test_the_fast_commands_never_load_the_heavy_modules(
+def test_the_listings_never_load_the_heavy_modules(
     indexed: Store, tmp_path: Path, command: list[str], terminal: bool
 ) -> None:
-    """Pins the fast commands' imports on a store with a search index (`verify` derives the index
+    """Pins the listings' imports on a store with a search index (`verify` derives the index
     again from the stored messages, reading them without pydantic-ai): the modules of
-    `NEVER_LOADED`, and Rich too when stdout is a pipe, stay unloaded; the command answers."""
-    args = command if command == ['--help'] else [*command, '--store', str(indexed.path)]
+    `NEVER_LOADED` stay unloaded, and Rich too for `--json` and the help; the command answers."""
+    answers_alone = '--help' in command or '--version' in command
+    args = command if answers_alone else [*command, '--store', str(indexed.path)]
     report = tmp_path / 'report.json'
     env = {k: v for k, v in os.environ.items() if k not in ('EVENTLOG_STORE', 'COLUMNS', 'FORCE_COLOR')}
-    argv = [sys.executable, '-c', PINNED, str(report), *args]
+    argv = [sys.executable, '-c', RUN_COMMAND, str(report), *args]
     if terminal:
         _, written = run_on_terminal(argv, {**env, 'TERM': 'xterm-256color'}, columns=120)
     else:
@@ -266,6 +204,17 @@ def test_the_fast_commands_never_load_the_heavy_modules(
     assert data['status'] == 0
     assert written.strip()
     loaded = set(data['modules'])
-    never = NEVER_LOADED if terminal or command == ['--help'] or '--json' in command else NEVER_LOADED + NOT_ON_A_PIPE
+    never = NEVER_LOADED + WITHOUT_RICH if answers_alone or '--json' in command else NEVER_LOADED
     assert sorted(name for name in never if name in loaded) == []
-    assert 'lmdb' in loaded or command == ['--help']  # it really read the store
+    assert ('lmdb' in loaded) != answers_alone  # it really read the store (and the help did not)
+
+
+def test_building_the_parser_imports_no_command() -> None:
+    """`eventlog_cli.main.build_parser` imports the group modules and `argparse`, nothing a
+    command needs to run: not the log, the storage engine, Rich, msgspec or asyncio."""
+    code = 'import sys\nfrom eventlog_cli.main import build_parser\nbuild_parser()\nprint(sorted(sys.modules))'
+    done = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True, timeout=120)
+    loaded = set(eval(done.stdout))  # a printed list of module names
+    assert {'eventlog_cli.commands.browse', 'eventlog_cli.commands.audit'} <= loaded
+    heavy = ('eventlog', 'eventlog_cli._views', 'lmdb', 'rich', 'msgspec', 'asyncio', 'pydantic', 'typer')
+    assert sorted(name for name in heavy if name in loaded) == []

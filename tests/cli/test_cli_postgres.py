@@ -19,11 +19,8 @@ from urllib.parse import urlsplit
 
 import psycopg
 import pytest
-from clitools import DETAIL, Store, build_store
+from clitools import DETAIL, Store, build_store, invoke
 from pgserver import fresh_schema
-from typer.testing import CliRunner
-
-from eventlog_cli.cli import app
 
 COMMAND = [sys.executable, '-m', 'eventlog_cli']
 
@@ -74,9 +71,7 @@ class Setup:
 
     def lm(self, *args: str | Path) -> Done:
         """`eventlog ARGS --store LMDB-PATH`, in this process (the reference the PostgreSQL runs are compared with)."""
-        result = CliRunner().invoke(
-            app, [*map(str, args), '--store', str(self.lmdb.path)], env={'COLUMNS': '200', 'EVENTLOG_STORE': None}
-        )
+        result = invoke(*args, store=self.lmdb.path, env={'COLUMNS': '200'})
         return Done(result.exit_code, result.stdout, result.stderr)
 
     def shown(self) -> str:

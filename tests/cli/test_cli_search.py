@@ -5,9 +5,6 @@ from __future__ import annotations
 import json
 
 from clitools import DETAIL, OTHER_DETAIL, Store, invoke, shared
-from typer.testing import CliRunner
-
-from eventlog_cli.cli import app
 
 __all__ = ['shared']
 
@@ -23,12 +20,13 @@ def test_search_a_conversation_finds_the_compacted_detail(shared: Store) -> None
 
 
 def test_search_highlights_the_matched_terms(shared: Store) -> None:
-    runner = CliRunner()
-    result = runner.invoke(
-        app,
-        ['search', 'quokka', '-c', 'alpha', '--store', str(shared.path)],
+    result = invoke(
+        'search',
+        'quokka',
+        '-c',
+        'alpha',
+        store=shared.path,
         env={'COLUMNS': '200', 'FORCE_COLOR': '1', 'TERM': 'xterm-256color'},
-        color=True,
     )
     assert result.exit_code == 0, result.output
     # The matched word carries a style (an escape sequence right before it); plain text around it does not.

@@ -1,8 +1,8 @@
 """The `eventlog` console script never dies of a signal: a damaged store that crashes the storage
 engine ends in one line on stderr and exit status 3; Ctrl-C and closed pipes end as usual.
 
-These run the real console entry point (`eventlog_cli.cli.main`) in subprocesses; the in-process
-`CliRunner` tests drive the typer app, which does not fork."""
+These run the real console entry point (`eventlog_cli.launch.main`) in subprocesses; the in-process
+runner of the other tests (`clirunner.run_cli`) drives the parser, which does not fork."""
 
 from __future__ import annotations
 
@@ -21,12 +21,12 @@ from clitools import invoke
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart
 
 from eventlog import LmdbEventLog, message_entry, run_finished_entry, run_started_entry
-from eventlog_cli.cli import EXIT_STORE_CRASHED
+from eventlog_cli.launch import EXIT_STORE_CRASHED
 
-GUARDED = 'import sys\nfrom eventlog_cli.cli import main\nsys.argv[0] = "eventlog"\nmain()\n'
+GUARDED = 'import sys\nfrom eventlog_cli.launch import main\nsys.argv[0] = "eventlog"\nmain()\n'
 """The console script, as installed."""
 
-UNGUARDED = 'import sys\nfrom eventlog_cli.cli import app\napp(sys.argv[1:], prog_name="eventlog")\n'
+UNGUARDED = 'import sys\nfrom eventlog_cli.main import run\nsys.exit(run(sys.argv[1:]))\n'
 """The same command without the fork: what a damaged store does to a plain process."""
 
 _CRASHES = {-signal.SIGBUS, -signal.SIGSEGV, -signal.SIGABRT, -signal.SIGILL, -signal.SIGFPE}
@@ -198,9 +198,9 @@ def test_ctrl_c_exits_quietly_with_130(intact: Path) -> None:
 def test_a_crash_of_any_command_is_one_line(tmp_path: Path) -> None:
     """Whatever crashes the child (here: an abort from C), the parent reports it the same way."""
     script = (
-        'import os, sys\nimport eventlog_cli.cli as cli\n'
-        "cli.app = lambda *a, **k: (os.write(2, b'mdb.c:1: Assertion failed\\n'), os.abort())\n"
-        'sys.argv[0] = "eventlog"\ncli.main()\n'
+        'import os, sys\nimport eventlog_cli.main as cli\nfrom eventlog_cli.launch import main\n'
+        "cli.run = lambda *a, **k: (os.write(2, b'mdb.c:1: Assertion failed\\n'), os.abort())\n"
+        'sys.argv[0] = "eventlog"\nmain()\n'
     )
     result = _run(script, 'show', 'c', '--store', tmp_path / 'x.lmdb')
     assert result.returncode == EXIT_STORE_CRASHED
@@ -225,9 +225,9 @@ def test_a_bug_inside_a_command_is_reported_with_its_traceback() -> None:
     """Errors a user can cause are one line; anything else is a bug, and the child must not
     swallow it: its traceback reaches stderr and the status is 1."""
     script = (
-        'import sys\nimport eventlog_cli.cli as cli\n'
+        'import sys\nimport eventlog_cli.main as cli\nfrom eventlog_cli.launch import main\n'
         'def broken(*args, **kwargs):\n    raise RuntimeError("boom in a command")\n'
-        'cli.app = broken\nsys.argv[0] = "eventlog"\ncli.main()\n'
+        'cli.run = broken\nsys.argv[0] = "eventlog"\nmain()\n'
     )
     result = _run(script, 'stats')
     assert result.returncode == 1

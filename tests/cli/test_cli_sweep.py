@@ -19,9 +19,6 @@ from typing import Any
 import pytest
 from clitools import Store, build_store, invoke
 from test_cli_fuzz import PAGE, Worker, _damages, _live_last_page  # pyright: ignore[reportPrivateUsage]
-from typer.testing import CliRunner
-
-from eventlog_cli.cli import app
 
 SECRET = 'Sw33p-sekrit'
 
@@ -110,10 +107,9 @@ def keyed(pristine: Store) -> tuple[Path, Path, Path]:
 def test_every_command_refuses_every_malformed_dsn_in_one_line(keyed: tuple[Path, Path, Path], tmp_path: Path) -> None:
     key, _, export = keyed
     commands = [*_store_commands(key, tmp_path / 'out.json', export), ['serve', '--port', '0'], ['demo']]
-    runner = CliRunner()
     for dsn in DSNS:
         for args in commands:
-            result = runner.invoke(app, [*args, '--store', dsn], env={'COLUMNS': '200', 'EVENTLOG_STORE': None})
+            result = invoke(*args, '--store', dsn, env={'COLUMNS': '200'})
             _one_line(result, f'{args} on {dsn[:60]!r}')
             SWEEP_COUNTS['dsn'] = SWEEP_COUNTS.get('dsn', 0) + 1
     assert SWEEP_COUNTS['dsn'] == len(DSNS) * len(commands)
@@ -159,7 +155,6 @@ def test_every_key_taking_command_refuses_every_hostile_key_file_in_one_line(
     _, checkpoint, _ = keyed
     signed = tmp_path / 'signed.jsonl'
     assert invoke('export', '--signed', '-o', str(signed), store=pristine.path).exit_code == 0
-    runner = CliRunner()
     store = ['--store', str(pristine.path)]
     for bad in hostile_keys:
         out = tmp_path / 'out.json'
@@ -173,7 +168,7 @@ def test_every_key_taking_command_refuses_every_hostile_key_file_in_one_line(
                 ['verify-export', str(signed), '-p', str(bad)],
             ]
         for args in commands:
-            result = runner.invoke(app, args, env={'COLUMNS': '200', 'EVENTLOG_STORE': None})
+            result = invoke(*args, env={'COLUMNS': '200'})
             _one_line(result, f'{args[:1]} with {bad.name}')
             assert not out.exists(), args
             SWEEP_COUNTS['key'] = SWEEP_COUNTS.get('key', 0) + 1
@@ -184,10 +179,10 @@ def test_every_key_taking_command_refuses_every_hostile_key_file_in_one_line(
             ['verify-export', str(bad), '-p', public],
             ['import', str(bad), '--store', str(tmp_path / 'imported.lmdb')],
         ]:
-            _one_line(runner.invoke(app, args, env={'COLUMNS': '200', 'EVENTLOG_STORE': None}), f'{args[:1]} {bad}')
+            _one_line(invoke(*args, env={'COLUMNS': '200'}), f'{args[:1]} {bad}')
             SWEEP_COUNTS['key'] += 1
     for target in [hostile_keys[0].parent / 'zero' / 'x', tmp_path, checkpoint]:  # keygen where it cannot write
-        _one_line(runner.invoke(app, ['keygen', '-o', str(target)]), f'keygen -o {target}')
+        _one_line(invoke('keygen', '-o', str(target)), f'keygen -o {target}')
         SWEEP_COUNTS['key'] += 1
 
 

@@ -11,18 +11,17 @@ from pathlib import Path
 
 import lmdb
 import pytest
-from clitools import build_store_async, make_agent
+from clirunner import Result
+from clitools import build_store_async, invoke, make_agent
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from rich.cells import cell_len
-from typer.testing import CliRunner, Result
 
 from capability.persistence import EventLogPersistence
 from eventlog import LmdbEventLog
 from eventlog._engine import seq_key
 from eventlog_cli._tables import Column, compact_time, fitted_widths
-from eventlog_cli.cli import app
 
 LONG_AGENT = 'customer-support-triage-assistant'
 LONG_TITLE = 'Quarterly migration of the payment ledger to the new cluster, with rollback drills'
@@ -30,13 +29,10 @@ FULL_TIME = re.compile(r'\d{4}-\d\d-\d\d \d\d:\d\d:\d\d')
 COMPACT_TIME = re.compile(r'[A-Z][a-z]{2} [ \d]\d (?:\d\d:\d\d| \d{4})')
 UUID = re.compile(r'[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}')
 
-_runner = CliRunner()
-
 
 def at(width: int, *args: str | Path, store: Path) -> Result:
     """`eventlog ARGS --store STORE` on a terminal `width` columns wide."""
-    argv = [str(a) for a in args] + ['--store', str(store)]
-    return _runner.invoke(app, argv, env={'COLUMNS': str(width), 'EVENTLOG_STORE': None})
+    return invoke(*args, store=store, env={'COLUMNS': str(width)})
 
 
 def _delegating(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:

@@ -78,7 +78,7 @@ def test_tail_follow_prints_what_another_process_appends(fresh: Store, tmp_path:
     )
     follower = subprocess.Popen(
         [
-            sys.executable, '-m', 'eventlog_cli.cli', 'tail', '--follow', '-n', '2', '--max-entries', '7',
+            sys.executable, '-m', 'eventlog_cli', 'tail', '--follow', '-n', '2', '--max-entries', '7',
             '--interval', '0.05', '--timeout', '30', '--store', str(fresh.path),
         ],
         stdout=subprocess.PIPE,

@@ -83,8 +83,8 @@ atexit.register(report)
 mode, args = sys.argv[1], sys.argv[2:]
 if mode == 'cli':
     sys.argv = ['eventlog', *args]
-    from eventlog_cli.cli import app  # the app itself: `main()` would fork and do the work in a child
-    app()
+    from eventlog_cli.main import main  # the parser itself: `launch.main()` would fork and work in a child
+    main()
 else:
     sys.argv = ['program', *args[1:]]
     exec(compile(args[0], '<program>', 'exec'), {'__name__': '__main__'})

@@ -9,9 +9,7 @@ import shlex
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
-from eventlog_cli.cli import app
+from clirunner import run_cli
 
 README = Path(__file__).parents[2] / 'README.md'
 
@@ -65,11 +63,8 @@ def test_the_tour_is_found() -> None:
 
 def test_the_tour_runs_as_printed_on_a_fresh_demo_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    runner = CliRunner()
     env: dict[str, str | None] = {'COLUMNS': '240', 'EVENTLOG_STORE': None}
-    made = runner.invoke(
-        app, ['demo', '--store', 'eventlog-demo.lmdb', '--exchanges', '40', '--sessions', '2'], env=env
-    )
+    made = run_cli(['demo', '--store', 'eventlog-demo.lmdb', '--exchanges', '40', '--sessions', '2'], env=env)
     assert made.exit_code == 0, made.output
     ran: list[str] = []
     for command, printed in tour():
@@ -79,7 +74,7 @@ def test_the_tour_runs_as_printed_on_a_fresh_demo_store(tmp_path: Path, monkeypa
             env[name] = value
             continue
         assert argv[0] == 'eventlog', f'the tour runs a command that is not eventlog: {command}'
-        result = runner.invoke(app, argv[1:], env=env)
+        result = run_cli(argv[1:], env=env)
         # `delete` without --yes only says what it would remove, and exits 1 as nothing was done.
         expected_code = 1 if argv[1] == 'delete' and '--yes' not in argv else 0
         assert result.exit_code == expected_code, (command, result.output)
@@ -96,13 +91,10 @@ def test_the_tour_runs_as_printed_on_a_fresh_demo_store(tmp_path: Path, monkeypa
 def test_the_first_compaction_marker_counts_what_its_summary_says(tmp_path: Path) -> None:
     """The marker of `show` and the demo's summary agree on how many messages were summarized
     (the message the summary was merged into is counted apart: it is kept after the summary)."""
-    runner = CliRunner()
     env: dict[str, str | None] = {'COLUMNS': '240', 'EVENTLOG_STORE': None}
     store = str(tmp_path / 'demo.lmdb')
-    assert (
-        runner.invoke(app, ['demo', '--store', store, '--exchanges', '40', '--sessions', '2'], env=env).exit_code == 0
-    )
-    out = runner.invoke(app, ['show', 'orbit-migration', '--store', store], env=env).stdout
+    assert run_cli(['demo', '--store', store, '--exchanges', '40', '--sessions', '2'], env=env).exit_code == 0
+    out = run_cli(['show', 'orbit-migration', '--store', store], env=env).stdout
     lines = out.splitlines()
     at = next(i for i, line in enumerate(lines) if '── compaction:' in line)
     marker = re.search(

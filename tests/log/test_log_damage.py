@@ -120,7 +120,7 @@ def _flip(path: Path, offset: int, mask: int) -> None:
 
 def _cli(store: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, '-m', 'eventlog_cli.cli', *args, '--store', str(store)],
+        [sys.executable, '-m', 'eventlog_cli', *args, '--store', str(store)],
         capture_output=True,
         text=True,
         timeout=120,

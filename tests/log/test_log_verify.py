@@ -11,8 +11,8 @@ import json
 from pathlib import Path
 
 import pytest
+from clirunner import run_cli
 from logtools import add_run, exchange, tool_exchange
-from typer.testing import CliRunner
 
 from eventlog import (
     CorruptEntryError,
@@ -26,7 +26,6 @@ from eventlog._keys import ck, encode_run, seq_key
 from eventlog._storage import Table, TableId, WriteTxn
 from eventlog.entries import VerifyReport
 from eventlog.log import EventLogBase
-from eventlog_cli.cli import app
 
 
 def _put(log: EventLogBase, table: TableId, key: bytes, value: bytes) -> None:
@@ -273,14 +272,14 @@ async def test_the_search_index_is_checked_against_the_log(tmp_path: Path) -> No
         assert {f.table for f in found} == {'stats', 'held'}
         assert 'a' in {f.conversation_id for f in found}
         assert index.state() == before, 'verify leaves the index as it was'
-        result = await asyncio.to_thread(CliRunner().invoke, app, ['verify', '--json', '--store', str(tmp_path / 's')])
+        result = await asyncio.to_thread(run_cli, ['verify', '--json', '--store', str(tmp_path / 's')])
         assert result.exit_code == 1
         codes = {p['code'] for p in json.loads(result.stdout)['problems']}
         assert codes == {'search-index'}
         assert 'eventlog reindex' in result.stdout
         index.rebuild()
         assert index.verify() == []
-        again = await asyncio.to_thread(CliRunner().invoke, app, ['verify', '--store', str(tmp_path / 's')])
+        again = await asyncio.to_thread(run_cli, ['verify', '--store', str(tmp_path / 's')])
         assert again.exit_code == 0, again.stdout
     finally:
         log.close()
@@ -298,10 +297,10 @@ def test_the_cli_turns_damaged_records_into_one_line(tmp_path: Path) -> None:
 
     asyncio.run(build())
     for args in (['runs'], ['stats'], ['show', 'c'], ['info', 'c'], ['conversations']):
-        result = CliRunner().invoke(app, [*args, '--store', str(tmp_path / 's')])
+        result = run_cli([*args, '--store', str(tmp_path / 's')])
         assert result.exit_code == 1, (args, result.output)
         assert result.exception is None or isinstance(result.exception, SystemExit), (args, result.exception)
         assert 'cannot be decoded' in result.output, (args, result.output)
-    result = CliRunner().invoke(app, ['verify', '--store', str(tmp_path / 's')])
+    result = run_cli(['verify', '--store', str(tmp_path / 's')])
     assert result.exit_code == 1
     assert 'run-record' in result.stdout and 'conversation-record' in result.stdout
