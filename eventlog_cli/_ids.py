@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from eventlog._ids import IdKind
     from eventlog.entries import ConversationRecord, Entry, RunRecord
 
-__all__ = ['ABBREV', 'MIN_PREFIX', 'IdLookup', 'ShortIds', 'abbreviate', 'is_generated', 'resolve']
+__all__ = ['ABBREV', 'MIN_PREFIX', 'IdLookup', 'ShortIds', 'abbreviate', 'is_generated', 'matches', 'resolve']
 
 MIN_PREFIX = 4
 """The shortest prefix taken for an id (as `git` takes 4 hex digits); a shorter one must be the whole id."""
@@ -80,12 +80,20 @@ async def _exists(log: IdLookup, kind: IdKind, identifier: str) -> bool:
     return await log.get_conversation(identifier) is not None
 
 
+async def matches(log: IdLookup, kind: IdKind, text: str, *, limit: int = _CANDIDATES + 1) -> list[str]:
+    """The ids `text` may name, by `resolve`'s rule: `[text]` when it is an id of the store, else
+    the first `limit` ids it is a prefix of (none when it is shorter than `MIN_PREFIX`)."""
+    if await _exists(log, kind, text):
+        return [text]
+    if len(text) < MIN_PREFIX:
+        return []
+    return await log.ids_with_prefix(kind, text, limit=limit)
+
+
 async def resolve(log: IdLookup, kind: IdKind, text: str) -> str:
     """The id `text` names: itself when it is an id of the store, else the one id it is a prefix
     of; `AmbiguousIdError` when it starts several; `text` unchanged when it starts none."""
-    if await _exists(log, kind, text) or len(text) < MIN_PREFIX:
-        return text
-    found = await log.ids_with_prefix(kind, text, limit=_CANDIDATES + 1)
+    found = await matches(log, kind, text)
     if not found:
         return text
     if len(found) == 1:

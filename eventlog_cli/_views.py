@@ -15,8 +15,10 @@ from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, get_args
 
+from eventlog.entries import RunStatus
+from eventlog.errors import InvalidArgumentError
 from eventlog_cli._ids import ShortIds, resolve_conversation, resolve_run
 from eventlog_cli._store import StoreLog, describe
 from eventlog_cli._text import clean, conversation_json, entry_headline, size, timestamp
@@ -27,7 +29,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     'CONVERSATION_HEADERS',
+    'INTERRUPTED',
     'KIND_STYLES',
+    'RUN_STATUS_FILTERS',
     'TAIL_BATCH',
     'CliError',
     'Row',
@@ -47,6 +51,7 @@ __all__ = [
     'read_verify',
     'run_counts',
     'run_record',
+    'run_status_filter',
     'scrub_note',
     'stats_rows',
     'tail_backlog',
@@ -57,6 +62,24 @@ __all__ = [
 
 Row = tuple[str, str, str]
 """A row of a two-column view (`info`, `stats`): label, text, style of the text."""
+
+INTERRUPTED = 'interrupted'
+"""The runs that never finished: status `running` (the log cannot tell a run still going from one
+whose process died), what `eventlog runs --interrupted` lists and a durable run resumes."""
+
+RUN_STATUS_FILTERS: tuple[str, ...] = (*get_args(RunStatus), INTERRUPTED)
+"""What a list of runs may be narrowed to: each status of the log, and `INTERRUPTED`."""
+
+
+def run_status_filter(name: str) -> RunStatus:
+    """The status of the log that the filter `name` (one of `RUN_STATUS_FILTERS`) selects;
+    `InvalidArgumentError` for another name."""
+    if name == INTERRUPTED:
+        return 'running'
+    for status in get_args(RunStatus):
+        if name == status:
+            return status
+    raise InvalidArgumentError(f'status must be one of {", ".join(RUN_STATUS_FILTERS)}, got {name!r}')
 
 
 class CliError(Exception):

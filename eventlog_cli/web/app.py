@@ -5,12 +5,17 @@ Pages (every one a GET; nothing else is routed, so no request can change the sto
 | path | page |
 |---|---|
 | `/` | conversations, most recently active first (`?page=`, `?archived=1`) |
+| `/runs` | runs across conversations (`?status=`, `?agent=`, `?c=`, `?from=`, `?to=`, `?sort=`, `?page=`) |
 | `/c/{id}` | a conversation's transcript (`?after=SEQ`, `?at=SEQ`), its context framed beside it |
 | `/context/{id}` | the context view: what an agent continuing it starts from (`?ctx=N`) |
 | `/r/{id}` | a run's replay as a timeline (`?after=SEQ`) |
 | `/e/{seq}` | one entry: the stable URL to cite (`/e/{seq}/payload`, `/e/{seq}/file/{n}`) |
 | `/search` | ranked search through the persistent index (`?q=`, `?c=`, `?page=`) |
 | `/stats` | the store's totals, the `verify` report, the signed checkpoints |
+
+A conversation or run id in a path may be given as any unique prefix (of at least four
+characters), as the command line takes it: the viewer redirects to the full id's page, lists the
+ids an ambiguous prefix starts, and answers 404 for one that starts none.
 
 Safety: every stored string reaches the page through Jinja's autoescaping, control characters
 shown as escapes (`\\x1b`); the Content-Security-Policy allows no script at all, and styles
@@ -27,6 +32,7 @@ import re
 import threading
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
 from http.cookies import SimpleCookie
 from pathlib import Path
 from time import monotonic
@@ -40,12 +46,15 @@ from starlette.responses import HTMLResponse, PlainTextResponse, RedirectRespons
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from eventlog._ids import IdKind
 from eventlog._threads import to_thread
 from eventlog.entries import VerifyReport
 from eventlog.errors import EventLogError, InvalidArgumentError
+from eventlog_cli._ids import matches, resolve_conversation
+from eventlog_cli._render import duration
 from eventlog_cli._store import StoreLog
-from eventlog_cli._text import clean, size, timestamp, tokens
-from eventlog_cli._views import CliError, read_stats, read_verify, stats_rows, verify_ok_line
+from eventlog_cli._text import clean, clip, size, timestamp, tokens
+from eventlog_cli._views import RUN_STATUS_FILTERS, CliError, read_stats, read_verify, stats_rows, verify_ok_line
 from eventlog_cli.web import reads
 from eventlog_cli.web.messages import binary_item, pretty_json
 
@@ -112,7 +121,15 @@ class Viewer:
     _running: threading.Event | None = None
     _started: float | None = None
     _error: Exception | None = None
+    runs: reads.RunIndex = field(default_factory=reads.RunIndex)
+    """Every run's key, kept between requests for the runs page."""
     _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def checking(self) -> bool:
+        """Whether a `verify` run is under way."""
+        with self._lock:
+            return self._running is not None
 
     def latest_verify(self) -> Verified | None:
         """The report of the last `verify` that finished, if any."""
@@ -199,6 +216,8 @@ def _environment() -> Environment:
     env.filters['size'] = size
     env.filters['tokens'] = tokens
     env.filters['json'] = pretty_json
+    env.filters['duration'] = duration  # pyright: ignore[reportArgumentType]
+    env.filters['clip'] = clip  # pyright: ignore[reportArgumentType]
     env.globals['page_size'] = reads.PAGE  # pyright: ignore[reportArgumentType]
     return env
 
@@ -214,6 +233,44 @@ def _int_param(request: Request, name: str, default: int, minimum: int = 0) -> i
     if value < minimum:
         raise InvalidArgumentError(f'{name} must be at least {minimum}, got {value}')
     return value
+
+
+_AMBIGUOUS_SHOWN = 50
+"""Ids an ambiguous prefix's page lists at most."""
+
+
+def _str_param(request: Request, name: str) -> str | None:
+    """A query parameter, `None` when missing or blank."""
+    raw = request.query_params.get(name, '').strip()
+    return raw or None
+
+
+def _time_param(request: Request, name: str, *, end: bool = False) -> datetime | None:
+    """A time of a query: an ISO date or date and time (`2026-12-02`, `2026-12-02T04:20`,
+    `2026-12-02 04:20:05+01:00`), UTC unless it names its offset. A date alone is the start of
+    that day, or with `end` the start of the next one (so that `to=DAY` takes the whole day)."""
+    raw = _str_param(request, name)
+    if raw is None:
+        return None
+    try:
+        if len(raw) == 10:
+            day = date.fromisoformat(raw)
+            moment = datetime(day.year, day.month, day.day, tzinfo=UTC)
+            return moment + timedelta(days=1) if end else moment
+        moment = datetime.fromisoformat(raw)
+    except (ValueError, OverflowError):
+        raise InvalidArgumentError(
+            f'{name} must be a date or a date and time such as 2026-12-02 or 2026-12-02T04:20, got {raw!r}'
+        ) from None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def _choice_param(request: Request, name: str, choices: tuple[str, ...]) -> str | None:
+    """A query parameter that must be one of `choices` (`None` when missing or blank)."""
+    raw = _str_param(request, name)
+    if raw is not None and raw not in choices:
+        raise InvalidArgumentError(f'{name} must be one of {", ".join(choices)}, got {raw!r}')
+    return raw
 
 
 def _url(path: str, **params: object) -> str:
@@ -240,6 +297,72 @@ class _Pages:
             raise _NotFound(f'no conversation {conversation_id!r} in this store')
         return record
 
+    async def _by_prefix(self, request: Request, kind: IdKind, text: str, base: str) -> Response:
+        """The answer for a path naming no id of `kind` exactly: a redirect to the one id `text`
+        is a prefix of (by the command line's rule, `eventlog_cli._ids.matches`), a page listing
+        the ids it starts when several, else 404."""
+        found = await matches(self.viewer.log, kind, text, limit=_AMBIGUOUS_SHOWN + 1)
+        query = request.url.query
+        if len(found) == 1 and found[0] != text:
+            return RedirectResponse(base + _id_url(found[0]) + ('?' + query if query else ''), status_code=303)
+        if len(found) > 1:
+            return self.render(
+                'ambiguous.html',
+                status=300,
+                title=f'Ambiguous {kind} id prefix {text}',
+                kind=kind,
+                prefix=text,
+                base=base,
+                found=found[:_AMBIGUOUS_SHOWN],
+                more=len(found) > _AMBIGUOUS_SHOWN,
+            )
+        raise _NotFound(f'no {kind} {text!r} in this store, and no {kind} id starts with it')
+
+    def _findings(self, last_seq: int) -> Verified | None:
+        """The latest `verify` report (starting a new run when one is due), `None` before the first."""
+        self.viewer.start_verify(last_seq)
+        return self.viewer.latest_verify()
+
+    async def runs(self, request: Request) -> Response:
+        """Runs across conversations, filtered, ordered and paged (`reads.runs_page`)."""
+        log = self.viewer.log
+        status = _choice_param(request, 'status', RUN_STATUS_FILTERS)
+        sort = _choice_param(request, 'sort', reads.RUN_SORTS) or reads.RUN_SORTS[0]
+        since = _time_param(request, 'from')
+        until = _time_param(request, 'to', end=True)
+        if since is not None and until is not None and until <= since:
+            raise InvalidArgumentError('to must be later than from')
+        conversation = _str_param(request, 'c')
+        if conversation is not None:
+            conversation = await resolve_conversation(log, conversation)
+            await self._conversation(conversation)
+        query = reads.RunsQuery(
+            status=status,
+            agent=_str_param(request, 'agent'),
+            conversation_id=conversation,
+            since=since,
+            until=until,
+            sort=_run_sort(sort),
+            page=_int_param(request, 'page', 1, 1),
+        )
+        found = await reads.runs_page(log, query, self.viewer.runs)
+        params = {
+            'status': status,
+            'agent': query.agent,
+            'c': conversation,
+            'from': _str_param(request, 'from'),
+            'to': _str_param(request, 'to'),
+        }
+        return self.render(
+            'runs.html',
+            title='Runs',
+            found=found,
+            params=params,
+            sort=sort,
+            sorts=reads.RUN_SORTS,
+            statuses=RUN_STATUS_FILTERS,
+        )
+
     async def conversations(self, request: Request) -> Response:
         log = self.viewer.log
         archived = request.query_params.get('archived') == '1'
@@ -264,12 +387,15 @@ class _Pages:
             store_wide=store_wide,
             verified_at=None if verified is None else verified[0],
             last_seq=last,
+            checking=self.viewer.checking,
         )
 
     async def transcript(self, request: Request) -> Response:
         log = self.viewer.log
         conversation_id = request.path_params['conversation_id']
-        record = await self._conversation(conversation_id)
+        record = await log.get_conversation(conversation_id)
+        if record is None:
+            return await self._by_prefix(request, 'conversation', conversation_id, '/c/')
         after = _int_param(request, 'after', 0)
         at = request.query_params.get('at')
         if at is not None:
@@ -277,14 +403,20 @@ class _Pages:
         page = await reads.transcript_page(log, conversation_id, after)
         origin = await log.history_origin(conversation_id)
         runs = await log.list_runs(conversation_id=conversation_id)
+        verified = self._findings(await log.last_seq())
+        findings = None if verified is None else reads.conversation_findings(verified[1], conversation_id)
         return self.render(
             'transcript.html',
             title=f'Conversation {conversation_id}',
             record=record,
             page=page,
             origin=origin,
-            runs=runs,
+            runs=runs[-_RECENT_RUNS:][::-1],
+            run_total=len(runs),
             statuses=reads.run_statuses(runs),
+            verified_at=None if verified is None else verified[0],
+            findings=findings,
+            damaged={p.seq for p in findings or []},
         )
 
     async def context(self, request: Request) -> Response:
@@ -292,7 +424,9 @@ class _Pages:
         the transcript's page does not wait for it."""
         log = self.viewer.log
         conversation_id = request.path_params['conversation_id']
-        record = await self._conversation(conversation_id)
+        record = await log.get_conversation(conversation_id)
+        if record is None:
+            return await self._by_prefix(request, 'conversation', conversation_id, '/context/')
         start = _int_param(request, 'ctx', 0)
         items, next_start, more = await reads.context_page(log, conversation_id, start)
         return self.render(
@@ -310,15 +444,18 @@ class _Pages:
         run_id = request.path_params['run_id']
         record = await log.get_run(run_id)
         if record is None:
-            raise _NotFound(f'no run {run_id!r} in this store')
+            return await self._by_prefix(request, 'run', run_id, '/r/')
         after = _int_param(request, 'after', 0)
         page = await reads.run_page(log, record, after)
+        verified = self._findings(await log.last_seq())
         return self.render(
             'run.html',
             title=f'Run {run_id}',
             run=record,
             page=page,
-            children=await reads.child_runs(log, record),
+            children=await reads.child_runs(log, record, self.viewer.runs),
+            verified_at=None if verified is None else verified[0],
+            findings=None if verified is None else await reads.run_findings(log, verified[1], record),
         )
 
     async def _entry(self, request: Request) -> Any:
@@ -334,7 +471,16 @@ class _Pages:
         run = await self.viewer.log.get_run(entry.run_id) if entry.run_id else None
         if run is not None and entry.run_id is not None:
             view.offset_ms = (entry.timestamp - run.started_at).total_seconds() * 1000
-        return self.render('entry.html', title=f'Entry #{entry.seq}', view=view, entry=entry, run=run)
+        verified = self._findings(await self.viewer.log.last_seq())
+        return self.render(
+            'entry.html',
+            title=f'Entry #{entry.seq}',
+            view=view,
+            entry=entry,
+            run=run,
+            verified_at=None if verified is None else verified[0],
+            findings=None if verified is None else reads.entry_findings(verified[1], entry),
+        )
 
     async def payload(self, request: Request) -> Response:
         entry = await self._entry(request)
@@ -362,6 +508,7 @@ class _Pages:
         conversation_id = request.query_params.get('c') or None
         page_number = _int_param(request, 'page', 1, 1)
         if conversation_id is not None:
+            conversation_id = await resolve_conversation(self.viewer.log, conversation_id)
             await self._conversation(conversation_id)
         result = None
         if query:
@@ -383,6 +530,18 @@ class _Pages:
             ok_line=verify_ok_line(report, live, tombstones) if report.ok else None,
             checkpoints=checkpoints,
         )
+
+
+_RECENT_RUNS = 10
+"""Runs a conversation's page lists (the latest); the runs page lists them all."""
+
+
+def _run_sort(name: str) -> reads.RunSort:
+    """The order `name` (one of `reads.RUN_SORTS`) names; `InvalidArgumentError` for another."""
+    for sort in reads.RUN_SORTS:
+        if sort == name:
+            return sort
+    raise InvalidArgumentError(f'sort must be one of {", ".join(reads.RUN_SORTS)}, got {name!r}')
 
 
 _MEDIA_TYPE = re.compile(r'[A-Za-z0-9!#$&^_.+-]+/[A-Za-z0-9!#$&^_.+-]+(;[ -~]*)?')
@@ -514,6 +673,7 @@ def create_app(
 
     routes = [
         Route('/', pages.conversations),
+        Route('/runs', pages.runs),
         # `path`: an id may hold a `/`.
         Route('/c/{conversation_id:path}', pages.transcript),
         Route('/context/{conversation_id:path}', pages.context),

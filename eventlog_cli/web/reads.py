@@ -8,15 +8,18 @@ every search of the store does.
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
-from eventlog.entries import ConversationRecord, Entry, RunRecord, VerifyReport
+from eventlog.entries import ConversationRecord, Entry, RunRecord, VerifyProblem, VerifyReport
 from eventlog.errors import EventLogError
+from eventlog_cli._ids import ShortIds
 from eventlog_cli._text import clip, entry_headline
-from eventlog_cli._views import latest_start
+from eventlog_cli._views import latest_start, run_status_filter
 from eventlog_cli.web.messages import MessageView, compaction_view, message_view, payload_view
 
 if TYPE_CHECKING:
@@ -30,23 +33,37 @@ __all__ = [
     'CONVERSATION_PAGE',
     'PAGE',
     'PAGE_BYTES',
+    'RUNS_PAGE',
+    'RUN_INDEX_CATCH_UP',
+    'RUN_SORTS',
     'SEARCH_PAGE',
     'CheckpointStatus',
     'ContextItem',
     'EntryView',
     'Highlighted',
     'Page',
+    'RunFindings',
+    'RunIndex',
+    'RunKey',
+    'RunSort',
+    'RunsPage',
+    'RunsQuery',
     'SearchHitView',
     'SearchPage',
     'checkpoint_status',
     'child_runs',
     'context_page',
+    'conversation_findings',
     'conversation_sort_key',
+    'entry_findings',
     'entry_page',
     'entry_view',
     'highlight',
+    'order_runs',
+    'run_findings',
     'run_page',
     'run_statuses',
+    'runs_page',
     'search_page',
     'transcript_page',
     'verify_by_conversation',
@@ -60,6 +77,9 @@ CONVERSATION_PAGE = 50
 
 SEARCH_PAGE = 20
 """Search hits per page."""
+
+RUNS_PAGE = 50
+"""Runs per page of the runs page."""
 
 PAGE_BYTES = 1 << 20
 """A page of entries or context ends once the payloads on it pass this many bytes (one entry at least)."""
@@ -227,9 +247,13 @@ async def context_page(
     return items, index, more
 
 
-async def child_runs(log: EventLogBase, run: RunRecord) -> list[RunRecord]:
-    """The runs started inside `run` (its `parent_run_id`), in start order."""
-    return [r for r in await log.list_runs() if r.parent_run_id == run.run_id]
+async def child_runs(log: EventLogBase, run: RunRecord, index: RunIndex | None = None) -> list[RunRecord]:
+    """The runs started inside `run` (its `parent_run_id`), in start order: found through `index`
+    when given (without it, every run record is read)."""
+    if index is None:
+        return await log.list_runs(parent_run_id=run.run_id)
+    found = [await log.get_run(k.run_id) for k in await index.ordered(log, 'start') if k.parent_run_id == run.run_id]
+    return [r for r in found if r is not None]
 
 
 # --- search -----------------------------------------------------------------------------------
@@ -387,7 +411,7 @@ def verify_by_conversation(report: VerifyReport) -> dict[str, str]:
     return found
 
 
-def run_statuses(runs: list[RunRecord]) -> str:
+def run_statuses(runs: Sequence[RunRecord] | Sequence[RunKey]) -> str:
     """`3 completed, 1 failed`."""
     return ', '.join(f'{n} {s}' for s, n in Counter(r.status for r in runs).most_common())
 
@@ -395,3 +419,262 @@ def run_statuses(runs: list[RunRecord]) -> str:
 def conversation_sort_key(record: ConversationRecord) -> tuple[datetime, int]:
     """Most recently active first (as `eventlog conversations` lists them)."""
     return record.updated_at, record.last_seq
+
+
+# --- runs across conversations ----------------------------------------------------------------
+
+RunSort = Literal['start', '-start', 'duration', '-duration']
+"""How the runs page orders runs: by start or by duration, `-` for the latest or longest first."""
+
+RUN_SORTS: tuple[RunSort, ...] = ('-start', 'start', '-duration', 'duration')
+"""The orders of the runs page, its default first."""
+
+
+@dataclass
+class RunsQuery:
+    """What the runs page lists: its filters (each `None` when not given), order and page."""
+
+    status: str | None = None
+    """A name of `eventlog_cli._views.RUN_STATUS_FILTERS` (`interrupted` among them)."""
+    agent: str | None = None
+    """An agent's name, exactly."""
+    conversation_id: str | None = None
+    """A conversation's full id."""
+    since: datetime | None = None
+    """Runs started at or after this time."""
+    until: datetime | None = None
+    """Runs started before this time."""
+    sort: RunSort = '-start'
+    """The order."""
+    page: int = 1
+    """The page (1 first)."""
+
+
+@dataclass
+class RunsPage:
+    """A page of the runs page."""
+
+    query: RunsQuery
+    """What was asked."""
+    runs: list[RunRecord]
+    """The runs of this page, in the asked order."""
+    matched: int
+    """How many runs match the filters in all."""
+    statuses: str
+    """The matching runs by status (`200 completed, 1 failed`)."""
+    agents: list[str]
+    """Every agent name among the runs the page looked at (for the agent filter)."""
+    short: ShortIds
+    """The abbreviations of the page's run and conversation ids (as `eventlog runs` prints them)."""
+
+    @property
+    def more(self) -> bool:
+        """Whether another page follows."""
+        return self.query.page * RUNS_PAGE < self.matched
+
+
+@dataclass(frozen=True, slots=True)
+class RunKey:
+    """What the runs page filters and orders a run by: fields a run's later entries never change
+    but for its end (`status`, `finished_at`, set once by its `run_finished`)."""
+
+    run_id: str
+    conversation_id: str
+    agent_name: str | None
+    status: str
+    started_at: datetime
+    finished_at: datetime | None
+    start_seq: int
+    parent_run_id: str | None
+
+    @classmethod
+    def of(cls, run: RunRecord) -> RunKey:
+        """The key of a run record."""
+        return cls(
+            run.run_id,
+            run.conversation_id,
+            run.agent_name,
+            run.status,
+            run.started_at,
+            run.finished_at,
+            run.start_seq,
+            run.parent_run_id,
+        )
+
+    @property
+    def seconds(self) -> float | None:
+        """How long the run took (`None` while unfinished)."""
+        return None if self.finished_at is None else (self.finished_at - self.started_at).total_seconds()
+
+
+RUN_INDEX_CATCH_UP = 5_000
+"""Entries appended since the runs were last read that `RunIndex` reads to catch up, at most;
+after more, it reads every run record again."""
+
+
+class RunIndex:
+    """Every run of the store as a `RunKey`, kept between requests by the viewer.
+
+    Reading every run record of a big store costs a decode per run (about a second for 50,000
+    runs on a loaded 2-core machine), so the keys are read once and then brought up to date from
+    the entries appended since: the runs those entries belong to are read again (`get_run`), new
+    ones added in start order. Entries that are no run's (a delete, an erasure, a title...), or more
+    than `RUN_INDEX_CATCH_UP` of them, make it read every run record again.
+    """
+
+    def __init__(self) -> None:
+        """An index that has read nothing yet."""
+        self._seq = -1
+        self._keys: dict[str, RunKey] = {}
+        self._orders: dict[RunSort, list[RunKey]] = {}
+        self._agents: list[str] | None = None
+        self._statuses: str | None = None
+        self._lock = asyncio.Lock()
+
+    async def ordered(self, log: EventLogBase, sort: RunSort) -> list[RunKey]:
+        """Every run's key in the order `sort`, as of the log's last entry (each order kept until
+        an entry is appended)."""
+        async with self._lock:
+            last = await log.last_seq()
+            if last != self._seq:
+                await self._catch_up(log, last)
+                self._orders, self._agents, self._statuses = {}, None, None
+            if sort not in self._orders:
+                self._orders[sort] = order_runs(list(self._keys.values()), sort)
+            return self._orders[sort]
+
+    def agents(self) -> list[str]:
+        """Every agent name among the runs `ordered` last returned, sorted."""
+        if self._agents is None:
+            self._agents = sorted({r.agent_name for r in self._keys.values() if r.agent_name})
+        return self._agents
+
+    def statuses(self) -> str:
+        """The runs `ordered` last returned, by status (`run_statuses`)."""
+        if self._statuses is None:
+            self._statuses = run_statuses(list(self._keys.values()))
+        return self._statuses
+
+    def forget(self) -> None:
+        """Read every run record again on the next call (a run listed here is gone)."""
+        self._seq = -1
+
+    async def _catch_up(self, log: EventLogBase, last: int) -> None:
+        from eventlog.entries import RUN_KINDS
+
+        if self._seq >= 0:
+            since = await log.entries(after_seq=self._seq, limit=RUN_INDEX_CATCH_UP + 1)
+            if len(since) <= RUN_INDEX_CATCH_UP and all(e.kind in RUN_KINDS and e.run_id for e in since):
+                for run_id in dict.fromkeys(e.run_id for e in since if e.run_id):
+                    run = await log.get_run(run_id)
+                    if run is not None:
+                        self._keys[run_id] = RunKey.of(run)
+                self._seq = since[-1].seq if since else last
+                return
+        self._keys = {r.run_id: RunKey.of(r) for r in await log.list_runs()}
+        self._seq = last
+
+
+def order_runs(keys: list[RunKey], sort: RunSort) -> list[RunKey]:
+    """`keys` in the order `sort` names; unfinished runs have no duration and come last in
+    either duration order."""
+    if sort in ('start', '-start'):
+        # The log lists runs in the order of their first entries, which their start times follow
+        # unless entries were given times of their own (imported): sorted by time all the same.
+        return sorted(keys, key=lambda r: (r.started_at, r.start_seq), reverse=sort == '-start')
+    sign = -1 if sort == '-duration' else 1
+    timed = sorted((r for r in keys if r.seconds is not None), key=lambda r: sign * (r.seconds or 0.0))
+    return timed + [r for r in keys if r.seconds is None]
+
+
+async def runs_page(log: EventLogBase, query: RunsQuery, index: RunIndex | None = None) -> RunsPage:
+    """A page of the runs matching `query`, across conversations (or of one).
+
+    Reads run records only, never entries: of one conversation through its index of runs, across
+    conversations through `index` (which keeps them between requests; without one, every run
+    record is read). The page's own runs are read again, so that what it shows is current.
+    Unfinished runs have no duration: they come last in either duration order.
+    """
+    status = None if query.status is None else run_status_filter(query.status)
+    whole = index if query.conversation_id is None else None
+    if whole is not None:
+        every = await whole.ordered(log, query.sort)
+        agents = whole.agents()
+    else:
+        every = [RunKey.of(r) for r in await log.list_runs(conversation_id=query.conversation_id)]
+        every = order_runs(every, query.sort)
+        agents = sorted({r.agent_name for r in every if r.agent_name})
+    unfiltered = status is None and query.agent is None and query.since is None and query.until is None
+    found = (
+        every
+        if unfiltered
+        else [
+            r
+            for r in every
+            if (status is None or r.status == status)
+            and (query.agent is None or r.agent_name == query.agent)
+            and (query.since is None or r.started_at >= query.since)
+            and (query.until is None or r.started_at < query.until)
+        ]
+    )
+    statuses = whole.statuses() if whole is not None and unfiltered else run_statuses(found)
+    shown: list[RunRecord] = []
+    for key in found[(query.page - 1) * RUNS_PAGE : query.page * RUNS_PAGE]:
+        run = await log.get_run(key.run_id)
+        if run is not None:
+            shown.append(run)
+        elif index is not None:
+            index.forget()
+    short = ShortIds(log, uniform=True)
+    await short.learn('run', [i for r in shown for i in (r.run_id, r.parent_run_id)])
+    await short.learn('conversation', (r.conversation_id for r in shown))
+    return RunsPage(
+        query=query,
+        runs=shown,
+        matched=len(found),
+        statuses=statuses,
+        agents=agents,
+        short=short,
+    )
+
+
+# --- verify findings on the pages they concern ------------------------------------------------
+
+
+@dataclass
+class RunFindings:
+    """The `verify` findings a run's or an entry's page shows."""
+
+    own: list[VerifyProblem]
+    """The findings about the run's entries (or about the entry itself)."""
+    others: int
+    """How many other findings its conversation has (listed on the conversation's page)."""
+
+
+def conversation_findings(report: VerifyReport, conversation_id: str) -> list[VerifyProblem]:
+    """The findings about a conversation, in the report's order."""
+    return [p for p in report.problems if p.conversation_id == conversation_id]
+
+
+async def run_findings(log: EventLogBase, report: VerifyReport, run: RunRecord) -> RunFindings:
+    """The findings about `run`: those naming an entry between its first and its last entry that
+    is not another run's (an entry too damaged to be read counts as the run's)."""
+    mine = conversation_findings(report, run.conversation_id)
+    own: list[VerifyProblem] = []
+    for problem in mine:
+        if not run.start_seq <= problem.seq <= run.last_seq:
+            continue
+        try:
+            entry = await log.get_entry(problem.seq)
+        except EventLogError:
+            entry = None
+        if entry is None or entry.run_id in (None, run.run_id):
+            own.append(problem)
+    return RunFindings(own=own, others=len(mine) - len(own))
+
+
+def entry_findings(report: VerifyReport, entry: Entry) -> RunFindings:
+    """The findings about `entry` (naming its number), and how many others its conversation has."""
+    mine = conversation_findings(report, entry.conversation_id)
+    own = [p for p in mine if p.seq == entry.seq]
+    return RunFindings(own=own, others=len(mine) - len(own))

@@ -130,13 +130,14 @@ def test_screenshots_of_each_page(page: Page, web_store: WebStore, tmp_path: Pat
 
 def _screenshots(page: Page, server: Server, web_store: WebStore, target: Path, store: str) -> None:
     page.goto(f'{server.base}/c/{web_store.demo_conversation}')
-    runs = page.locator('details.runs a')
-    final_run = runs.last.get_attribute('href')
+    runs = page.locator('details.runs li a')  # the latest first
+    final_run = runs.first.get_attribute('href')
     assert final_run is not None
     shots = {
         # The stats page first: it waits for `verify`, whose report the list then shows.
         'stats': '/stats',
         'conversations': '/',
+        'runs': '/runs',
         'transcript': f'/c/{web_store.demo_conversation}',
         'run': final_run,
         'search': '/search?q=deploy+path',
@@ -150,3 +151,33 @@ def _screenshots(page: Page, server: Server, web_store: WebStore, target: Path, 
         page.screenshot(path=str(target / f'{name}.png'))
         data = (target / f'{name}.png').read_bytes()
         assert data.startswith(b'\x89PNG') and len(data) > 10_000
+
+
+def test_the_runs_page_filters_orders_and_opens_runs(page: Page, server: Server, web_store: WebStore) -> None:
+    page.goto(server.base + '/')
+    page.click('#nav-runs')
+    rows = page.locator('#runs tbody tr')
+    expect(page.locator('h1')).to_have_text('Runs')
+    total = rows.count()
+    assert total > 10
+    page.select_option('#run-filters select[name=agent]', 'long-agent')
+    page.click('#run-filters button[type=submit]')
+    expect(rows).to_have_count(2)  # the `long` conversation's run and the odd id's
+    expect(page.locator('#runs-summary')).to_contain_text('2 runs: 2 completed')
+    page.click('#runs thead a.sort:has-text("started")')  # latest first -> oldest first
+    assert 'sort=start' in page.url and 'agent=long-agent' in page.url
+    expect(rows.first.locator('td').nth(1)).to_have_text('long')
+    page.fill('#run-filters input[name=from]', 'not a date')
+    page.click('#run-filters button[type=submit]')
+    expect(page.locator('h1')).to_have_text('Bad request')
+    expect(page.locator('main .problem')).to_contain_text('from must be a date')
+    page.goto(f'{server.base}/runs?c={web_store.demo_conversation[:5]}')  # a prefix, as the CLI takes it
+    first = page.locator('#runs a.run').first
+    short = first.inner_text()
+    assert len(short) < 36
+    page.goto(f'{server.base}/r/{short}')  # the abbreviation as shown: redirected to the run
+    expect(page.locator('h1')).to_contain_text('Run ')
+    assert page.url.startswith(f'{server.base}/r/{short}') and len(page.url) > len(f'{server.base}/r/{short}')
+    page.goto(f'{server.base}/r/{short[:4]}')  # shared by every demo run: the matches, as links
+    page.locator('#matches a').first.click()
+    expect(page.locator('h1')).to_contain_text('Run ')
