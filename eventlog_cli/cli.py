@@ -1650,6 +1650,22 @@ from eventlog_cli import _erasure  # noqa: E402  (its commands share this module
 _erasure.register(app)
 
 
+@app.command()
+def rerun(
+    run_id: Annotated[str, typer.Argument(metavar='RUN', help='The run: its id or a unique prefix of it.')],
+    agent: Annotated[
+        str, typer.Option('--agent', '-a', metavar='<module:attribute>', help='The agent to re-execute it with.')
+    ],
+    store: StoreOption = _DEFAULT_STORE,
+    as_json: JsonOption = False,
+) -> None:
+    """Re-execute a recorded run with today's agent, sending nothing to a model and running no tool; exit 1
+    if it diverges (docs/durability.md)."""
+    from eventlog_cli._rerun import run_rerun
+
+    raise typer.Exit(run_rerun(store, run_id, agent, json=as_json))
+
+
 def _use_plain_metavars() -> None:
     """Every command's help names its arguments `QUERY` and shows no type next to a flag (`_Command`)."""
     for command_info in app.registered_commands:
