@@ -76,7 +76,9 @@ def build(
         capabilities.append(EventLogPersistence(log))
     if recording != 'messages':
         capabilities.append(EventLogDurability(log))
-    model = FunctionModel(recorded_model if calls is None else calls.model)
+    # One model name for both: pydantic-ai (2.68 on) stamps each response with the model's id, so a
+    # check with another model diverges at the first response.
+    model = FunctionModel(recorded_model if calls is None else calls.model, model_name='scripted')
     agent = Agent(model, name='finder', instructions=instructions, capabilities=capabilities)
 
     def ran(name: str) -> None:

@@ -49,7 +49,7 @@ def refuse(messages, info):
 
 def make(*, instructions='Look things up.', durable=True, recording=False):
     capabilities = [EventLogPersistence(LOG)] + ([EventLogDurability(LOG)] if durable else [])
-    model = FunctionModel(script if recording else refuse)
+    model = FunctionModel(script if recording else refuse, model_name='scripted')
     agent = Agent(model, name='finder', instructions=instructions, capabilities=capabilities)
 
     @agent.tool_plain
