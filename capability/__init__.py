@@ -17,12 +17,14 @@ if TYPE_CHECKING:
         Redactor,
     )
     from capability.recall import AutoRecall, RecallMode, estimate_tokens
+    from capability.rerun import Divergence, RerunReport, UnitView
     from capability.search import TOOL_NAME, ConversationSearch, ScopeDefaultWarning, SearchScope
 
 __all__ = [
     'TOOL_NAME',
     'AutoRecall',
     'ConversationSearch',
+    'Divergence',
     'EventLogDurability',
     'EventLogPersistence',
     'EventLogPersistenceError',
@@ -31,8 +33,10 @@ __all__ = [
     'RecallMode',
     'RedactionError',
     'Redactor',
+    'RerunReport',
     'ScopeDefaultWarning',
     'SearchScope',
+    'UnitView',
     'estimate_tokens',
 ]
 
@@ -49,6 +53,9 @@ _SUBMODULE: dict[str, str] = {
     'OnError': 'capability.persistence',
     'RedactionError': 'capability.persistence',
     'Redactor': 'capability.persistence',
+    'Divergence': 'capability.rerun',
+    'RerunReport': 'capability.rerun',
+    'UnitView': 'capability.rerun',
     'TOOL_NAME': 'capability.search',
     'ConversationSearch': 'capability.search',
     'ScopeDefaultWarning': 'capability.search',

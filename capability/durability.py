@@ -9,6 +9,10 @@ executing, after checking it is the unit the journal holds at that step, with th
 (the entry keeps a digest of it); the first unit the journal lacks runs live and the run goes on
 from there.
 
+`check` (`capability.rerun`) executes a recorded run again in check mode: every unit comes from
+the journal after the same comparison, none executes (not even one the journal lacks: the check
+stops there), no lease is taken and nothing is written.
+
 Guarantees: a unit whose `durable_step` entry is committed never executes again; a unit that
 was executing, or had returned but was not journaled yet, when the process died executes once
 more. Tool calls of one model response run one after another inside a durable run, so the
@@ -39,7 +43,7 @@ from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 from pydantic import TypeAdapter
@@ -69,6 +73,7 @@ from pydantic_ai.run import AgentRunResult
 from pydantic_ai.tools import AgentDepsT, RunContext
 from pydantic_core import PydanticSerializationError
 
+from capability._checking import CHECKING, Asked, Checking
 from eventlog import (
     DurableDeterminismError,
     DurableRunFailedError,
@@ -85,6 +90,9 @@ from eventlog import (
     run_started_entry,
 )
 from eventlog.log import EventLogBase
+
+if TYPE_CHECKING:
+    from capability.rerun import RerunReport
 
 __all__ = ['INPUT_STEP', 'EventLogDurability']
 
@@ -131,6 +139,8 @@ class _Journal:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     lease: _LeaseHolder | None = None
     """The run's lease: once another process took it over, this execution writes nothing more."""
+    checking: Checking | None = None
+    """The check this execution is (`capability.rerun`): every unit comes from the journal, none runs."""
 
     async def check_lease(self) -> None:
         """Raise `RunLeaseError` if another process took the run's lease over (renewing it first
@@ -250,16 +260,22 @@ class _Backend(JournalCallableOperationBackend[None]):
         step = journal.next_step
         journal.next_step += 1
         held = journal.recorded.get(step)
-        inputs = _input_digests(operation_id, _PARAMS.get())
+        params = _PARAMS.get()
+        inputs = _input_digests(operation_id, params)
+        checking = journal.checking
+        if checking is not None:  # a check (`capability.rerun`): nothing executes, nothing is written
+            changed = _changed_parts(held, name, inputs) if held is not None else None
+            if held is None or changed is not None:
+                raise checking.stop(Asked(step, name, params, tuple(changed or ())), held)
+            checking.compared += 1
+            return msgspec.json.decode(held.result)
         if held is not None:
-            if _unit_kind(held.name) != _unit_kind(name):
+            changed = _changed_parts(held, name, inputs)
+            if changed == []:
                 raise DurableDeterminismError(journal.run_id, step, held.name, name)
-            if held.inputs is not None and inputs is not None:
-                changed = [
-                    _PART_NOUNS.get(part, part) for part, digest in inputs.items() if held.inputs.get(part) != digest
-                ]
-                if changed:
-                    raise DurableDeterminismError(journal.run_id, step, held.name, name, ' and '.join(changed))
+            if changed:
+                nouns = ' and '.join(_PART_NOUNS.get(part, part) for part in changed)
+                raise DurableDeterminismError(journal.run_id, step, held.name, name, nouns)
             return msgspec.json.decode(held.result)
         await journal.check_lease()
         token = _IN_STEP.set(True)
@@ -375,6 +391,11 @@ class EventLogDurability(BaseDurabilityCapability[AgentDepsT]):
         if not run_id:
             raise InvalidArgumentError('a durable run needs a run id')
         conversation_id = ctx.conversation_id or run_id
+        checking = CHECKING.get()
+        if checking is not None:
+            if not checking.durable or _CURRENT.get() is not None:
+                return await handler()  # a check against messages, or a run nested in the checked one
+            return await self._check(ctx, handler, checking, run_id, conversation_id)
         lease = _LeaseHolder(self.log, run_id, self.lease_seconds)
         await lease.acquire(_LEASE_WAIT.get())
         try:
@@ -416,21 +437,44 @@ class EventLogDurability(BaseDurabilityCapability[AgentDepsT]):
             await journal.write([])  # what waited for the next write
         return result
 
-    async def _open(self, run_id: str, conversation_id: str) -> _Journal:
-        run = await self.log.get_run(run_id)
+    async def _check(
+        self,
+        ctx: RunContext[AgentDepsT],
+        handler: WrapRunHandler,
+        checking: Checking,
+        run_id: str,
+        conversation_id: str,
+    ) -> AgentRunResult[Any]:
+        """Re-execute the run against its journal in `checking.source`: no lease, no unit
+        executed, nothing written; the first unit the journal does not hold stops the run."""
+        journal = await self._open(run_id, conversation_id, log=checking.source)
+        journal.checking = checking
+        token = _CURRENT.set(journal)
+        try:
+            result = await super().wrap_run(ctx, handler=handler)
+        finally:
+            _CURRENT.reset(token)
+        left = sorted(step for step in journal.recorded if step >= journal.next_step)
+        if left:  # the run now ends before the journal does
+            raise checking.stop(Asked(journal.next_step, '', None), journal.recorded[left[0]])
+        return result
+
+    async def _open(self, run_id: str, conversation_id: str, *, log: EventLog | None = None) -> _Journal:
+        log = self.log if log is None else log
+        run = await log.get_run(run_id)
         recorded: dict[int, DurableStepInfo] = {}
         if run is not None:
             if run.conversation_id != conversation_id:
                 raise InvalidArgumentError(
                     f'run {run_id!r} belongs to conversation {run.conversation_id!r}, not {conversation_id!r}'
                 )
-            for entry in await self.log.entries(run_id=run_id, kinds=['durable_step']):
+            for entry in await log.entries(run_id=run_id, kinds=['durable_step']):
                 if entry.erased:
                     raise DurableRunFailedError(f'the journal of run {run_id!r} was erased; it is not executed again')
                 info = _step_decoder.decode(entry.payload)
                 recorded[info.step] = info
         return _Journal(
-            log=self.log,
+            log=log,
             run_id=run_id,
             conversation_id=conversation_id,
             agent_name=self.name,
@@ -480,7 +524,7 @@ class EventLogDurability(BaseDurabilityCapability[AgentDepsT]):
             raise RunNotFound(f'no run {run_id!r} in this log')
         if run.status in ('failed', 'cancelled'):
             raise DurableRunFailedError(f'run {run_id!r} ended {run.status}; it is not executed again')
-        prompt, history = await self._recorded_input(run)
+        prompt, history = await recorded_input(self.log, run)
         token = _LEASE_WAIT.set(float(wait_for_lease))
         try:
             return await agent.run(
@@ -494,31 +538,42 @@ class EventLogDurability(BaseDurabilityCapability[AgentDepsT]):
         finally:
             _LEASE_WAIT.reset(token)
 
-    async def _recorded_input(
-        self, run: RunRecord
-    ) -> tuple[str | Sequence[_messages.UserContent] | None, list[ModelMessage]]:
-        """The run's prompt and the history it continued, from its input record or its messages."""
-        found = await self.log.entries(run_id=run.run_id, kinds=['durable_step'], limit=1)
-        if found and found[0].erased:
-            raise DurableRunFailedError(f'the journal of run {run.run_id!r} was erased; it is not executed again')
-        info = _step_decoder.decode(found[0].payload) if found else None
-        history: list[ModelMessage] = []
-        if run.branch_parent is not None:
-            branch = await self.log.branch(run.branch_parent)
-            history = [entry.message() for entry in branch if entry.kind == 'message']
-        if info is not None and info.step == INPUT_STEP:
-            recorded = _input_decoder.decode(info.result)
-            if recorded.history is not None:
-                history = ModelMessagesTypeAdapter.validate_json(bytes(recorded.history))
-            return _PROMPT.validate_json(bytes(recorded.prompt)), history
-        # Killed before the input record was written: the run's first request holds the prompt.
-        own = [entry for entry in await self.log.entries(run_id=run.run_id, kinds=['message']) if not entry.inherited]
-        first = own[0].message() if own else None
-        if isinstance(first, ModelRequest):
-            parts = [part for part in first.parts if isinstance(part, UserPromptPart)]
-            if len(parts) == 1:
-                return parts[0].content, history
-        raise DurableRunFailedError(f'run {run.run_id!r} has no recorded prompt to resume it with')
+    async def check(
+        self, agent: AbstractAgent[AgentDepsT, Any], run_id: str, *, deps: AgentDepsT = None, **options: Any
+    ) -> RerunReport:
+        """Does run `run_id` of this capability's log reproduce with `agent` today? `capability.rerun.check`
+        on `self.log`: the run is executed again hermetically (nothing executes, nothing is written)
+        and compared unit by unit with its journal (docs/durability.md, "Does this run reproduce?")."""
+        from capability.rerun import check
+
+        return await check(agent, run_id, log=self.log, deps=deps, **options)
+
+
+async def recorded_input(
+    log: EventLog, run: RunRecord
+) -> tuple[str | Sequence[_messages.UserContent] | None, list[ModelMessage]]:
+    """The run's prompt and the history it continued, from its input record or its messages."""
+    found = await log.entries(run_id=run.run_id, kinds=['durable_step'], limit=1)
+    if found and found[0].erased:
+        raise DurableRunFailedError(f'the journal of run {run.run_id!r} was erased; it is not executed again')
+    info = _step_decoder.decode(found[0].payload) if found else None
+    history: list[ModelMessage] = []
+    if run.branch_parent is not None:
+        branch = await log.branch(run.branch_parent)
+        history = [entry.message() for entry in branch if entry.kind == 'message']
+    if info is not None and info.step == INPUT_STEP:
+        recorded = _input_decoder.decode(info.result)
+        if recorded.history is not None:
+            history = ModelMessagesTypeAdapter.validate_json(bytes(recorded.history))
+        return _PROMPT.validate_json(bytes(recorded.prompt)), history
+    # Killed before the input record was written: the run's first request holds the prompt.
+    own = [entry for entry in await log.entries(run_id=run.run_id, kinds=['message']) if not entry.inherited]
+    first = own[0].message() if own else None
+    if isinstance(first, ModelRequest):
+        parts = [part for part in first.parts if isinstance(part, UserPromptPart)]
+        if len(parts) == 1:
+            return parts[0].content, history
+    raise DurableRunFailedError(f'run {run.run_id!r} has no recorded prompt to execute it with')
 
 
 class _LeaseHolder:
@@ -646,6 +701,18 @@ def _input_digests(operation_id: DurableOperationId, params: object) -> dict[str
     except PydanticSerializationError:  # an input the codec cannot encode: the unit is compared by name alone
         return None
     return None
+
+
+def _changed_parts(held: DurableStepInfo, name: str, inputs: dict[str, str] | None) -> list[str] | None:
+    """How a unit asked for differs from the journal's at its step: `None` when it is the same
+    unit with the same input, `[]` when it is another unit (another name), else the parts of its
+    input whose digests differ (an entry or a unit without digests is compared by name alone)."""
+    if _unit_kind(held.name) != _unit_kind(name):
+        return []
+    if held.inputs is None or inputs is None:
+        return None
+    changed = [part for part, digest in inputs.items() if held.inputs.get(part) != digest]
+    return changed or None
 
 
 def _digest(value: object) -> str:

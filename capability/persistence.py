@@ -44,6 +44,7 @@ from pydantic_ai.run import AgentRunResult
 from pydantic_ai.tools import AgentDepsT, RunContext, ToolDefinition
 from pydantic_ai.usage import RunUsage
 
+from capability._checking import CHECKING, Asked, Checking
 from capability._recorder import (
     EventLogPersistenceError,
     EventLogPersistenceWarning,
@@ -184,6 +185,9 @@ class EventLogPersistence(AbstractCapability[AgentDepsT]):
             parent_run_id=_ACTIVE_RUN.get(),
             redaction=Redaction(self.redact),
         )
+        checking = CHECKING.get()
+        if checking is not None and not checking.durable:
+            run._recorder.disabled = True  # re-executed against its recorded messages (`capability.rerun`)
         return run
 
     @property
@@ -231,7 +235,7 @@ class EventLogPersistence(AbstractCapability[AgentDepsT]):
         becomes a warning); under `'warn'` it is an `EventLogPersistenceWarning`.
         """
         every = self.checkpoint_every
-        if every is None or self.signer is None or not isinstance(self.log, EventLogBase):
+        if every is None or self.signer is None or not isinstance(self.log, EventLogBase) or CHECKING.get():
             return
         self._ended_runs[0] += 1
         if self._ended_runs[0] < every:
@@ -319,6 +323,9 @@ class EventLogPersistence(AbstractCapability[AgentDepsT]):
         earlier attempt's, when the step ran before); a journaled result keeps the digests of the
         attempt that wrote the entries.
         """
+        checking = CHECKING.get()
+        if checking is not None:  # a check re-executes the run from its journal: nothing is written
+            return await _recorded_append(checking, run_id, entries)
         batch = [
             NewEntry(
                 conversation_id=conversation_id,
@@ -339,6 +346,16 @@ class EventLogPersistence(AbstractCapability[AgentDepsT]):
             (seq, digest(held.get(index, e.payload)) if e.kind == 'message' else '')
             for index, (seq, e) in enumerate(zip(seqs, entries, strict=True))
         ]
+
+
+async def _recorded_append(checking: Checking, run_id: str, entries: list[WireEntry]) -> list[tuple[int, str]]:
+    """What an append outside the journal (the run's end, recorded after the durable run returned)
+    returns in a check: the recorded entries' seqs and digests, all of them already in the log; an
+    entry the recording lacks stops the check there."""
+    held = {entry.idempotency_key: entry for entry in await checking.source.entries(run_id=run_id)}
+    if any(e.key not in held for e in entries):
+        raise checking.stop(Asked(checking.compared + 1, 'eventlog_persistence.append', entries), None)
+    return [(held[e.key].seq, digest(held[e.key].payload) if e.kind == 'message' else '') for e in entries]
 
 
 def _result_usage(result: AgentRunResult[Any]) -> RunUsage:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import shutil
 import sys
 import textwrap
@@ -157,6 +158,9 @@ def build_parser() -> argparse.ArgumentParser:
         help='The store (a directory, or postgresql://user@host/db#schema), for any command '
         '(as if given after it, where it can also go).',
     )
+    from eventlog_cli.commands._common import read_only_option
+
+    read_only_option(parser, dest='global_read_only')
     parser.options.add_argument('--version', action=_Version, nargs=0, help='Print the version and exit.')
     subparsers = parser.add_subparsers(
         title='Commands', dest='command', metavar='COMMAND', parser_class=CommandParser, help=argparse.SUPPRESS
@@ -189,11 +193,29 @@ def run(argv: Sequence[str]) -> int:
         args = parser.parse_args(argv)
         if args.command is None:
             parser.error('name a command')
+        if getattr(args, 'read_only', False) or args.global_read_only:
+            return _read_only(args)
         return args.handler(args) or 0
     except SystemExit as exc:
         return _status(exc.code, sys.stderr)
     except KeyboardInterrupt:
         return 130
+
+
+def _read_only(args: argparse.Namespace) -> int:
+    """Run the command with every store it opens opened read-only (`--read-only`), through the
+    variable `eventlog_cli._store.open_store` reads, restored afterwards."""
+    from eventlog_cli._store import READ_ONLY_ENV
+
+    before = os.environ.get(READ_ONLY_ENV)
+    os.environ[READ_ONLY_ENV] = '1'
+    try:
+        return args.handler(args) or 0
+    finally:
+        if before is None:
+            del os.environ[READ_ONLY_ENV]
+        else:
+            os.environ[READ_ONLY_ENV] = before
 
 
 def _status(code: object, stderr: IO[str]) -> int:

@@ -27,6 +27,7 @@ __all__ = [
     'is_lmdb',
     'json_option',
     'options',
+    'read_only_option',
     'run',
     'store_of',
     'store_option',
@@ -95,6 +96,18 @@ def store_option(parser: argparse.ArgumentParser) -> None:
         help='The store: a directory, or a PostgreSQL URL with the schema after # '
         '(postgresql://user@host/db#schema; schema eventlog when none is given). '
         f'[env var: EVENTLOG_STORE; default: {DEFAULT_STORE}]',
+    )
+    read_only_option(parser)
+
+
+def read_only_option(parser: argparse.ArgumentParser, *, dest: str = 'read_only') -> None:
+    """`--read-only`: open the store for reading only (reading commands work, writing ones refuse)."""
+    options(parser).add_argument(
+        '--read-only',
+        dest=dest,
+        action='store_true',
+        help='Open the store read-only, as a write-protected copy is opened by itself: reading '
+        'commands work, writing ones refuse. [env var: EVENTLOG_READ_ONLY=1]',
     )
 
 

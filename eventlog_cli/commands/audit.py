@@ -1,5 +1,6 @@
 """Proving a store intact: `verify` (every hash chain, optionally against signed checkpoints),
-`keygen`, `checkpoint` and `verify-export` (docs/audit.md). `cryptography` (the `audit` extra)
+`keygen`, `checkpoint`, `verify-export` (docs/audit.md), and `rerun`, whether a recorded run
+reproduces (docs/durability.md). `cryptography` (the `audit` extra)
 is imported only when a key is made or used."""
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ __all__ = ['register']
 
 
 def register(subparsers: common.Subparsers) -> None:
-    """Add `verify`, `keygen`, `checkpoint` and `verify-export` to `eventlog`."""
+    """Add `verify`, `keygen`, `checkpoint`, `verify-export` and `rerun` to `eventlog`."""
     parser = common.add_command(
         subparsers,
         'verify',
@@ -115,6 +116,36 @@ def register(subparsers: common.Subparsers) -> None:
         help='The public key (KEY.pub) that signed its checkpoints. [required]',
     )
     common.json_option(parser, 'Print the report as JSON.')
+
+    parser = common.add_command(
+        subparsers,
+        'rerun',
+        _rerun_command,
+        "Re-execute a recorded run with today's agent, sending nothing to a model and running no "
+        'tool; exit status 0 when it reproduces, 1 when it diverges (both sides shown).\n\n'
+        'A durable run is checked against its journal, any other run against its recorded '
+        'messages (docs/durability.md). Exit status 2 when the run cannot be checked.',
+        arguments='RUN',
+    )
+    common.arguments(parser).add_argument('run_id', metavar='RUN', help='The run: its id or a unique prefix of it.')
+    common.options(parser).add_argument(
+        '--agent',
+        '-a',
+        required=True,
+        metavar='<module:attribute>',
+        help='The agent to re-execute it with (the current directory is importable). [required]',
+    )
+    common.store_option(parser)
+    common.json_option(parser, 'Print the report as JSON.')
+
+
+# --- rerun ------------------------------------------------------------------------------------
+
+
+def _rerun_command(args: argparse.Namespace) -> int:
+    from eventlog_cli._rerun import run_rerun
+
+    return run_rerun(common.store_of(args), args.run_id, args.agent, json=args.as_json)
 
 
 # --- verify -----------------------------------------------------------------------------------
