@@ -240,3 +240,23 @@ def test_a_select_only_postgres_role_runs_the_reading_commands(pg_dsn: str, tmp_
             conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')  # type: ignore[arg-type]
             conn.execute(f'DROP OWNED BY {role}')  # type: ignore[arg-type]
             conn.execute(f'DROP ROLE {role}')  # type: ignore[arg-type]
+
+
+def test_the_read_only_option_before_or_after_the_command(tmp_path: Path) -> None:
+    """`--read-only` (before the command or after it) opens the store read-only: the writing
+    command refuses in one line, a reading one works, the store is unchanged, and the setting
+    does not outlive the command (the next one writes)."""
+    store = build_store(tmp_path / 'store.lmdb')
+    before = tree_digest(store.path)
+    for argv in (['--read-only', 'title', 'alpha', 'renamed'], ['title', 'alpha', 'renamed', '--read-only']):
+        done = eventlog(*argv, '--store', store.path)
+        assert done.returncode == 1 and done.stderr.count('\n') == 1, done.stderr
+        assert 'is open read-only' in done.stderr and 'opened read-only as asked' in done.stderr, done.stderr
+    listed = eventlog('conversations', '--read-only', '--store', store.path)
+    assert listed.returncode == 0 and 'alpha' in listed.stdout
+    assert tree_digest(store.path)['data.mdb'] == before['data.mdb']
+    from clitools import invoke
+
+    assert invoke('--read-only', 'title', 'alpha', 'renamed', store=store.path).exit_code == 1
+    assert 'EVENTLOG_READ_ONLY' not in os.environ
+    assert invoke('title', 'alpha', 'renamed', store=store.path).exit_code == 0

@@ -201,7 +201,7 @@ def test_a_missing_agent_option_and_a_missing_store_are_usage_errors(store: Stor
         timeout=120,
         check=False,
     )
-    assert missing.returncode == 2 and "Missing option '--agent'" in missing.stderr
+    assert missing.returncode == 2 and 'required: --agent' in missing.stderr
     nowhere = subprocess.run(
         [str(EVENTLOG), 'rerun', 'refund-0001', '--agent', 'rerun_agents:agent', '--store', str(tmp_path / 'none')],
         env=store.env(),
