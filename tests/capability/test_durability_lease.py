@@ -202,7 +202,7 @@ def test_a_holder_process_renews_its_lease_and_a_killed_one_is_taken_over_once_l
     (tmp_path / f'hung-{name}').unlink()
     log = open_log(tmp_path, store)
     try:
-        long_lease = {'DURABLE_LEASE_SECONDS': '4', 'DURABLE_LEASE_WAIT': '30'}
+        long_lease = {'DURABLE_LEASE_SECONDS': '3', 'DURABLE_LEASE_WAIT': '30'}  # renewed every second
         holder = worker(tmp_path, 'hold', store, name, env=long_lease)
         try:
             wait_hung(tmp_path, holder, [name], 'hold')
@@ -219,7 +219,7 @@ def test_a_holder_process_renews_its_lease_and_a_killed_one_is_taken_over_once_l
             kill(holder)
         held = read_lease(log, f'{name}-run')
         assert held is not None and held.owner == renewed.owner
-        rival = worker(tmp_path, 'resume', store, name, env={'DURABLE_LEASE_SECONDS': '4'})
+        rival = worker(tmp_path, 'resume', store, name, env={'DURABLE_LEASE_SECONDS': '3'})
         finish(tmp_path, rival, 'resume')
         if time.time() < held.expires:  # the rival ran before the lease lapsed (the usual case)
             outcome = json.loads((tmp_path / f'outcome-{name}.json').read_text())
