@@ -605,7 +605,8 @@ class _LeaseHolder:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise
-                until = error.held_until.timestamp() - time.time() if error.held_until is not None else 0.0
+                now = log.lease_clock()
+                until = error.held_until.timestamp() - now if error.held_until is not None else 0.0
                 await asyncio.sleep(min(left, max(until, 0.0) + 0.05, self.seconds / 3))
         self.confirmed = time.monotonic()
         self.renewer = asyncio.create_task(self._renew())

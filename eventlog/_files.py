@@ -1,4 +1,5 @@
-"""Opening a file to write an export into, one way for the API and the command line.
+"""Opening a file to write an export into, and checking the file an import reads, one way for
+the API and the command line.
 
 Where the destination is decides how it is written:
 
@@ -14,6 +15,9 @@ Where the destination is decides how it is written:
 - a directory, a socket or anything else: refused.
 
 Errors are `DestinationError`s naming the path.
+
+An export file to import (`open_export_file`, `export_file_size`) must exist and must not be a
+directory: `NotFoundError` and `InvalidArgumentError` say which, naming the path.
 """
 
 from __future__ import annotations
@@ -25,9 +29,50 @@ from collections.abc import Generator
 from pathlib import Path
 from typing import BinaryIO
 
-from eventlog.errors import DestinationError
+from eventlog.errors import DestinationError, InvalidArgumentError, NotFoundError
 
-__all__ = ['open_destination', 'sync_directory']
+__all__ = ['export_file_size', 'open_destination', 'open_export_file', 'sync_directory']
+
+
+def _source_error(path: Path, exc: OSError) -> InvalidArgumentError | NotFoundError:
+    if isinstance(exc, FileNotFoundError):
+        return NotFoundError(f'no file {path}')
+    return InvalidArgumentError(f'cannot read the export {path}: {exc.strerror or exc}')
+
+
+def _export_info(path: Path) -> os.stat_result:
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        raise _source_error(path, exc) from None
+    except ValueError:  # a NUL in the path
+        raise InvalidArgumentError(f'{str(path)!r} is not a valid path') from None
+    if stat.S_ISDIR(info.st_mode):
+        raise InvalidArgumentError(f'{path} is a directory, not an export file')
+    return info
+
+
+def open_export_file(path: str | os.PathLike[str]) -> BinaryIO:
+    """Open the export at `path` to read it: `NotFoundError` when there is nothing there,
+    `InvalidArgumentError` when it is a directory or cannot be read. A FIFO or device is read
+    as it is."""
+    given = Path(path)
+    _export_info(given)
+    try:
+        return open(given, 'rb')
+    except OSError as exc:
+        raise _source_error(given, exc) from None
+
+
+def export_file_size(path: str | os.PathLike[str]) -> int:
+    """The size in bytes of the export file at `path` (to show an import's progress), refusing
+    what `open_export_file` refuses and anything that is not a regular file (a pipe has no size:
+    read it as standard input)."""
+    given = Path(path)
+    info = _export_info(given)
+    if not stat.S_ISREG(info.st_mode):
+        raise InvalidArgumentError(f'{given} is not an export file: it is not a regular file')
+    return info.st_size
 
 
 def _fail(path: Path, exc: OSError) -> DestinationError:

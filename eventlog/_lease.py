@@ -14,7 +14,6 @@ a suspended machine) may be taken over, and is then fenced rather than trusted.
 
 from __future__ import annotations
 
-import time
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Final
@@ -71,9 +70,9 @@ def get_lease(txn: ReadTxn, run_id: str) -> RunLease | None:
     return None if held is None else RunLease(run_id=run_id, owner=held.owner, epoch=held.epoch, expires=held.expires)
 
 
-def take_lease(txn: WriteTxn, run_id: str, owner: str, seconds: float) -> RunLease:
-    """Take the run's lease for `owner` for `seconds`: when it is free, lapsed, or `owner`'s already."""
-    now = time.time()
+def take_lease(txn: WriteTxn, run_id: str, owner: str, seconds: float, now: float) -> RunLease:
+    """Take the run's lease for `owner` for `seconds` from `now` (the taker's wall clock, seconds
+    since the epoch): when it is free, lapsed by `now`, or `owner`'s already."""
     held = _read(txn, run_id)
     epoch = 1
     if held is not None:
@@ -109,10 +108,11 @@ def check_fence(txn: ReadTxn, lease: RunLease) -> None:
         raise _lost(lease, held)
 
 
-def renew_lease(txn: WriteTxn, lease: RunLease, seconds: float) -> RunLease:
-    """Extend `lease` by `seconds` from now; `RunLeaseError` if it is no longer the store's."""
+def renew_lease(txn: WriteTxn, lease: RunLease, seconds: float, now: float) -> RunLease:
+    """Extend `lease` to `seconds` from `now` (the holder's wall clock); `RunLeaseError` if it is no
+    longer the store's."""
     check_fence(txn, lease)
-    expires = time.time() + seconds
+    expires = now + seconds
     txn.put(Table.META, lease_key(lease.run_id), _encoder.encode(_Stored(lease.owner, lease.epoch, expires)))
     return RunLease(run_id=lease.run_id, owner=lease.owner, epoch=lease.epoch, expires=expires)
 

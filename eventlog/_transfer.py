@@ -22,6 +22,7 @@ import msgspec
 
 from eventlog._append import append_entries
 from eventlog._checks import check_id
+from eventlog._files import open_export_file
 from eventlog._keys import chain_hash, encode_body_of
 from eventlog._read import get_conversation, get_entry, iter_entries, list_runs
 from eventlog._storage import ReadTxn, WriteTxn
@@ -497,6 +498,6 @@ def import_from(
             lines.close()
 
     if isinstance(source, (str, Path)):
-        with open(source, 'rb') as fh:
+        with open_export_file(source) as fh:
             return run(fh)
     return run(source)

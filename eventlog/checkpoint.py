@@ -792,6 +792,11 @@ def _export_trailer(path: Path) -> tuple[list[Checkpoint], SignedExport]:
                     raise CheckpointFormatError(
                         f'line {number} of {path} is not a valid signature line ({_first_line(exc)})'
                     ) from None
+    if signed is None and found:
+        raise CheckpointFormatError(
+            f'{path} was cut short: its {len(found)} checkpoint line(s) are not followed by the closing '
+            'signature line of a signed export'
+        )
     if signed is None or not found:
         raise CheckpointFormatError(f'{path} is not a signed export: it holds no checkpoints (export it with --signed)')
     if signed.checkpoints != len(found):

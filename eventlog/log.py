@@ -9,6 +9,7 @@ verification, deletes) runs in a worker thread so the event loop never waits on 
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -205,6 +206,10 @@ class EventLogBase(ABC):
     """The `EventLog` API on top of two transaction primitives."""
 
     _closed: bool = False
+    lease_clock: Callable[[], float] = time.time
+    """The wall clock (seconds since the epoch) this handle takes and renews run leases by: a lease
+    lapses when this clock passes its `expires`. `time.time` unless replaced (tests set a clock
+    they move forward, to let a lease lapse without waiting for it)."""
     persistent: ClassVar[bool] = False
     """Whether the store outlives the process (LMDB, PostgreSQL): searches over it then use the
     persistent index kept in the store rather than indexing in memory per search."""
@@ -314,19 +319,19 @@ class EventLogBase(ABC):
         with `owner`).
 
         The lease is taken when no one holds it, when its holder's lease lapsed by this
-        process's clock (then `epoch` grows by one), or when `owner` holds it already. Otherwise
+        handle's clock (`lease_clock`; then `epoch` grows by one), or when `owner` holds it already. Otherwise
         `RunLeaseError`, whose `held_until` says when the holder's lease lapses unless renewed.
         No process id or host name is consulted: a holder that died is taken over once its lease
         lapses. Holders' clocks are assumed to agree within a bound well below `seconds`.
         """
         leases.check_args(run_id, owner, seconds)
-        return await self._write(lambda txn: leases.take_lease(txn, run_id, owner, float(seconds)))
+        return await self._write(lambda txn: leases.take_lease(txn, run_id, owner, float(seconds), self.lease_clock()))
 
     async def renew_run_lease(self, lease: RunLease, seconds: float) -> RunLease:
         """Make `lease` last `seconds` from now; `RunLeaseError` if the store no longer holds it
         (another execution took it over, or it was released)."""
         leases.check_args(lease.run_id, lease.owner, seconds)
-        return await self._write(lambda txn: leases.renew_lease(txn, lease, float(seconds)))
+        return await self._write(lambda txn: leases.renew_lease(txn, lease, float(seconds), self.lease_clock()))
 
     async def release_run_lease(self, lease: RunLease) -> bool:
         """Drop `lease` if the store still holds it (whether it did): the run may be taken at once."""

@@ -187,10 +187,11 @@ def _import_command(args: argparse.Namespace) -> None:
 async def _import(store: str, file: Path, *, allow_version_1: bool = False) -> None:
     """Import `file` (or stdin) into `store`; a store this call had to create (a directory, a
     PostgreSQL schema) is removed again unless the import wrote something into it."""
+    from eventlog._files import export_file_size
     from eventlog_cli._store import describe, parse_store
 
     where = parse_store(store)
-    total = None if str(file) == '-' else _file_size(file)
+    total = None if str(file) == '-' else export_file_size(file)
     created = _first_missing(where)
     outcome: dict[str, bool] = {'empty': True}
     try:
@@ -285,11 +286,3 @@ def _discard_created(created: Path | PostgresStore) -> None:
         drop_schema(created)
         return
     shutil.rmtree(created, ignore_errors=True)
-
-
-def _file_size(file: Path) -> int:
-    from eventlog_cli._views import CliError
-
-    if not file.is_file():
-        raise CliError(f'no file {file}')
-    return file.stat().st_size

@@ -1,7 +1,8 @@
-"""Shared pieces of the persistence tests: scripted models and byte-level comparisons."""
+"""Shared pieces of the capability tests: scripted models, byte-level comparisons and a lease clock."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Sequence
 
 from pydantic_ai.messages import (
@@ -75,3 +76,25 @@ async def chat_stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIte
 
 def chat_model() -> FunctionModel:
     return FunctionModel(chat, stream_function=chat_stream)
+
+
+class LeaseClock:
+    """A wall clock for `EventLogBase.lease_clock` that moves only when told: a lease lapses at once
+    when the test moves it past the lease's end, and never lapses by itself on a slow machine."""
+
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        """Move the clock `seconds` forward."""
+        self.now += seconds
+
+
+def stop_lease_clock(log: EventLogBase) -> LeaseClock:
+    """Give `log` a `LeaseClock` of its own (every lease it takes or renews is timed by it)."""
+    clock = LeaseClock()
+    log.lease_clock = clock
+    return clock

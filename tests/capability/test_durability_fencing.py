@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 from _durable_worker import ANSWER, UNITS
+from _helpers import stop_lease_clock
 from backends import postgres_dsn, schema_for
 from pgserver import drop_schema
 from test_durability_crash import finish, kill, open_log, output_of, read_log, store, wait_hung, worker  # noqa: F401
@@ -140,6 +141,7 @@ def _entries(n: int) -> list[NewEntry]:
 
 
 async def test_an_append_under_a_stale_fence_writes_nothing(log: EventLogBase) -> None:
+    clock = stop_lease_clock(log)
     old = await log.take_run_lease('r1', 'old', 0.3)
     with log.run_lease_fence(old):
         await log.append(run_started_entry(conversation_id='c1', run_id='r1'))
@@ -148,7 +150,7 @@ async def test_an_append_under_a_stale_fence_writes_nothing(log: EventLogBase) -
         await log.take_run_lease('r1', 'new', 60)
     assert raised.value.held_until is not None
     assert abs(raised.value.held_until.timestamp() - old.expires) < 1e-3
-    await asyncio.sleep(0.35)  # lapsed: nothing but time frees it
+    clock.advance(0.35)  # lapsed: nothing but time frees it
     new = await log.take_run_lease('r1', 'new', 60)
     assert new.epoch == old.epoch + 1
     last = await log.last_seq()
@@ -178,6 +180,7 @@ async def test_a_postgres_append_on_one_trip_under_a_lease_taken_over_elsewhere_
     dsn, schema = postgres_dsn(), schema_for(tmp_path)
     first = PostgresEventLog(dsn, schema=schema)
     second = PostgresEventLog(dsn, schema=schema)
+    clock = stop_lease_clock(second)
     try:
         old = await first.take_run_lease('r1', 'old', 0.5)
         with first.run_lease_fence(old):
@@ -185,7 +188,7 @@ async def test_a_postgres_append_on_one_trip_under_a_lease_taken_over_elsewhere_
             for entry in _entries(6):
                 await first.append(entry)
         assert first._trips['one'] > 0  # pyright: ignore[reportPrivateUsage]
-        await asyncio.sleep(0.55)
+        clock.advance(0.55)  # lapsed by the clock of the handle that takes it over
         new = await second.take_run_lease('r1', 'new', 60)
         last = await second.last_seq()
         with first.run_lease_fence(old), pytest.raises(RunLeaseError):

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from _durable_worker import ANSWER
+from _helpers import stop_lease_clock
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
@@ -63,18 +64,22 @@ def held_agent(
 
 
 async def test_a_lease_is_renewed_while_a_long_unit_runs(log: EventLogBase) -> None:
+    clock = stop_lease_clock(log)
     gate, entered = asyncio.Event(), asyncio.Event()
     agent = held_agent(log, gate, entered, lease_seconds=3)
     running = asyncio.create_task(agent.run('go', run_id='r1', conversation_id='c1'))
     await entered.wait()
     first = read_lease(log, 'r1')
     assert first is not None
-    # The first lease has expired by the clock, and the holder has renewed it meanwhile.
-    await until(lambda: time.time() > first.expires, 'the first lease expiring')
-    await until(lambda: (read_lease(log, 'r1') or first).expires > time.time() + 1, 'a renewal')
+    # The holder renews a third of the way through (a second of real time): each renewal runs
+    # from the clock's now, and the clock then moves past the first lease's end.
+    clock.advance(2.0)
+    await until(lambda: (read_lease(log, 'r1') or first).expires > first.expires, 'a renewal')
+    clock.advance(1.5)
+    assert clock() > first.expires
     renewed = read_lease(log, 'r1')
     assert renewed is not None and renewed.owner == first.owner and renewed.epoch == first.epoch
-    assert renewed.expires > first.expires
+    assert renewed.expires > clock()
     with pytest.raises(RunLeaseError, match='only one process may execute a run at a time'):
         await agent.run('go', run_id='r1', conversation_id='c1')
     gate.set()
@@ -83,6 +88,7 @@ async def test_a_lease_is_renewed_while_a_long_unit_runs(log: EventLogBase) -> N
 
 
 async def test_a_lease_held_by_another_execution_is_taken_over_once_lapsed_and_not_before(log: EventLogBase) -> None:
+    clock = stop_lease_clock(log)
     gate, entered = asyncio.Event(), asyncio.Event()
     gate.set()
     agent = held_agent(log, gate, entered, lease_seconds=60)
@@ -91,15 +97,20 @@ async def test_a_lease_held_by_another_execution_is_taken_over_once_lapsed_and_n
     with pytest.raises(RunLeaseError, match=r"run 'r1' is being executed by another process .* unless renewed") as err:
         await agent.run('go', run_id='r1', conversation_id='c1')
     assert err.value.held_until is not None and abs(err.value.held_until.timestamp() - elsewhere.expires) < 1e-3
+    clock.advance(2.9)  # not yet lapsed
+    with pytest.raises(RunLeaseError, match='is being executed by another process'):
+        await agent.run('go', run_id='r1', conversation_id='c1')
     assert not entered.is_set()
     assert read_lease(log, 'r1') == elsewhere  # untouched
-    await until(lambda: time.time() > elsewhere.expires, 'the lease expiring')
+    clock.advance(0.2)
+    assert clock() > elsewhere.expires
     assert (await agent.run('go', run_id='r1', conversation_id='c1')).output == 'done'
     assert entered.is_set()
     assert read_lease(log, 'r1') is None
 
 
 async def test_resume_waits_for_a_dead_holders_lease_when_asked(log: EventLogBase) -> None:
+    clock = stop_lease_clock(log)
     entered = asyncio.Event()
 
     async def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
@@ -109,7 +120,7 @@ async def test_resume_waits_for_a_dead_holders_lease_when_asked(log: EventLogBas
     durability = EventLogDurability(log, lease_seconds=60)
     agent = Agent(FunctionModel(model), name='held', capabilities=[durability])
     # A run left running by a holder that crashed right after recording its input.
-    dead = await log.take_run_lease('r1', 'crashed-holder', 1.5)
+    dead = await log.take_run_lease('r1', 'crashed-holder', 0.3)
     with log.run_lease_fence(dead):
         await log.append_many(
             [
@@ -129,9 +140,15 @@ async def test_resume_waits_for_a_dead_holders_lease_when_asked(log: EventLogBas
     with pytest.raises(RunLeaseError):
         await durability.resume(agent, 'r1', wait_for_lease=0.2)
     assert not entered.is_set()
-    result = await durability.resume(agent, 'r1', wait_for_lease=30)
+    # A resume that waits: it retries when the lease's end comes (0.35 s of real time from now);
+    # by then the clock has passed it.
+    waiting = asyncio.create_task(durability.resume(agent, 'r1', wait_for_lease=30))
+    await asyncio.sleep(0.05)
+    assert not entered.is_set()
+    clock.advance(0.4)
+    result = await waiting
     assert result.output == 'done'
-    assert time.time() >= dead.expires
+    assert clock() >= dead.expires
     assert (await log.get_run('r1')).status == 'completed'  # pyright: ignore[reportOptionalMemberAccess]
 
 
@@ -185,7 +202,7 @@ def test_a_holder_process_renews_its_lease_and_a_killed_one_is_taken_over_once_l
     (tmp_path / f'hung-{name}').unlink()
     log = open_log(tmp_path, store)
     try:
-        long_lease = {'DURABLE_LEASE_SECONDS': '4', 'DURABLE_LEASE_WAIT': '30'}
+        long_lease = {'DURABLE_LEASE_SECONDS': '3', 'DURABLE_LEASE_WAIT': '30'}  # renewed every second
         holder = worker(tmp_path, 'hold', store, name, env=long_lease)
         try:
             wait_hung(tmp_path, holder, [name], 'hold')
@@ -202,7 +219,7 @@ def test_a_holder_process_renews_its_lease_and_a_killed_one_is_taken_over_once_l
             kill(holder)
         held = read_lease(log, f'{name}-run')
         assert held is not None and held.owner == renewed.owner
-        rival = worker(tmp_path, 'resume', store, name, env={'DURABLE_LEASE_SECONDS': '4'})
+        rival = worker(tmp_path, 'resume', store, name, env={'DURABLE_LEASE_SECONDS': '3'})
         finish(tmp_path, rival, 'resume')
         if time.time() < held.expires:  # the rival ran before the lease lapsed (the usual case)
             outcome = json.loads((tmp_path / f'outcome-{name}.json').read_text())

@@ -743,7 +743,7 @@ async def test_re_executing_a_run_killed_mid_way_appends_nothing_twice(budget: i
 
 
 def test_options_after_the_log_are_keyword_only() -> None:
-    """`EventLogPersistence(log, *, agent_name=..., ...)`, as the README documents it."""
+    """`EventLogPersistence(log, *, agent_name=..., ...)`, as docs/guide.md documents it."""
     log = InMemoryEventLog()
     with pytest.raises(TypeError):
         EventLogPersistence(log, 'planner')  # pyright: ignore[reportCallIssue]

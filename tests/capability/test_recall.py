@@ -366,8 +366,8 @@ async def test_a_run_resumed_without_a_prompt_gets_its_recall_and_replays_exactl
     assert kinds == ['run_started', 'recall', 'message', 'message', 'run_finished']
 
 
-def test_the_readme_example_runs(tmp_path: Path) -> None:
-    readme = (Path(__file__).parents[2] / 'README.md').read_text()
+def test_the_guides_example_runs(tmp_path: Path) -> None:
+    readme = (Path(__file__).parents[2] / 'docs' / 'guide.md').read_text()  # the guide's example
     (block,) = [b for b in re.findall(r'```python\n(.*?)```', readme, re.S) if 'AutoRecall(log, k=2' in b]
     done = subprocess.run(
         [sys.executable, '-c', block], capture_output=True, text=True, cwd=tmp_path, timeout=120, check=False

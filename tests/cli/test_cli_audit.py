@@ -170,6 +170,11 @@ def test_a_signed_export_is_checked_on_a_machine_without_the_store(fresh: Store,
     assert f'alpha #{first} checkpoint-mismatch' in caught.stdout
     wrong = eventlog('verify-export', plain, '-p', elsewhere / 'k.pub')
     assert wrong.returncode == 1 and 'not a signed export' in wrong.stderr
+    cut = elsewhere / 'cut.jsonl'
+    cut.write_bytes(b''.join(lines[:-1]))  # the closing signature line lost
+    short = eventlog('verify-export', cut, '-p', elsewhere / 'k.pub')
+    assert short.returncode == 1 and 'was cut short' in short.stderr, short.stderr
+    assert short.stderr.count('\n') == 1 and 'Traceback' not in short.stderr
     copy = tmp_path / 'copy.lmdb'
     imported = eventlog('import', signed, store=copy)
     assert imported.returncode == 0, imported.stderr

@@ -66,6 +66,9 @@ def test_import_errors(tmp_path: Path) -> None:
     missing = invoke('import', tmp_path / 'nothing.jsonl', store=tmp_path / 's.lmdb')
     assert missing.exit_code == 1 and missing.stderr.startswith('eventlog: no file')
     assert not (tmp_path / 's.lmdb').exists()
+    folder = invoke('import', tmp_path, store=tmp_path / 's.lmdb')
+    assert folder.exit_code == 1 and folder.stderr == f'eventlog: {tmp_path} is a directory, not an export file\n'
+    assert not (tmp_path / 's.lmdb').exists()
     junk = tmp_path / 'junk.jsonl'
     junk.write_text('hello\n')
     bad = invoke('import', junk, store=tmp_path / 's.lmdb')

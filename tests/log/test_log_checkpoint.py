@@ -402,6 +402,10 @@ async def test_a_signed_export_verifies_without_the_store(log: EventLogBase, tmp
         verify_export(signed, OTHER.public_key)
     with pytest.raises(CheckpointFormatError, match='not a signed export'):
         verify_export(plain, SIGNER.public_key)
+    cut = tmp_path / 'cut.jsonl'
+    cut.write_bytes(b''.join(lines[:-1]))  # only its closing signature line lost
+    with pytest.raises(CheckpointFormatError, match=r'was cut short: its 1 checkpoint line\(s\) are not followed'):
+        verify_export(cut, SIGNER.public_key)
 
 
 async def test_a_rewritten_export_is_caught(log: EventLogBase, tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from transfertools import Crafted
 from eventlog import ConversationNotFound, InvalidArgumentError, NewEntry, compaction_entry, encode_message
 from eventlog._transfer import RestartableLines
 from eventlog.entries import ForkInfo
+from eventlog.errors import NotFoundError
 from eventlog.log import EventLogBase
 
 FIXTURES = Path(__file__).with_name('fixtures')
@@ -342,3 +343,22 @@ def test_an_import_holds_a_bounded_number_of_lines_in_memory(tmp_path: Path) -> 
     figures = f'export {big_size >> 20} MiB: RSS {small_rss >> 20} -> {big_rss >> 20} MiB, heap {small_heap >> 10} -> {big_heap >> 10} KiB'
     assert big_heap - small_heap < big_size // 8, figures
     assert big_rss - small_rss < store_growth + big_size // 2, figures
+
+
+async def test_an_import_of_a_directory_or_of_nothing_says_which(log: EventLogBase, tmp_path: Path) -> None:
+    from eventlog._files import export_file_size
+
+    folder = tmp_path / 'exports'
+    folder.mkdir()
+    with pytest.raises(InvalidArgumentError, match='exports is a directory, not an export file'):
+        await log.import_(folder)
+    with pytest.raises(InvalidArgumentError, match='exports is a directory, not an export file'):
+        export_file_size(folder)
+    with pytest.raises(NotFoundError, match=r'no file .*nothing\.jsonl'):
+        await log.import_(tmp_path / 'nothing.jsonl')
+    with pytest.raises(NotFoundError, match='no file'):
+        export_file_size(tmp_path / 'nothing.jsonl')
+    assert await log.last_seq() == 0
+    data = await _export(log)
+    (folder / 'one.jsonl').write_bytes(data)
+    assert export_file_size(folder / 'one.jsonl') == len(data)

@@ -1,4 +1,4 @@
-"""The README's audit example runs as shown, in its own process."""
+"""The guide's (docs/guide.md) audit example runs as shown, in its own process."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-README = Path(__file__).parents[2] / 'README.md'
+GUIDE = Path(__file__).parents[2] / 'docs' / 'guide.md'
 
 
 def test_the_checkpoint_example_runs(tmp_path: Path) -> None:
-    [block] = [b for b in re.findall(r'```python\n(.*?)```', README.read_text(), re.S) if 'log.checkpoint(' in b]
+    [block] = [b for b in re.findall(r'```python\n(.*?)```', GUIDE.read_text(), re.S) if 'log.checkpoint(' in b]
     done = subprocess.run(
         [sys.executable, '-c', block], capture_output=True, text=True, cwd=tmp_path, timeout=120, check=False
     )

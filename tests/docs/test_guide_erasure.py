@@ -1,4 +1,4 @@
-"""The README's erasure, retention and redaction example runs as shown and prints what it says."""
+"""The guide's (docs/guide.md) erasure, retention and redaction example runs as shown and prints what it says."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-README = Path(__file__).parents[2] / 'README.md'
+GUIDE = Path(__file__).parents[2] / 'docs' / 'guide.md'
 
 
 def test_erasure_example_runs(tmp_path: Path) -> None:
-    blocks = [b for b in re.findall(r'```python\n(.*?)```', README.read_text(), re.S) if 'redact=redact_cards' in b]
+    blocks = [b for b in re.findall(r'```python\n(.*?)```', GUIDE.read_text(), re.S) if 'redact=redact_cards' in b]
     assert len(blocks) == 1
     done = subprocess.run(
         [sys.executable, '-c', blocks[0]], capture_output=True, text=True, cwd=tmp_path, timeout=120, check=False

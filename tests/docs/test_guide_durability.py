@@ -1,4 +1,4 @@
-"""The README's durable-run example runs as shown, twice in one directory (the second time the
+"""The guide's (docs/guide.md) durable-run example runs as shown, twice in one directory (the second time the
 finished run is replayed from the journal, not executed)."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-README = Path(__file__).parents[2] / 'README.md'
+GUIDE = Path(__file__).parents[2] / 'docs' / 'guide.md'
 
 
 def test_durability_example_runs(tmp_path: Path) -> None:
-    blocks = [b for b in re.findall(r'```python\n(.*?)```', README.read_text(), re.S) if 'EventLogDurability' in b]
+    blocks = [b for b in re.findall(r'```python\n(.*?)```', GUIDE.read_text(), re.S) if 'EventLogDurability' in b]
     assert len(blocks) == 1
     for _ in range(2):
         done = subprocess.run(
