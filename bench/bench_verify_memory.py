@@ -126,7 +126,12 @@ def _build(store: Path, count: int) -> None:
 
 def _measure(tree: Path, mode: str, store: Path) -> dict[str, float]:
     result = subprocess.run(
-        [sys.executable, '-c', _CHILD, mode, str(store)], env=_env(tree), capture_output=True, text=True, check=False
+        [sys.executable, '-c', _CHILD, mode, str(store)],
+        env=_env(tree),
+        cwd=tree,  # `python -c` puts the working directory first on sys.path, before PYTHONPATH
+        capture_output=True,
+        text=True,
+        check=False,
     )
     if result.returncode:
         raise SystemExit(f'{mode} under {tree} failed:\n{result.stderr[-2000:]}')

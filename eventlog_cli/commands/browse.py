@@ -219,7 +219,8 @@ async def _runs(
         if conversation is not None:
             conversation = await resolve_conversation(log, conversation)
             await views.conversation_record(log, conversation)
-        records = await log.list_runs(conversation_id=conversation, status='running' if interrupted else None)
+        wanted = views.run_status_filter(views.INTERRUPTED) if interrupted else None  # the viewer's rule
+        records = await log.list_runs(conversation_id=conversation, status=wanted)
         short = ShortIds(log, full=full_ids or as_json, uniform=True)
         await short.learn('run', [i for r in records for i in (r.run_id, r.parent_run_id)])
         await short.learn('conversation', (r.conversation_id for r in records))
