@@ -31,7 +31,7 @@ from rich.table import Table
 from rich.text import Text
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
-from eventlog import Entry, EventLogBase, EventLogError, RunRecord, decode_messages
+from eventlog import Entry, EventLogBase, EventLogError, RunRecord
 from eventlog.lmdb_log import CompactResult, LmdbEventLog
 from eventlog_cli import _audit
 from eventlog_cli import _render as render
@@ -53,7 +53,6 @@ from eventlog_cli.launch import DEFAULT_STORE, DEMO_STORE, EXIT_STORE_CRASHED, m
 from search.analyzers import ANALYZER_NAMES, Analyzer, get_analyzer
 
 if TYPE_CHECKING:
-    from pydantic_ai.messages import ModelMessage
     from rich.progress import Progress
 
     from search.result import SearchResult
@@ -348,7 +347,8 @@ _RUN_STEPS: list[tables.Step] = [
 def _run_columns(records: Sequence[RunRecord], short: ShortIds, *, with_conversation: bool) -> list[tables.Column]:
     run = tables.Column('run')
     conversation = tables.Column('conversation')
-    started = tables.Column('started')
+    day, compact_starts = tables.compact_times([r.started_at for r in records])
+    started = tables.Column('started', compact_header=None if day is None else f'started {day}')
     duration = tables.Column('duration', justify='right', hide_empty=True)
     status = tables.Column('status')
     agent = tables.Column('agent', flex='clip', min_width=16, hide_empty=True)
@@ -358,7 +358,7 @@ def _run_columns(records: Sequence[RunRecord], short: ShortIds, *, with_conversa
     for r in records:
         run.add(render.clean_text(short.run(r.run_id)))
         conversation.add(render.clean_text(short.conversation(r.conversation_id)))
-        started.add(render.timestamp(r.started_at), tables.compact_time(r.started_at))
+        started.add(render.timestamp(r.started_at), compact_starts[len(started.cells)])
         duration.add(render.duration(r.started_at, r.finished_at))
         status.add(_status(r.status))
         agent.add(render.clean_text(r.agent_name or ''))
@@ -391,15 +391,6 @@ async def _info(store: str, conversation_id: str, as_json: bool) -> None:
 # --- reading ----------------------------------------------------------------------------------
 
 
-def _grid(*gutters: int) -> Table:
-    """A borderless table: fixed-width gutter columns, then a body column whose wrapped lines stay aligned."""
-    grid = Table.grid(padding=(0, 1))
-    for width in gutters:
-        grid.add_column(no_wrap=True, min_width=width)
-    grid.add_column(overflow='fold')
-    return grid
-
-
 def _heading(out: Console, title: Text) -> None:
     """A view's heading: the title in a rule across the terminal, or, when the title (holding
     whole ids) is too wide for one, the title on its own lines above a plain rule, never cut."""
@@ -422,8 +413,6 @@ entries), and the message it kept after its summary (merged into the summary's r
 async def _replaced_notes(log: EventLogBase, entries: Sequence[Entry]) -> dict[int, _Replaced]:
     """For each compaction among `entries`, by `seq`: what it replaced (`_Replaced`), read from the
     replaced entries themselves; a compaction whose entries cannot all be read gets no note."""
-    from pydantic_ai.messages import ModelRequest
-
     notes: dict[int, _Replaced] = {}
     for entry in entries:
         if entry.kind != 'compaction':
@@ -436,16 +425,13 @@ async def _replaced_notes(log: EventLogBase, entries: Sequence[Entry]) -> dict[i
             summaries = sum(1 for r in replaced if r is not None and r.kind == 'compaction')
             kept: int | None = None
             last = replaced[-1]
-            if last is not None and last.kind == 'message' and info.summary:
-                original = last.message()
-                summary = decode_messages([bytes(info.summary[-1])])[0]
-                if (
-                    isinstance(original, ModelRequest)
-                    and isinstance(summary, ModelRequest)
-                    and 0 < len(original.parts) < len(summary.parts)
-                    and list(summary.parts[-len(original.parts) :]) == list(original.parts)
-                ):
-                    kept = last.seq
+            if (
+                last is not None
+                and last.kind == 'message'
+                and info.summary
+                and render.summary_keeps(last.payload, bytes(info.summary[-1]))
+            ):
+                kept = last.seq
             notes[entry.seq] = (summaries, kept)
         except (EventLogError, ValueError):  # a damaged entry: the marker says less, the view goes on
             continue
@@ -491,12 +477,12 @@ def _entry_rows(rows: render.Rows, entries: Sequence[Entry], notes: dict[int, _R
             body = Text('recalled into the request: ', style='green')
             body.append(render.entry_headline(entry, limit=400), style='dim')
         else:
-            body = render.message_text(entry.message())
+            body = render.message_text(entry)
         rows.add(_label(f'#{entry.seq}'), body)
 
 
-def _message_rows(rows: render.Rows, messages: Sequence[tuple[int, ModelMessage]]) -> int:
-    """Add a row per `(seq, message)`, labelled with its entry number `#seq`; return how many."""
+def _message_rows(rows: render.Rows, messages: Sequence[tuple[int, Entry | bytes]]) -> int:
+    """Add a row per `(seq, message entry or payload)`, labelled with its entry number `#seq`; return how many."""
     for seq, message in messages:
         rows.add(_label(f'#{seq}'), render.message_text(message))
     return len(messages)
@@ -575,17 +561,13 @@ async def _show(store: str, conversation_id: str | None, run_id: str | None, ful
             out.print(render.clean_text(f'{inherited} messages inherited from {source}, by reference:', 'dim italic'))
             rows = render.Rows(out, 7)
             async for batch in log.iter_branch(origin, kinds=['message'], batch=_READ_BATCH):
-                _message_rows(rows, [(entry.seq, entry.message()) for entry in batch])
+                _message_rows(rows, [(entry.seq, entry) for entry in batch])
             rows.flush()
             out.print(Text('then this conversation:', style='dim italic'))
         rows = render.Rows(out, 7)
         async for batch in _entry_batches(log, conversation_id=conversation_id, kinds=_TRANSCRIPT_KINDS):
             _entry_rows(rows, batch, await _replaced_notes(log, batch))
         rows.flush()
-
-
-def _decode(payloads: Sequence[bytes]) -> list[ModelMessage]:
-    return decode_messages(payloads)
 
 
 async def _transcript_payloads(
@@ -608,7 +590,7 @@ async def _show_run(log: EventLogBase, run_id: str, full: bool, as_json: bool) -
     rows = render.Rows(out, 7)
     if full:
         async for batch in log.iter_branch(record.last_seq, kinds=['message'], batch=_READ_BATCH):
-            _message_rows(rows, [(entry.seq, entry.message()) for entry in batch])
+            _message_rows(rows, [(entry.seq, entry) for entry in batch])
         rows.flush()
         return
     earlier = await _count_messages(log, record.branch_parent)
@@ -693,8 +675,8 @@ def _replay_row(
     offset = f'+{(entry.timestamp - start).total_seconds() * 1000:.1f} ms'
     body = Text()
     if entry.kind == 'message':
-        message = entry.message()
-        body.append(render.message_role(message) + (' (inherited)' if entry.inherited else ''), style='dim')
+        message = render.message_view(entry)
+        body.append(message.role + (' (inherited)' if entry.inherited else ''), style='dim')
         body.append('\n')
         body.append_text(render.message_text(message))
     elif entry.kind == 'compaction':
@@ -759,8 +741,7 @@ async def _context(store: str, conversation_id: str, as_json: bool) -> None:
         rows = render.Rows(out, 7)
         count = 0
         async for batch in log.iter_context_messages(conversation_id, batch=_READ_BATCH):
-            decoded = _decode([payload for _, payload in batch])
-            count += _message_rows(rows, [(seq, message) for (seq, _), message in zip(batch, decoded, strict=True)])
+            count += _message_rows(rows, batch)
         rows.flush()
     out.print(Text(f'{_plural(count, "message", "messages")}', style='dim'))
 
@@ -919,8 +900,10 @@ def _print_search(result: SearchResult, analyzer: Analyzer, conversation_id: str
             render.clean(f' · conversation {hit.conversation_id} · run {hit.run_id} · position {hit.position}'),
             style='dim',
         )
-        out.print(heading)
-        grid = _grid(7)
+        head = render.Rows(out, 3)
+        head.add(heading[:3], heading[4:])
+        head.flush()
+        rows = render.Rows(out, 7)
         for shown in hit.window:
             if shown.repeated:
                 continue
@@ -932,8 +915,8 @@ def _print_search(result: SearchResult, analyzer: Analyzer, conversation_id: str
                 else render.clean_text(line, 'dim', multiline=True)
                 for line in lines
             )
-            grid.add_row(_label(_entry_number(shown.seq, shown.position)), body)
-        out.print(grid)
+            rows.add(_label(_entry_number(shown.seq, shown.position)), body)
+        rows.flush()
 
 
 def _entry_number(seq: int | None, position: int) -> str:
@@ -1548,7 +1531,7 @@ async def _tail(
             if as_json:
                 sys.stdout.write(_compact_json(render.entry_json(entry)) + '\n')
             else:
-                out.print(styled.tail_line(entry, short), soft_wrap=True)
+                out.print(styled.tail_line(entry, short, out.width), soft_wrap=True)
             printed += 1
             if max_entries is not None and printed >= max_entries:
                 sys.stdout.flush()
