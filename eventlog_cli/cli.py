@@ -878,7 +878,8 @@ def _search_json(result: SearchResult, analyzer: Analyzer, built: str | None, no
 
 def _print_search(result: SearchResult, analyzer: Analyzer, conversation_id: str | None, run_id: str | None) -> None:
     """`search` as text: a summary line, then each hit's heading and its messages, each by entry number."""
-    from search.render import display_lines, make_locator
+    from eventlog_cli.entries import hit_lines
+    from search.render import make_locator
 
     out = render.console()
     scope = (
@@ -908,7 +909,7 @@ def _print_search(result: SearchResult, analyzer: Analyzer, conversation_id: str
             if shown.repeated:
                 continue
             matched = shown.position == hit.position
-            lines = display_lines(shown.message, locate) or ['(no text)']
+            lines = hit_lines(shown.message, locate) or ['(no parts)']
             body = Text('\n').join(
                 render.highlight_terms(line, analyzer, result.terms)
                 if matched

@@ -21,13 +21,16 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Iterator
-from typing import Any, Final, cast
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Final, cast
 
 import msgspec
 
 from eventlog.entries import CompactionInfo, Entry
 from eventlog.errors import CorruptEntryError
+
+if TYPE_CHECKING:
+    from pydantic_ai.messages import ModelMessage
 
 __all__ = [
     'LABELS',
@@ -38,6 +41,7 @@ __all__ = [
     'binary_item',
     'clip_body',
     'compaction_views',
+    'hit_lines',
     'message_view',
     'payload_view',
     'summary_keeps',
@@ -401,6 +405,32 @@ def clip_body(text: str, limit: int | None) -> tuple[str, int]:
     if limit is None or len(text) <= limit:
         return text, 0
     return text[:limit], len(text) - limit
+
+
+_SHORT_KINDS: Final = frozenset(
+    {'system-prompt', 'tool-call', 'builtin-tool-call', 'instruction-delta', 'instruction-baseline'}
+    | {'tool-availability-delta', 'model-settings-delta'}
+)
+"""Part kinds whose text a search hit clips shorter (`search.render.SHORT_EXCERPT_CHARS`)."""
+
+
+def hit_lines(message: ModelMessage, locate: Callable[[str], tuple[int, int] | None]) -> list[str]:
+    """The lines a search hit shows of `message` (which the search engine decoded): each part's
+    line, its text clipped around the first query term `locate` finds (`search.render.clip`).
+
+    The one path of this module that needs pydantic-ai (to serialize the message the search
+    engine holds); the browsing views never take it.
+    """
+    from eventlog.entries import encode_message
+    from search.render import EXCERPT_CHARS, SHORT_EXCERPT_CHARS, clip
+
+    lines: list[str] = []
+    for part in payload_view(encode_message(message)).parts:
+        text = part.body()
+        limit = SHORT_EXCERPT_CHARS if part.kind in _SHORT_KINDS else EXCERPT_CHARS
+        focus = locate(text) if len(text) > limit else None
+        lines.append(f'{part.head()}: {clip(text, limit, focus)}')
+    return lines
 
 
 # --- binary items -----------------------------------------------------------------------------

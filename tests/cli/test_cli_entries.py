@@ -333,3 +333,11 @@ def test_the_browsing_views_do_not_import_pydantic_ai(store: Path, tmp_path: Pat
 @pytest.mark.parametrize('view', [['replay', '--last'], ['show', 'orbit-migration']], ids=' '.join)
 def test_the_views_of_a_compacted_demo_do_not_import_pydantic_ai(demo: Path, tmp_path: Path, view: list[str]) -> None:
     assert 'pydantic_ai' not in set(_modules(tmp_path, *view, '--store', str(demo)))
+
+
+def test_search_hits_show_their_neighbours_parts_too(demo: Path) -> None:
+    """A hit's window shows each message through the same presentation: the search tool's
+    answer next to the final reply is shown, not `(no text)`."""
+    output = _at(WIDE, 'search', 'production config file path', '--all', '--context', '1', store=demo).stdout
+    assert "Tool [search_conversation_history]: Found 1 match(es) for 'production config file path'" in output
+    assert '(no text)' not in output and '(no parts)' not in output
