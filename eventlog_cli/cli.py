@@ -1532,7 +1532,7 @@ async def _tail(
             if as_json:
                 sys.stdout.write(_compact_json(render.entry_json(entry)) + '\n')
             else:
-                out.print(styled.tail_line(entry, short, out.width), soft_wrap=True)
+                out.print(styled.tail_line(entry, short), soft_wrap=True)
             printed += 1
             if max_entries is not None and printed >= max_entries:
                 sys.stdout.flush()

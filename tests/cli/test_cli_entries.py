@@ -264,15 +264,25 @@ def test_the_search_tool_call_and_its_answer_show(demo: Path, view: list[str]) -
 # --- fitted to the terminal --------------------------------------------------------------------
 
 
+_ANSI = re.compile(r'\x1b\[[0-9;?]*[A-Za-z]')
+
+
 @pytest.mark.parametrize('width', [80, 100])
 def test_tail_fits_the_terminal(store: Path, demo: Path, width: int) -> None:
+    """On a terminal (the console script, as a user runs it) each entry fits the width; its
+    headline goes under its fields, indented, when they leave it too little room."""
+    env = {**os.environ, 'PYTHONPATH': str(Path(__file__).resolve().parents[2])}
+    env.pop('COLUMNS', None)
     for where in (store, demo):
-        lines = _at(width, 'tail', '-n', '60', store=where).stdout.splitlines()
-        assert lines
+        argv = [sys.executable, '-m', 'eventlog_cli', 'tail', '-n', '60', '--store', str(where)]
+        code, written = run_on_terminal(argv, env, columns=width)
+        lines = _ANSI.sub('', written.decode()).replace('\r\n', '\n').splitlines()
+        assert code == 0 and len(lines) >= 40, lines  # both stores hold more than 40 entries
         assert all(cell_len(line) <= width for line in lines), [line for line in lines if cell_len(line) > width]
-    # Every entry starts a line; a headline that does not fit beside the fields is indented under them.
-    lines = _at(80, 'tail', '-n', '60', store=demo).stdout.splitlines()
-    assert all(re.match(r'#\d+ ', line) or line.startswith(' ' * 8) for line in lines)
+        assert all(re.match(r'#\d+ ', line) or line.startswith(' ' * 8) for line in lines), lines
+        if where == demo and width == 80:
+            assert any(line.startswith(' ' * 8 + 'response: Assistant: ') for line in lines)
+            assert any(line.endswith('…') for line in lines)
 
 
 def test_search_fits_80_columns(demo: Path) -> None:
