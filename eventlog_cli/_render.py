@@ -59,7 +59,6 @@ __all__ = [
     'entry_json',
     'highlight_terms',
     'message_lines',
-    'message_role',
     'message_text',
     'message_view',
     'print_json',
@@ -174,11 +173,6 @@ def message_text(message: MessageView | Entry | bytes, *, limit: int | None = No
         out.append(clean(part.head() + ': '), style=_label_style(part.label))
         out.append(clean(body, multiline=True).replace('\n', '\n  '))
     return out
-
-
-def message_role(message: Entry) -> str:
-    """A message entry's role: `request` or `response` (`unknown` for a payload that is not a message)."""
-    return message_view(message).role
 
 
 def tool_effect(entry: Entry) -> ToolEffectInfo | None:

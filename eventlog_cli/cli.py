@@ -355,10 +355,10 @@ def _run_columns(records: Sequence[RunRecord], short: ShortIds, *, with_conversa
     parent = tables.Column('parent run', hide_empty=True)
     messages = tables.Column('messages', justify='right')
     usage = tables.Column('tokens in/out', justify='right', hide_empty=True)
-    for r in records:
+    for index, r in enumerate(records):
         run.add(render.clean_text(short.run(r.run_id)))
         conversation.add(render.clean_text(short.conversation(r.conversation_id)))
-        started.add(render.timestamp(r.started_at), compact_starts[len(started.cells)])
+        started.add(render.timestamp(r.started_at), compact_starts[index])
         duration.add(render.duration(r.started_at, r.finished_at))
         status.add(_status(r.status))
         agent.add(render.clean_text(r.agent_name or ''))
