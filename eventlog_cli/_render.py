@@ -28,7 +28,6 @@ from eventlog_cli._text import (
     entry_headline,
     entry_json,
     message_lines,
-    message_role,
     print_json,
     run_json,
     seq_list,
@@ -37,13 +36,13 @@ from eventlog_cli._text import (
     to_builtins,
     tokens,
 )
+from eventlog_cli.entries import message_view, summary_keeps
 from search.analyzers import WORD_RE, Analyzer, LocatingAnalyzer
 
 if TYPE_CHECKING:
-    from pydantic_ai.messages import ModelMessage
+    from eventlog_cli.entries import MessageView
 
-# pydantic-ai (and `search.render`, which needs it) are imported inside the functions that
-# handle messages, so that commands which never decode one start fast.
+# Messages are read by `eventlog_cli.entries` (msgspec, never pydantic-ai).
 
 __all__ = [
     'LONG_TEXT',
@@ -60,12 +59,13 @@ __all__ = [
     'entry_json',
     'highlight_terms',
     'message_lines',
-    'message_role',
     'message_text',
+    'message_view',
     'print_json',
     'run_json',
     'seq_list',
     'size',
+    'summary_keeps',
     'timestamp',
     'to_builtins',
     'tokens',
@@ -80,6 +80,10 @@ _LABEL_STYLES = (
     ('Assistant', 'bold blue'),
     ('Tool Call', 'bold magenta'),
     ('Tool', 'magenta'),
+    ('Built-in Tool Call', 'bold magenta'),
+    ('Built-in Tool', 'magenta'),
+    ('Thinking', 'dim italic'),
+    ('File', 'cyan'),
     ('Retry', 'bold red'),
     ('Summary', 'bold yellow'),
     ('System', 'dim'),
@@ -148,20 +152,25 @@ def _label_style(label: str) -> str:
     return 'bold'
 
 
-def message_text(message: ModelMessage, *, limit: int | None = None) -> Text:
-    """A message as labelled lines (`User:`, `Assistant:`, `Tool Call [name]:` ...), each clipped to `limit`."""
-    from search.render import message_segments
+def message_text(message: MessageView | Entry | bytes, *, limit: int | None = None) -> Text:
+    """A message (its view, its entry, or its stored payload) as labelled lines, a line per part
+    (`User: ...`, `Tool Call [name]: {...}`, `Thinking: ...`), each clipped to `limit` characters
+    on one line when given, else whole."""
+    from eventlog_cli.entries import payload_view
 
+    if isinstance(message, Entry):
+        message = message_view(message)
+    elif isinstance(message, bytes):
+        message = payload_view(message)
     out = Text()
-    segments = message_segments(message)
-    if not segments:
-        out.append('(no text)', style='dim')
+    if not message.parts:
+        out.append('(no parts)', style='dim')
         return out
-    for index, segment in enumerate(segments):
+    for index, part in enumerate(message.parts):
         if index:
             out.append('\n')
-        body = segment.text if limit is None else clip(segment.text, limit)
-        out.append(clean(segment.label), style=_label_style(segment.label))
+        body = part.body() if limit is None else clip(part.body(), limit)
+        out.append(clean(part.head() + ': '), style=_label_style(part.label))
         out.append(clean(body, multiline=True).replace('\n', '\n  '))
     return out
 
@@ -195,13 +204,6 @@ def highlight_terms(text: str, analyzer: Analyzer, terms: Iterable[str], style: 
         done = end
     out.append(clean(text[done:], multiline=True))
     return out
-
-
-def is_request(message: ModelMessage) -> bool:
-    """Whether `message` is a request (user side)."""
-    from pydantic_ai.messages import ModelRequest
-
-    return isinstance(message, ModelRequest)
 
 
 LONG_TEXT = 20_000

@@ -7,6 +7,8 @@ console of `eventlog_cli._render.console`. Nothing here imports more than Rich a
 
 from __future__ import annotations
 
+import shutil
+import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -67,6 +69,10 @@ def verify_ok(line: str) -> Text:
     return Text(line, style='green')
 
 
-def tail_line(entry: Entry, short: ShortIds | None = None) -> Text:
-    """One entry as `tail` prints it; ids abbreviated by `short` (whole without it)."""
-    return Text.assemble(*views.tail_parts(entry, short))
+def tail_line(entry: Entry, short: ShortIds | None = None, width: int | None = None) -> Text:
+    """One entry as `tail` prints it, fitted to `width` columns (`eventlog_cli._views.tail_parts`);
+    ids abbreviated by `short` (whole without it). Without `width`: the terminal's width when
+    stdout is one, else not fitted."""
+    if width is None and sys.stdout.isatty():
+        width = shutil.get_terminal_size().columns
+    return Text.assemble(*views.tail_parts(entry, short, width))

@@ -23,7 +23,7 @@ from typing import Literal
 from rich.console import Console
 from rich.text import Text
 
-__all__ = ['GAP', 'Column', 'Step', 'compact_time', 'fitted_widths', 'print_table']
+__all__ = ['GAP', 'Column', 'Step', 'compact_time', 'compact_times', 'fitted_widths', 'print_table']
 
 GAP = 2
 """Spaces between two columns."""
@@ -164,3 +164,15 @@ def compact_time(value: datetime | None, now: datetime | None = None) -> str:
     if abs(now - value) < _RECENT:
         return f'{month} {value.day:2d} {value:%H:%M}'
     return f'{month} {value.day:2d}  {value.year}'
+
+
+def compact_times(values: Sequence[datetime], now: datetime | None = None) -> tuple[str | None, list[str]]:
+    """The compact form of a column of timestamps that still tells its rows apart: when they all
+    fall on one day (UTC), the time of day to the second (`10:00:12`), and the day (`Nov 30`) for
+    the column's header to name; otherwise each as `compact_time` shows it, and no day."""
+    utc = [value.astimezone(UTC) if value.tzinfo is not None else value.replace(tzinfo=UTC) for value in values]
+    days = {value.date() for value in utc}
+    if len(days) == 1:
+        day = utc[0]
+        return f'{_MONTHS[day.month - 1]} {day.day}', [f'{value:%H:%M:%S}' for value in utc]
+    return None, [compact_time(value, now) for value in utc]

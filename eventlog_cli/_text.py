@@ -1,8 +1,8 @@
 """Stored data as plain text and JSON, the same for every view: safe-to-print strings, sizes and
 times, an entry's one-line headline, records and entries as JSON-ready data.
 
-Nothing here imports Rich (or pydantic-ai, but inside the functions that decode a message), so
-a command printing JSON does not load either.
+Nothing here imports Rich or pydantic-ai (messages are read by `eventlog_cli.entries`), so
+a command printing JSON loads neither.
 `eventlog_cli._render` re-exports every name.
 """
 
@@ -14,7 +14,7 @@ import re
 import sys
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 
@@ -32,12 +32,8 @@ from eventlog.entries import (
     RunStartedInfo,
     TitleInfo,
     ToolEffectInfo,
-    decode_messages,
 )
 from eventlog.errors import CorruptEntryError
-
-if TYPE_CHECKING:
-    from pydantic_ai.messages import ModelMessage
 
 __all__ = [
     'HEADLINES',
@@ -50,7 +46,6 @@ __all__ = [
     'entry_json',
     'json_text',
     'message_lines',
-    'message_role',
     'print_json',
     'run_json',
     'seq_list',
@@ -155,28 +150,13 @@ def entry_json(entry: Entry) -> dict[str, Any]:
     }
 
 
-def message_role(message: ModelMessage) -> str:
-    """`request` or `response`."""
-    from pydantic_ai.messages import ModelResponse
-
-    return 'response' if isinstance(message, ModelResponse) else 'request'
-
-
 def message_lines(entry: Entry) -> tuple[str, list[str]]:
-    """A message entry's role (`request` or `response`) and its lines (`'User: hi'`).
+    """A message entry's role (`request` or `response`) and its parts' lines (`'User: hi'`), as
+    every view shows them (`eventlog_cli.entries`)."""
+    from eventlog_cli.entries import message_view
 
-    Read from the stored JSON where `search.wire_text` can (no pydantic-ai import), else decoded.
-    """
-    from search.wire_text import wire_lines
-
-    fast = wire_lines(entry.payload)
-    if fast is not None:
-        role, lines = fast
-        return role, [label + text for label, text in lines]
-    from search.render import message_segments
-
-    message = entry.message()
-    return message_role(message), [segment.full() for segment in message_segments(message)]
+    view = message_view(entry)
+    return view.role, view.lines()
 
 
 def clip(text: str, limit: int) -> str:
@@ -191,28 +171,19 @@ def compaction_info(entry: Entry) -> CompactionInfo:
 
 
 def compaction_summary_text(info: CompactionInfo) -> str:
-    """A compaction's summary messages as plain text (not yet `clean`)."""
-    from search.wire_text import wire_lines
+    """A compaction's summary messages as plain text (not yet `clean`): each part's text, as
+    every view shows it."""
+    from eventlog_cli.entries import payload_view
 
     texts: list[str] = []
     for raw in info.summary:
-        fast = wire_lines(bytes(raw))
-        if fast is not None:
-            texts.extend(text for _, text in fast[1])
-            continue
-        from search.render import message_segments
-
         try:
-            message = _decode_message(bytes(raw))
-        except Exception:
+            view = payload_view(bytes(raw))
+        except CorruptEntryError:
             texts.append('(unreadable summary)')
             continue
-        texts.extend(segment.text for segment in message_segments(message))
+        texts.extend(part.body() for part in view.parts)
     return '\n'.join(texts)
-
-
-def _decode_message(payload: bytes) -> ModelMessage:
-    return decode_messages([payload])[0]
 
 
 def entry_headline(entry: Entry, *, limit: int = 100) -> str:
@@ -229,7 +200,7 @@ def _headline(entry: Entry, limit: int) -> str:
 
 def _message_headline(entry: Entry, limit: int) -> str:
     role, lines = message_lines(entry)
-    text = clip(' | '.join(lines), limit) if lines else '(no text)'
+    text = clip(' | '.join(lines), limit) if lines else '(no parts)'
     inherited = ' (inherited)' if entry.inherited else ''
     if entry.erased:
         return f'{role}{inherited} (erased): content removed'

@@ -21,7 +21,7 @@ from eventlog.entries import RunStatus
 from eventlog.errors import InvalidArgumentError
 from eventlog_cli._ids import ShortIds, resolve_conversation, resolve_run
 from eventlog_cli._store import StoreLog, describe
-from eventlog_cli._text import clean, conversation_json, entry_headline, size, timestamp
+from eventlog_cli._text import clean, clip, conversation_json, entry_headline, size, timestamp
 
 if TYPE_CHECKING:
     from eventlog.entries import ConversationRecord, Entry, RunRecord, VerifyReport
@@ -33,6 +33,7 @@ __all__ = [
     'KIND_STYLES',
     'RUN_STATUS_FILTERS',
     'TAIL_BATCH',
+    'TAIL_MIN_HEADLINE',
     'CliError',
     'Row',
     'TailStart',
@@ -427,9 +428,16 @@ async def latest_start(
         window *= 4
 
 
-def tail_parts(entry: Entry, short: ShortIds | None = None) -> list[tuple[str, str]]:
+TAIL_MIN_HEADLINE = 32
+"""Fewest columns `tail` gives an entry's headline on its line; below that, the headline goes on
+a line of its own under the entry's fields."""
+
+
+def tail_parts(entry: Entry, short: ShortIds | None = None, width: int | None = None) -> list[tuple[str, str]]:
     """One entry as `tail` prints it, as `(text, style)` pieces; ids abbreviated by `short`
-    (whole without it)."""
+    (whole without it). With `width`, the line fits it: the headline is clipped (with `…`) to the
+    columns its fields leave, or when they leave fewer than `TAIL_MIN_HEADLINE`, it goes on a line of
+    its own, indented, clipped to the width."""
     conversation_id = entry.conversation_id if short is None else short.conversation(entry.conversation_id)
     run_id = entry.run_id if short is None or entry.run_id is None else short.run(entry.run_id)
     parts = [
@@ -440,5 +448,13 @@ def tail_parts(entry: Entry, short: ShortIds | None = None) -> list[tuple[str, s
     if run_id is not None:
         parts.append((clean(run_id) + '  ', 'dim'))
     parts.append((f'{clean(entry.kind):<13}', KIND_STYLES.get(entry.kind, 'bold')))
-    parts.append((entry_headline(entry), ''))
+    headline = entry_headline(entry)
+    if width is not None:
+        used = sum(len(text) for text, _ in parts)
+        if width - used >= TAIL_MIN_HEADLINE:
+            headline = clip(headline, width - used)
+        else:
+            parts[-1] = (parts[-1][0].rstrip() + '\n' + ' ' * 8, parts[-1][1])
+            headline = clip(headline, max(8, width - 8))
+    parts.append((headline, ''))
     return parts

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import msgspec
+import pydantic_ai
 from pydantic_ai import Agent
 from pydantic_ai.capabilities import AbstractCapability, ProcessHistory
 from pydantic_ai.messages import (
@@ -343,6 +344,9 @@ async def run_demo(
     if not 1 <= sessions <= len(_SESSION_NAMES):
         raise DemoError(f'sessions must be from 1 to {len(_SESSION_NAMES)}')
     real_model = _resolve_model(model)
+    # The demo owns its output: pydantic-ai's first-run banner would land in the middle of the
+    # story's progress display (pydantic-ai reads this flag before the first run).
+    pydantic_ai.BANNER_ENABLED = False
     started = time.perf_counter()
     log = LmdbEventLog(store)
     try:

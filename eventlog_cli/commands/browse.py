@@ -18,7 +18,6 @@ from eventlog_cli.commands import _common as common
 if TYPE_CHECKING:
     from datetime import datetime
 
-    from pydantic_ai.messages import ModelMessage
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
@@ -272,17 +271,18 @@ def _run_columns(records: Sequence[RunRecord], short: ShortIds, *, with_conversa
 
     run = tables.Column('run')
     conversation = tables.Column('conversation')
-    started = tables.Column('started')
+    day, compact_starts = tables.compact_times([r.started_at for r in records])
+    started = tables.Column('started', compact_header=None if day is None else f'started {day}')
     duration = tables.Column('duration', justify='right', hide_empty=True)
     status = tables.Column('status')
     agent = tables.Column('agent', flex='clip', min_width=16, hide_empty=True)
     parent = tables.Column('parent run', hide_empty=True)
     messages = tables.Column('messages', justify='right')
     usage = tables.Column('tokens in/out', justify='right', hide_empty=True)
-    for r in records:
+    for index, r in enumerate(records):
         run.add(render.clean_text(short.run(r.run_id)))
         conversation.add(render.clean_text(short.conversation(r.conversation_id)))
-        started.add(render.timestamp(r.started_at), tables.compact_time(r.started_at))
+        started.add(render.timestamp(r.started_at), compact_starts[index])
         duration.add(render.duration(r.started_at, r.finished_at))
         status.add(_status(r.status))
         agent.add(render.clean_text(r.agent_name or ''))
@@ -364,9 +364,7 @@ entries), and the message it kept after its summary (merged into the summary's r
 async def _replaced_notes(log: EventLogBase, entries: Sequence[Entry]) -> dict[int, _Replaced]:
     """For each compaction among `entries`, by `seq`: what it replaced (`_Replaced`), read from the
     replaced entries themselves; a compaction whose entries cannot all be read gets no note."""
-    from pydantic_ai.messages import ModelRequest
-
-    from eventlog import EventLogError, decode_messages
+    from eventlog import EventLogError
     from eventlog_cli import _render as render
 
     notes: dict[int, _Replaced] = {}
@@ -381,16 +379,13 @@ async def _replaced_notes(log: EventLogBase, entries: Sequence[Entry]) -> dict[i
             summaries = sum(1 for r in replaced if r is not None and r.kind == 'compaction')
             kept: int | None = None
             last = replaced[-1]
-            if last is not None and last.kind == 'message' and info.summary:
-                original = last.message()
-                summary = decode_messages([bytes(info.summary[-1])])[0]
-                if (
-                    isinstance(original, ModelRequest)
-                    and isinstance(summary, ModelRequest)
-                    and 0 < len(original.parts) < len(summary.parts)
-                    and list(summary.parts[-len(original.parts) :]) == list(original.parts)
-                ):
-                    kept = last.seq
+            if (
+                last is not None
+                and last.kind == 'message'
+                and info.summary
+                and render.summary_keeps(last.payload, bytes(info.summary[-1]))
+            ):
+                kept = last.seq
             notes[entry.seq] = (summaries, kept)
         except (EventLogError, ValueError):  # a damaged entry: the marker says less, the view goes on
             continue
@@ -445,12 +440,12 @@ def _entry_rows(rows: render.Rows, entries: Sequence[Entry], notes: dict[int, _R
             body = Text('recalled into the request: ', style='green')
             body.append(render.entry_headline(entry, limit=400), style='dim')
         else:
-            body = render.message_text(entry.message())
+            body = render.message_text(entry)
         rows.add(_label(f'#{entry.seq}'), body)
 
 
-def _message_rows(rows: render.Rows, messages: Sequence[tuple[int, ModelMessage]]) -> int:
-    """Add a row per `(seq, message)`, labelled with its entry number `#seq`; return how many."""
+def _message_rows(rows: render.Rows, messages: Sequence[tuple[int, Entry | bytes]]) -> int:
+    """Add a row per `(seq, message entry or payload)`, labelled with its entry number `#seq`; return how many."""
     from eventlog_cli import _render as render
 
     for seq, message in messages:
@@ -527,7 +522,7 @@ async def _show(store: str, conversation_id: str | None, run_id: str | None, ful
             out.print(render.clean_text(f'{inherited} messages inherited from {source}, by reference:', 'dim italic'))
             rows = render.Rows(out, 7)
             async for batch in log.iter_branch(origin, kinds=['message'], batch=_READ_BATCH):
-                _message_rows(rows, [(entry.seq, entry.message()) for entry in batch])
+                _message_rows(rows, [(entry.seq, entry) for entry in batch])
             rows.flush()
             out.print(Text('then this conversation:', style='dim italic'))
         rows = render.Rows(out, 7)
@@ -561,7 +556,7 @@ async def _show_run(log: EventLogBase, run_id: str, full: bool, as_json: bool) -
     rows = render.Rows(out, 7)
     if full:
         async for batch in log.iter_branch(record.last_seq, kinds=['message'], batch=_READ_BATCH):
-            _message_rows(rows, [(entry.seq, entry.message()) for entry in batch])
+            _message_rows(rows, [(entry.seq, entry) for entry in batch])
         rows.flush()
         return
     earlier = await _count_messages(log, record.branch_parent)
@@ -647,8 +642,8 @@ def _replay_row(
     offset = f'+{(entry.timestamp - start).total_seconds() * 1000:.1f} ms'
     body = Text()
     if entry.kind == 'message':
-        message = entry.message()
-        body.append(render.message_role(message) + (' (inherited)' if entry.inherited else ''), style='dim')
+        message = render.message_view(entry)
+        body.append(message.role + (' (inherited)' if entry.inherited else ''), style='dim')
         body.append('\n')
         body.append_text(render.message_text(message))
     elif entry.kind == 'compaction':
@@ -700,7 +695,6 @@ def _context_command(args: argparse.Namespace) -> None:
 async def _context(store: str, conversation_id: str, as_json: bool) -> None:
     from rich.text import Text
 
-    from eventlog import decode_messages
     from eventlog_cli import _render as render
     from eventlog_cli import _views as views
     from eventlog_cli._ids import resolve_conversation
@@ -716,8 +710,7 @@ async def _context(store: str, conversation_id: str, as_json: bool) -> None:
         rows = render.Rows(out, 7)
         count = 0
         async for batch in log.iter_context_messages(conversation_id, batch=_READ_BATCH):
-            decoded = decode_messages([payload for _, payload in batch])
-            count += _message_rows(rows, [(seq, message) for (seq, _), message in zip(batch, decoded, strict=True)])
+            count += _message_rows(rows, batch)
         rows.flush()
     out.print(Text(f'{views.plural(count, "message", "messages")}', style='dim'))
 

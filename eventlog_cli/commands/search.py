@@ -204,11 +204,11 @@ def _search_json(result: SearchResult, analyzer: Analyzer, built: str | None, no
 
 def _print_search(result: SearchResult, analyzer: Analyzer, conversation_id: str | None, run_id: str | None) -> None:
     """`search` as text: a summary line, then each hit's heading and its messages, each by entry number."""
-    from rich.table import Table
     from rich.text import Text
 
     from eventlog_cli import _render as render
-    from search.render import display_lines, make_locator
+    from eventlog_cli.entries import hit_lines
+    from search.render import make_locator
 
     out = render.console()
     scope = (
@@ -230,23 +230,23 @@ def _print_search(result: SearchResult, analyzer: Analyzer, conversation_id: str
             render.clean(f' · conversation {hit.conversation_id} · run {hit.run_id} · position {hit.position}'),
             style='dim',
         )
-        out.print(heading)
-        grid = Table.grid(padding=(0, 1))
-        grid.add_column(no_wrap=True, min_width=7)
-        grid.add_column(overflow='fold')
+        head = render.Rows(out, 3)
+        head.add(heading[:3], heading[4:])
+        head.flush()
+        rows = render.Rows(out, 7)
         for shown in hit.window:
             if shown.repeated:
                 continue
             matched = shown.position == hit.position
-            lines = display_lines(shown.message, locate) or ['(no text)']
+            lines = hit_lines(shown.message, locate) or ['(no parts)']
             body = Text('\n').join(
                 render.highlight_terms(line, analyzer, result.terms)
                 if matched
                 else render.clean_text(line, 'dim', multiline=True)
                 for line in lines
             )
-            grid.add_row(Text(_entry_number(shown.seq, shown.position), style='dim'), body)
-        out.print(grid)
+            rows.add(Text(_entry_number(shown.seq, shown.position), style='dim'), body)
+        rows.flush()
 
 
 def _entry_number(seq: int | None, position: int) -> str:

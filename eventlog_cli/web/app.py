@@ -56,7 +56,7 @@ from eventlog_cli._store import StoreLog
 from eventlog_cli._text import clean, clip, size, timestamp, tokens
 from eventlog_cli._views import RUN_STATUS_FILTERS, CliError, read_stats, read_verify, stats_rows, verify_ok_line
 from eventlog_cli.web import reads
-from eventlog_cli.web.messages import binary_item, pretty_json
+from eventlog_cli.web.messages import binary_item, part_body, pretty_json
 
 __all__ = ['CONTENT_SECURITY_POLICY', 'TOKEN_COOKIE', 'VERIFY_INTERVAL', 'Viewer', 'create_app']
 
@@ -218,6 +218,7 @@ def _environment() -> Environment:
     env.filters['json'] = pretty_json
     env.filters['duration'] = duration  # pyright: ignore[reportArgumentType]
     env.filters['clip'] = clip  # pyright: ignore[reportArgumentType]
+    env.globals['part_body'] = part_body  # pyright: ignore[reportArgumentType]
     env.globals['page_size'] = reads.PAGE  # pyright: ignore[reportArgumentType]
     return env
 

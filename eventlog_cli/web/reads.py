@@ -331,9 +331,10 @@ class SearchPage:
 async def search_page(log: StoreLog, query: str, conversation_id: str | None, page: int) -> SearchPage:
     """Page `page` of the hits of `query` over the store's persistent index (one conversation, or all)."""
     from eventlog_cli._index import index_analyzer
+    from eventlog_cli.entries import hit_lines
     from search.engine import SearchEngine, SearchOptions
     from search.persistent_index import PersistentIndex
-    from search.render import display_lines, make_locator
+    from search.render import make_locator
 
     name = index_analyzer(log) or 'default'
     index = PersistentIndex.for_log(log, name)
@@ -347,7 +348,7 @@ async def search_page(log: StoreLog, query: str, conversation_id: str | None, pa
     hits: list[SearchHitView] = []
     for hit in result.hits[(page - 1) * SEARCH_PAGE :]:
         shown = next((w for w in hit.window if w.position == hit.position), None)
-        lines = [] if shown is None else display_lines(shown.message, locate)
+        lines = [] if shown is None else hit_lines(shown.message, locate)
         hits.append(
             SearchHitView(
                 rank=hit.rank,

@@ -95,14 +95,18 @@ def test_the_listings_still_say_what_they_said(shared: Store, tmp_path: Path) ->
     assert status == 0 and verdict.startswith('ok')
 
 
-def test_commands_that_decode_messages_import_pydantic_ai_when_they_do(shared: Store, tmp_path: Path) -> None:
-    """`show` and `search` still decode messages (and the lazy import really happens)."""
+def test_the_views_of_messages_read_them_without_pydantic_ai(shared: Store, tmp_path: Path) -> None:
+    """`show`, `replay` and `context` read stored messages with msgspec (`eventlog_cli.entries`);
+    `search` still decodes them with pydantic-ai (and numpy), and the lazy import really happens."""
+    for view in (['show', 'alpha'], ['replay', '--last'], ['context', 'alpha']):
+        status, stdout, modules = _run(tmp_path, *view, '--store', str(shared.path))
+        assert status == 0 and stdout.strip()
+        assert [name for name in HEAVY if name in modules] == [], view
     status, stdout, modules = _run(tmp_path, 'show', 'alpha', '--store', str(shared.path))
-    assert status == 0 and 'quokka-archive-7731' in stdout
-    assert 'pydantic_ai' in modules
+    assert 'quokka-archive-7731' in stdout
     status, stdout, modules = _run(tmp_path, 'search', 'quokka', '--all', '--store', str(shared.path))
     assert status == 0 and 'quokka' in stdout
-    assert 'numpy' in modules
+    assert 'pydantic_ai' in modules and 'numpy' in modules
 
 
 def test_the_console_script_still_forks_and_answers(shared: Store) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from datetime import UTC, datetime
 from pathlib import Path
 
 import lmdb
@@ -21,12 +22,14 @@ from rich.cells import cell_len
 from capability.persistence import EventLogPersistence
 from eventlog import LmdbEventLog
 from eventlog._engine import seq_key
-from eventlog_cli._tables import Column, compact_time, fitted_widths
+from eventlog_cli._tables import Column, compact_time, compact_times, fitted_widths
 
 LONG_AGENT = 'customer-support-triage-assistant'
 LONG_TITLE = 'Quarterly migration of the payment ledger to the new cluster, with rollback drills'
 FULL_TIME = re.compile(r'\d{4}-\d\d-\d\d \d\d:\d\d:\d\d')
-COMPACT_TIME = re.compile(r'[A-Z][a-z]{2} [ \d]\d (?:\d\d:\d\d| \d{4})')
+COMPACT_TIME = re.compile(r'[A-Z][a-z]{2} [ \d]\d (?:\d\d:\d\d| \d{4})|\b\d\d:\d\d:\d\d\b')
+"""A compact start time: `ls -l`'s form, or the time of day when every run started on one day
+(the header names the day: `started Nov 30`)."""
 UUID = re.compile(r'[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}')
 
 
@@ -90,7 +93,7 @@ def _check_fits(lines: list[str], width: int) -> None:
 def _check_header(header: str, expected: list[str]) -> list[str]:
     """The header names exactly `expected`'s columns that are shown, none cut; returns them."""
     assert '…' not in header and '...' not in header, header
-    names = re.split(r'\s{2,}', header.strip())
+    names = [re.sub(r'^started [A-Z][a-z]{2} \d+$', 'started', name) for name in re.split(r'\s{2,}', header.strip())]
     assert names and all(name in expected for name in names), (names, expected)
     assert [name for name in expected if name in names] == names  # in their order
     return names
@@ -321,6 +324,25 @@ def test_fitting_gives_up_columns_in_the_order_given() -> None:
     assert [(c.shown_header, w) for c, w in fitted_widths(table(), steps, 25)] == [('a-column', 10), ('w', 12)]
     # Nothing left to give up: what remains is shown whole rather than cut.
     assert [(c.shown_header, w) for c, w in fitted_widths(table(), steps, 5)] == [('a-column', 10), ('w', 12)]
+
+
+def test_compact_times_of_one_day_tell_the_rows_apart() -> None:
+    one_day = [datetime(2026, 11, 30, 10, 0, second, tzinfo=UTC) for second in (12, 12, 40)]
+    assert compact_times(one_day) == ('Nov 30', ['10:00:12', '10:00:12', '10:00:40'])
+    now = datetime(2026, 12, 1, tzinfo=UTC)
+    two_days = [datetime(2026, 11, 30, 10, 0, tzinfo=UTC), datetime(2026, 12, 1, 9, 5, tzinfo=UTC)]
+    assert compact_times(two_days, now) == (None, ['Nov 30 10:00', 'Dec  1 09:05'])
+
+
+def test_runs_at_80_columns_show_the_time_of_day_of_each_start(store: Path) -> None:
+    runs = _json(store, 'runs')
+    lines = _lines(at(80, 'runs', store=store))
+    days = {str(r['started_at'])[:10] for r in runs}
+    assert len(days) == 1  # the store was written in one go
+    month_day = datetime.fromisoformat(str(runs[0]['started_at'])).strftime('%b %-d')
+    assert f'started {month_day}' in lines[0]
+    for row, run in zip(lines[1:-1], runs, strict=True):
+        assert str(run['started_at'])[11:19] in row  # HH:MM:SS
 
 
 def test_compact_time_is_ls_style() -> None:

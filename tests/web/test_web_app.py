@@ -3,6 +3,7 @@ tokens and 401s, the Host check, no write endpoints, escaping, downloads, paging
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import Iterator
@@ -214,3 +215,17 @@ def test_an_id_with_a_slash_and_url_syntax_opens_its_pages(client: TestClient) -
     assert run is not None and client.get(run.group(1)).status_code == 200
     found = client.get('/search', params={'q': 'odd id', 'c': ODD_ID})
     assert found.status_code == 200 and '<mark>odd</mark>' in found.text
+
+
+def test_the_search_tool_parts_show_on_the_run_and_context_pages(
+    client: TestClient, log: LmdbEventLog, web_store: WebStore
+) -> None:
+    last = asyncio.run(log.list_runs(conversation_id=web_store.demo_conversation))[-1]
+    for path in (f'/context/{web_store.demo_conversation}', f'/r/{last.run_id}'):
+        page = client.get(path).text
+        call = page.index('<code class="tool">search_conversation_history</code>')
+        opened = page.rfind('class="part part-', 0, call)  # the part the tool name heads
+        assert page.startswith('class="part part-tool-call"', opened)
+        assert '&#34;query&#34;: &#34;production config file path&#34;' in page
+        assert 'Found 1 match(es) for' in page and web_store.detail in page
+        assert '(no text)' not in page

@@ -181,3 +181,17 @@ def test_the_runs_page_filters_orders_and_opens_runs(page: Page, server: Server,
     page.goto(f'{server.base}/r/{short[:4]}')  # shared by every demo run: the matches, as links
     page.locator('#matches a').first.click()
     expect(page.locator('h1')).to_contain_text('Run ')
+
+
+def test_the_search_tool_call_and_its_answer_show_as_in_the_terminal(
+    page: Page, server: Server, web_store: WebStore
+) -> None:
+    """The parts the terminal shows of the demo's search (`eventlog_cli.entries`), the same labels and texts."""
+    page.goto(server.base + f'/context/{web_store.demo_conversation}')
+    call = page.locator('.part-tool-call').filter(has_text='search_conversation_history').last
+    expect(call.locator('.label')).to_have_text('Tool Call')
+    expect(call.locator('pre.json')).to_contain_text('"query": "production config file path"')
+    answer = page.locator('.part-tool-return').filter(has_text='search_conversation_history').last
+    expect(answer.locator('.label')).to_have_text('Tool')
+    expect(answer.locator('pre.text')).to_contain_text("Found 1 match(es) for 'production config file path'")
+    expect(answer.locator('pre.text')).to_contain_text(web_store.detail)
