@@ -107,3 +107,23 @@ def test_the_first_compaction_marker_counts_what_its_summary_says(tmp_path: Path
     assert marker.group(2) == marker.group(4)  # the last replaced message is the one kept
     later = next(line for line in lines[at + 1 :] if '── compaction:' in line)
     assert 'and 1 earlier summary summarized' in later
+
+
+def _demo_block() -> list[str]:
+    """The lines of the demo's output the tour quotes (its first plain code block)."""
+    section = README.read_text().split('\n## A tour\n', 1)[1].split('\n## ', 1)[0]
+    found = re.search(r'```\n(.*?)```', section, re.S)
+    assert found is not None, 'the tour quotes the demo in a plain code block'
+    return [line for line in found.group(1).splitlines() if line.strip()]
+
+
+def test_the_demo_prints_what_the_tour_quotes(tmp_path: Path) -> None:
+    """`make demo` (the default demo) prints every line the tour quotes of it, in shape: the
+    question, the search the model makes and its final answer."""
+    made = run_cli(['demo', '--store', str(tmp_path / 'demo.lmdb')], env={'COLUMNS': '400'})
+    assert made.exit_code == 0, made.output
+    printed = {shape(line) for line in made.output.splitlines()}
+    quoted = _demo_block()
+    assert any(line.startswith('model › ') for line in quoted)
+    missing = [line for line in quoted if shape(line) not in printed]
+    assert not missing, 'the demo no longer prints, in shape:\n' + '\n'.join(missing) + '\n---\n' + made.output
