@@ -1,16 +1,17 @@
 """The query side of the search index: `IndexCorpus`, one search's view of a `PersistentIndex`.
 
 It ranks from the index's postings and statistics, lists a scope's documents, and reads the
-messages a search shows (from `ix.pos`, or from the log through the projection's `LogReader`),
-decoded and kept in the index's `DecodedCache`. A search of a single run (`run_id`) is indexed in
-memory instead, from `OneRun` (`NoRuns` for a run the log does not hold).
+messages a search shows (from `ix.pos`, or from the log through the projection's `LogReader`):
+decoded and kept in the index's `DecodedCache`, or as their stored payloads, never decoded. A
+search of a single run (`run_id`) is indexed in memory instead, from `OneRun` (`NoRuns` for a run
+the log does not hold).
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import suppress
 from typing import TYPE_CHECKING, Final
 
@@ -350,45 +351,9 @@ class IndexCorpus:
 
     async def messages_many(self, windows: Sequence[tuple[str, int, int]]) -> list[list[tuple[int, ModelMessage]]]:
         """The corpus messages of several `(run_id, start, end)` windows, read and decoded together."""
-        spans = {run_id: await self.span(run_id) for run_id, _, _ in windows}
-
         cache = self._ix.decoded
         generation = cache.generation  # before reading: a message read before an erasure is not kept after it
-
-        def read(records: ProjectionRecords, reader: LogReader) -> list[list[tuple[int, int, bytes | None]]]:
-            out: list[list[tuple[int, int, bytes | None]]] = []
-            for run_id, start, end in windows:
-                found: list[tuple[int, int, bytes | None]] = []
-                out.append(found)
-                start = max(start, spans[run_id].start)
-                if end <= start:
-                    continue
-                prefix = ck(run_id)
-                for key, value in records.scan('pos', prefix=prefix, start=prefix + POS.pack(start)):
-                    position = POS.unpack_from(key, len(prefix))[0]
-                    if position >= end:
-                        break
-                    seq = pos_seq(value)
-                    # An index kept apart from its log keeps the payload after the seq.
-                    kept = value[SEQ.size :] if len(value) > SEQ.size and seq not in cache else None
-                    found.append((position, seq, kept))
-            # The payloads neither kept nor in the cache, read together (one round trip to a remote log).
-            missing = list(
-                dict.fromkeys(seq for window in out for _, seq, kept in window if kept is None and seq not in cache)
-            )
-            if not missing:
-                return out
-            payloads = dict(zip(missing, reader.payloads(missing), strict=True))
-            return [
-                [
-                    (position, seq, kept if kept is not None else payloads.get(seq))
-                    for position, seq, kept in window
-                    if kept is not None or payloads.get(seq, b'') is not None
-                ]
-                for window in out
-            ]
-
-        found = self._ix.log.read_projection(INDEX_PROJECTION, read)
+        found = await self._window_payloads(windows, cached=cache.__contains__)
         messages: dict[int, ModelMessage] = {}
         present: dict[int, bytes] = {}
         evicted: list[int] = []
@@ -410,6 +375,57 @@ class IndexCorpus:
                 cache.put(seq, message, generation)
                 messages[seq] = message
         return [[(position, messages[seq]) for position, seq, _ in window if seq in messages] for window in found]
+
+    async def payloads_many(self, windows: Sequence[tuple[str, int, int]]) -> list[list[tuple[int, bytes]]]:
+        """The stored payloads (pydantic-ai's JSON) of the corpus messages of several `(run_id, start, end)`
+        windows, read together and never decoded: what `SearchEngine.find(decode=False)` shows."""
+        found = await self._window_payloads(windows, cached=lambda _: False)
+        return [[(position, payload) for position, _, payload in window if payload is not None] for window in found]
+
+    async def _window_payloads(
+        self, windows: Sequence[tuple[str, int, int]], *, cached: Callable[[int], bool]
+    ) -> list[list[tuple[int, int, bytes | None]]]:
+        """Each window's messages as `(position, seq, payload)`, in one read of the index and the log.
+
+        The payload is read unless `cached(seq)` says the caller holds the message already (it is
+        then `None`); a message whose entry the log no longer holds is left out.
+        """
+        spans = {run_id: await self.span(run_id) for run_id, _, _ in windows}
+
+        def read(records: ProjectionRecords, reader: LogReader) -> list[list[tuple[int, int, bytes | None]]]:
+            out: list[list[tuple[int, int, bytes | None]]] = []
+            for run_id, start, end in windows:
+                found: list[tuple[int, int, bytes | None]] = []
+                out.append(found)
+                start = max(start, spans[run_id].start)
+                if end <= start:
+                    continue
+                prefix = ck(run_id)
+                for key, value in records.scan('pos', prefix=prefix, start=prefix + POS.pack(start)):
+                    position = POS.unpack_from(key, len(prefix))[0]
+                    if position >= end:
+                        break
+                    seq = pos_seq(value)
+                    # An index kept apart from its log keeps the payload after the seq.
+                    kept = value[SEQ.size :] if len(value) > SEQ.size and not cached(seq) else None
+                    found.append((position, seq, kept))
+            # The payloads neither kept nor held by the caller, read together (one round trip to a remote log).
+            missing = list(
+                dict.fromkeys(seq for window in out for _, seq, kept in window if kept is None and not cached(seq))
+            )
+            if not missing:
+                return out
+            payloads = dict(zip(missing, reader.payloads(missing), strict=True))
+            return [
+                [
+                    (position, seq, kept if kept is not None else payloads.get(seq))
+                    for position, seq, kept in window
+                    if kept is not None or payloads.get(seq, b'') is not None
+                ]
+                for window in out
+            ]
+
+        return self._ix.log.read_projection(INDEX_PROJECTION, read)
 
 
 class DecodedCache:

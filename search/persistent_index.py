@@ -64,7 +64,9 @@ from search.index_writer import IndexWriter
 
 if TYPE_CHECKING:
     from eventlog.local_projections import PendingPosition
-    from search.backend import Corpus, CorpusDocuments
+    from eventlog.log import EventLogBase
+    from search.backend import Corpus, CorpusDocuments, SearchBackend
+    from search.source import HistorySource
 
 __all__ = [
     'INDEX_PROJECTION',
@@ -74,6 +76,7 @@ __all__ = [
     'IndexState',
     'IndexedLog',
     'PersistentIndex',
+    'backend_for',
     'maintain_index',
 ]
 
@@ -416,6 +419,32 @@ class PersistentIndex:
 _shared: weakref.WeakKeyDictionary[IndexedLog, dict[str, PersistentIndex]] = weakref.WeakKeyDictionary()
 """The index objects `PersistentIndex.for_log` hands out, per log and analyzer (only objects: the
 records live in the store, whose backend also owns every handle on them)."""
+
+
+def backend_for(
+    source: HistorySource | SearchBackend | EventLogBase, analyzer: Analyzer, *, fallback: bool = False
+) -> HistorySource | SearchBackend:
+    """Where searches with `analyzer` read `source`: the one policy of the capability and the CLI.
+
+    The persistent index when `source` replays a log whose store outlives the process (LMDB,
+    PostgreSQL; searches then read only the postings of the query's terms); otherwise `source`
+    itself, indexed in memory per search.
+    When the store's index was built with another analyzer, it raises `IndexAnalyzerMismatch`,
+    or with `fallback` returns `source` read through an in-memory corpus rebuilt per search
+    (slower, same ranking; `eventlog reindex --analyzer NAME` rebuilds the index).
+    """
+    from eventlog.log import EventLogBase
+    from eventlog.replay import ReplayHistorySource
+
+    if isinstance(source, EventLogBase):
+        source = ReplayHistorySource(source)
+    if isinstance(source, ReplayHistorySource) and source.log.persistent:
+        try:
+            return PersistentIndex.for_log(source.log, analyzer)
+        except IndexAnalyzerMismatch:
+            if not fallback:
+                raise
+    return source
 
 
 def maintain_index(store: IndexedLog) -> None:
