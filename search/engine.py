@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Literal, overload
 
-from search.backend import Corpus, Hit, NumberedCorpus, RunSpan, SearchBackend
+from search.backend import Corpus, Hit, NumberedCorpus, PayloadCorpus, RunSpan, SearchBackend
 from search.bm25 import unique_terms
 from search.options import MAX_QUERY_TERMS, AnswerStyle, SearchOptions, validate_mode, validate_search_options
 from search.result import SearchHit, SearchOutcome, SearchResult, SearchTimings, WindowMessage
@@ -339,11 +339,10 @@ async def _fetch_windows(corpus: Corpus, windows: list[tuple[str, int, int]]) ->
 
 
 async def _fetch_payloads(corpus: Corpus, windows: list[tuple[str, int, int]]) -> list[_Window]:
-    """The messages of each window as pydantic-ai's JSON: a corpus's stored payloads (`payloads_many`),
-    or the messages of a corpus that holds them decoded, encoded (and kept decoded too)."""
-    many = getattr(corpus, 'payloads_many', None)
-    if many is not None:
-        stored: list[list[tuple[int, bytes]]] = await many(windows)
+    """The messages of each window as pydantic-ai's JSON: a `PayloadCorpus`'s stored payloads, or the
+    messages of another corpus encoded (and kept decoded too)."""
+    if isinstance(corpus, PayloadCorpus):
+        stored = await corpus.payloads_many(windows)
         return [[(position, None, payload) for position, payload in window] for window in stored]
     from eventlog.entries import encode_message
 
