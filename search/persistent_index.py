@@ -46,7 +46,7 @@ from eventlog.projection import LogReader, ProjectionRecords, ProjectionSpec, Pr
 from eventlog.projection import id_prefix as ck  # the body still calls it `ck`, its name in eventlog._keys
 from search.analyzers import Analyzer, resolve_analyzer
 from search.index_check import IndexFinding, index_differences
-from search.index_corpus import DecodedCache, IndexCorpus, NoRuns, OneRun
+from search.index_corpus import DecodedCache, IndexCorpus, OneRun, RunPayloadCorpus
 from search.index_format import (
     ALL_KEY,
     DROPPED,
@@ -404,15 +404,22 @@ class PersistentIndex:
         return cast('Callable[[], PendingPosition | None]', start)()
 
     async def _run_corpus(self, conversation_id: str | None, run_id: str, analyzer: Analyzer) -> Corpus:
-        """A single run's whole record, indexed in memory as the reference does for `run_id`."""
-        from search.memory_index import MemoryCorpus
+        """A single run's whole record, indexed in memory as the reference does for `run_id`: from
+        its stored payloads when the index's log holds them (nothing decoded, no pydantic-ai)."""
+        from eventlog.log import EventLogBase
 
         try:
             record = await self.log.get_run(run_id)
         except InvalidArgumentError:  # not a possible run id: answered like an unknown one
             record = None
         if record is None or (conversation_id is not None and record.conversation_id != conversation_id):
-            return await MemoryCorpus.build(NoRuns(), conversation_id=None, run_id=None, analyzer=analyzer)
+            return RunPayloadCorpus(run_id, None, [], analyzer)
+        if isinstance(self.log, EventLogBase):
+            branch = await self.log.branch(record.last_seq)
+            entries = [(entry.seq, entry.payload) for entry in branch if entry.kind == 'message']
+            return RunPayloadCorpus(run_id, record.conversation_id, entries, analyzer)
+        from search.memory_index import MemoryCorpus
+
         return await MemoryCorpus.build(OneRun(self.log, record), conversation_id=None, run_id=None, analyzer=analyzer)
 
 

@@ -1,8 +1,8 @@
 """Search commands: `search` (ranked BM25 over stored messages) and `reindex` (rebuild the
 persistent index). The search engine and numpy are imported when one runs; a search of the
-persistent index shows the stored payloads of its hits (`SearchEngine.find(decode=False)`), so it
-needs no pydantic-ai (a search of one run, or with another analyzer than the index's, is indexed in
-memory and decodes)."""
+persistent index (one run's included) shows the stored payloads of its hits
+(`SearchEngine.find(decode=False)`), so it needs no pydantic-ai (a search with another analyzer
+than the index's is indexed in memory from decoded messages)."""
 
 from __future__ import annotations
 

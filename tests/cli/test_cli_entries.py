@@ -355,13 +355,14 @@ def test_search_hits_show_their_neighbours_parts_too(demo: Path) -> None:
 def test_search_of_every_part_kind_does_not_import_pydantic_ai(store: Path, tmp_path: Path, where: list[str]) -> None:
     """Once the index is current, a search shows its hits, every part kind among them, from their
     stored payloads. (Bringing the index up to date decodes the messages `search.wire_text` cannot
-    read, so the first search of this store may import pydantic-ai; so does `--json`, whose indexed
-    text of such a message is `search.render.index_text` of it decoded.)"""
+    read, so the first search of this store may import pydantic-ai; so do `--json`, whose indexed
+    text of such a message is `search.render.index_text` of it decoded, and `--run`, which indexes
+    the run's texts in memory on every search.)"""
     assert run_cli(['search', 'pelican', '--all', '--store', str(store)]).exit_code == 0
     assert 'pydantic_ai' not in set(_modules(tmp_path, 'search', 'pelican', *where, '--store', str(store)))
 
 
-def _windows(store: Path, *, decode: bool, in_memory: bool = False) -> list[WindowMessage]:
+def _windows(store: Path, *, decode: bool, in_memory: bool = False, run_id: str | None = None) -> list[WindowMessage]:
     """Every message of the store, as the window of one search hit (`find(decode=...)`)."""
 
     async def read() -> list[WindowMessage]:
@@ -370,7 +371,9 @@ def _windows(store: Path, *, decode: bool, in_memory: bool = False) -> list[Wind
             analyzer = DefaultAnalyzer()
             source = ReplayHistorySource(log) if in_memory else PersistentIndex.for_log(log, analyzer)
             engine = SearchEngine(source, SearchOptions(max_matches=1, context_lines=1000, analyzer=analyzer))
-            result = await engine.find('pelican', scope='conversation', conversation_id=CONV, decode=decode)
+            result = await engine.find(
+                'pelican', scope='conversation', conversation_id=CONV, run_id=run_id, decode=decode
+            )
             return [shown for hit in result.hits for shown in hit.window]
         finally:
             log.close()
@@ -378,15 +381,19 @@ def _windows(store: Path, *, decode: bool, in_memory: bool = False) -> list[Wind
     return asyncio.run(read())
 
 
-@pytest.mark.parametrize('in_memory', [False, True], ids=['persistent index', 'in memory'])
+@pytest.mark.parametrize(
+    ('in_memory', 'run_id'),
+    [(False, None), (False, RUN), (True, None)],
+    ids=['persistent index', 'one run from its payloads', 'in memory'],
+)
 def test_a_hits_lines_from_its_payload_are_the_decoding_paths(
-    store: Path, messages: list[Entry], in_memory: bool
+    store: Path, messages: list[Entry], in_memory: bool, run_id: str | None
 ) -> None:
     """`search` shows a hit's window from the stored payloads (`find(decode=False)`): its lines and
     `--json`'s text are those the decoding path gives (the message decoded, then encoded again), for
     every part kind; the persistent index hands out the very bytes the log stored, decoding nothing."""
-    decoded = _windows(store, decode=True, in_memory=in_memory)
-    stored = _windows(store, decode=False, in_memory=in_memory)
+    decoded = _windows(store, decode=True, in_memory=in_memory, run_id=run_id)
+    stored = _windows(store, decode=False, in_memory=in_memory, run_id=run_id)
     assert len(decoded) == len(stored) == len(messages)
     payloads = {entry.seq: entry.payload for entry in messages}
     locate = make_locator(DefaultAnalyzer(), frozenset({'pelican', 'zebra'}))

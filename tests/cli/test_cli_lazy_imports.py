@@ -120,15 +120,20 @@ def test_search_shows_hits_without_pydantic_ai(shared: Store, tmp_path: Path, wh
     assert 'numpy' in modules
 
 
-def test_a_search_of_one_run_still_decodes_it(shared: Store, tmp_path: Path) -> None:
-    """A search of one run indexes that run in memory from its decoded messages (with pydantic-ai),
-    and still shows the same hit lines."""
+def test_a_search_of_one_run_indexes_its_payloads_without_pydantic_ai(shared: Store, tmp_path: Path) -> None:
+    """A search of one run indexes that run in memory from its stored payloads
+    (`search.index_corpus.RunPayloadCorpus`): no pydantic-ai, and the same hit text."""
     _, listing, _ = _run(tmp_path, 'search', 'quokka', '--all', '--json', '--store', str(shared.path))
     hit = json.loads(listing)['results'][0]
-    status, stdout, modules = _run(
+    for shown in (['--json'], ['--context', '1']):
+        status, stdout, modules = _run(
+            tmp_path, 'search', 'quokka', '--run', hit['run_id'], *shown, '--store', str(shared.path)
+        )
+        assert status == 0 and 'quokka' in stdout
+        assert 'pydantic_ai' not in modules
+    status, stdout, _ = _run(
         tmp_path, 'search', 'quokka', '--run', hit['run_id'], '--json', '--store', str(shared.path)
     )
-    assert status == 0 and 'pydantic_ai' in modules
     assert json.loads(stdout)['results'][0]['text'] == hit['text']
 
 
