@@ -179,6 +179,7 @@ def main() -> None:
             ['replay', '--last', '--store', str(store)],
             ['context', conversation, '--store', str(store)],
             ['search', 'detail', '--all', '--store', str(store)],
+            ['search', 'detail', '--all', '--json', '--store', str(store)],
         ]
         answered: set[tuple[int, int]] = set()
         # fill the bytecode cache (what an installed package has from the start), and learn which
@@ -213,9 +214,9 @@ def main() -> None:
                 row += f' {_figure(wall)} {_figure(cpu)} {_figure(tty_wall)} {_figure(tty_cpu)}'
             print(row, flush=True)
     print(f'load average after the run: {" ".join(f"{n:.2f}" for n in os.getloadavg())}')
-    print('(`show`, `replay`, `context` and `search` decode messages, so they import pydantic-ai:')
-    print(' a reference, not a target; wall and cpu: stdout a pipe; tty: stdout a 120-column')
-    print(' pseudo-terminal; n/a: the install does not answer the command)')
+    print('(`search` ranks with numpy and shows its hits from their stored payloads, without pydantic-ai;')
+    print(' wall and cpu: stdout a pipe; tty: stdout a 120-column pseudo-terminal; n/a: the install does')
+    print(' not answer the command)')
 
 
 if __name__ == '__main__':

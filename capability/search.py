@@ -25,7 +25,7 @@ from eventlog import EventLogBase, ReplayHistorySource
 from search import Analyzer, HistorySource, ScopeDefaultWarning, SearchBackend, SearchEngine, SearchOptions, SearchScope
 from search.analyzers import resolve_analyzer
 from search.options import AnswerStyle, validate_mode, validate_search_options
-from search.persistent_index import IndexAnalyzerMismatch, PersistentIndex
+from search.persistent_index import backend_for
 from search.render import SEARCH_TOOL_NAME
 from search.semantic import SearchMode
 
@@ -33,29 +33,6 @@ if typing.TYPE_CHECKING:
     from pydantic_ai.embeddings import Embedder
 
 __all__ = ['TOOL_NAME', 'ConversationSearch', 'ScopeDefaultWarning', 'SearchScope', 'backend_for']
-
-
-def backend_for(
-    source: HistorySource | SearchBackend | EventLogBase, analyzer: Analyzer, *, fallback: bool = False
-) -> HistorySource | SearchBackend:
-    """Where searches with `analyzer` read `source`: the one policy of the capability and the CLI.
-
-    The persistent index when `source` replays a log whose store outlives the process (LMDB,
-    PostgreSQL; searches then read only the postings of the query's terms); otherwise `source`
-    itself, indexed in memory per search.
-    When the store's index was built with another analyzer, it raises `IndexAnalyzerMismatch`,
-    or with `fallback` returns `source` read through an in-memory corpus rebuilt per search
-    (slower, same ranking; `eventlog reindex --analyzer NAME` rebuilds the index).
-    """
-    if isinstance(source, EventLogBase):
-        source = ReplayHistorySource(source)
-    if isinstance(source, ReplayHistorySource) and source.log.persistent:
-        try:
-            return PersistentIndex.for_log(source.log, analyzer)
-        except IndexAnalyzerMismatch:
-            if not fallback:
-                raise
-    return source
 
 
 TOOL_NAME = SEARCH_TOOL_NAME

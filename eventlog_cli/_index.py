@@ -1,6 +1,6 @@
 """The command line's view of the store's persistent search index: its state, its analyzer, rebuilding it.
 
-Which index a search reads is `capability.search.backend_for`, the capability's own policy.
+Which index a search reads is `search.persistent_index.backend_for`, the one policy of the capability and the CLI.
 """
 
 from __future__ import annotations

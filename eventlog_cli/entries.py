@@ -22,15 +22,12 @@ import base64
 import binascii
 import json
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, Final, cast
+from typing import Any, Final, cast
 
 import msgspec
 
 from eventlog.entries import CompactionInfo, Entry
 from eventlog.errors import CorruptEntryError
-
-if TYPE_CHECKING:
-    from pydantic_ai.messages import ModelMessage
 
 __all__ = [
     'LABELS',
@@ -411,21 +408,17 @@ _SHORT_KINDS: Final = frozenset(
     {'system-prompt', 'tool-call', 'builtin-tool-call', 'instruction-delta', 'instruction-baseline'}
     | {'tool-availability-delta', 'model-settings-delta'}
 )
-"""Part kinds whose text a search hit clips shorter (`search.render.SHORT_EXCERPT_CHARS`)."""
+"""Part kinds whose text a search hit clips shorter (`search.excerpt.SHORT_EXCERPT_CHARS`)."""
 
 
-def hit_lines(message: ModelMessage, locate: Callable[[str], tuple[int, int] | None]) -> list[str]:
-    """The lines a search hit shows of `message` (which the search engine decoded): each part's
-    line, its text clipped around the first query term `locate` finds (`search.render.clip`).
-
-    The one path of this module that needs pydantic-ai (to serialize the message the search
-    engine holds); the browsing views never take it.
-    """
-    from eventlog.entries import encode_message
-    from search.render import EXCERPT_CHARS, SHORT_EXCERPT_CHARS, clip
+def hit_lines(payload: bytes, locate: Callable[[str], tuple[int, int] | None]) -> list[str]:
+    """The lines a search hit shows of the stored message `payload`: each part's line, its text
+    clipped around the first query term `locate` finds (`search.excerpt.clip`). Read with msgspec
+    like every view, so that showing a hit needs no pydantic-ai and no decoded message."""
+    from search.excerpt import EXCERPT_CHARS, SHORT_EXCERPT_CHARS, clip
 
     lines: list[str] = []
-    for part in payload_view(encode_message(message)).parts:
+    for part in payload_view(payload).parts:
         text = part.body()
         limit = SHORT_EXCERPT_CHARS if part.kind in _SHORT_KINDS else EXCERPT_CHARS
         focus = locate(text) if len(text) > limit else None

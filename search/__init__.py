@@ -7,6 +7,8 @@ capabilities, and the event log never imports search. Its parts:
 
 - `search.source`: the `HistorySource` protocol.
 - `search.render`: a message as indexed text and as a clipped excerpt.
+- `search.excerpt`: the excerpt rules without pydantic-ai (display caps, `clip`, `make_locator`),
+  for views that show stored payloads; `search.wire_text`: a stored message's lines read from its JSON.
 - `search.analyzers`: text to terms (`default`, `english`, `cjk`).
 - `search.bm25`: scoring over postings, shared by every index.
 - `search.backend`: the `SearchBackend` / `Corpus` seam an index implements.

@@ -19,14 +19,11 @@ from __future__ import annotations
 import unicodedata
 from collections.abc import Sequence
 
-from search.options import AnswerStyle, SearchOptions
+from search.options import MAX_QUERY_TERMS, AnswerStyle, SearchOptions
 from search.render import Locator, display_lines, make_locator
 from search.result import SearchHit, SearchResult
 
-__all__ = ['AnswerStyle', 'answer_text']
-
-MAX_QUERY_TERMS = 1000
-"""A query with more distinct terms than this is refused rather than ranked."""
+__all__ = ['MAX_QUERY_TERMS', 'AnswerStyle', 'answer_text']
 
 _ECHO_CHARS = 200
 """How much of a query or run id an explained answer repeats back."""

@@ -31,6 +31,7 @@ __all__ = [
     'Hit',
     'ListedCorpus',
     'NumberedCorpus',
+    'PayloadCorpus',
     'RankedHits',
     'RunSpan',
     'SearchBackend',
@@ -109,6 +110,18 @@ class NumberedCorpus(Protocol):
     async def entry_seqs(self, windows: Sequence[tuple[str, int, int]]) -> list[dict[int, int]]:
         """For each `(run_id, start, end)` window, the `seq` of the entry that stored the message
         at each position in `[start, end)`, by position; positions it cannot tell are left out."""
+        ...
+
+
+@runtime_checkable
+class PayloadCorpus(Protocol):
+    """A corpus that can hand out the stored JSON of the messages it shows, without decoding them
+    (optional for a corpus; the persistent index is one). `SearchEngine.find(decode=False)` reads
+    windows through it; from any other corpus it encodes the decoded messages."""
+
+    async def payloads_many(self, windows: Sequence[tuple[str, int, int]]) -> list[list[tuple[int, bytes]]]:
+        """For each `(run_id, start, end)` window, `(position, payload)` of its messages in order:
+        pydantic-ai's JSON of each message, as stored."""
         ...
 
 

@@ -30,6 +30,7 @@ __all__ = [
     'DEFAULT_B',
     'DEFAULT_K1',
     'TermPostings',
+    'TextPostings',
     'average_length',
     'idf',
     'score_postings',
@@ -163,3 +164,44 @@ def score_postings(
     ids, scores = score_unranked(query_terms, postings, n_docs=n_docs, avgdl=avgdl, k1=k1, b=b)
     order = np.argsort(-scores, kind='stable')
     return ids[order], scores[order]
+
+
+class TextPostings:
+    """The postings of documents indexed in memory, document `i` being the `i`-th one added: what the
+    in-memory corpora rank."""
+
+    def __init__(self) -> None:
+        """No documents yet."""
+        self._postings: dict[str, tuple[list[int], list[int]]] = {}
+        self._lengths: list[int] = []
+        self._total = 0
+
+    def add(self, counts: Mapping[str, int]) -> None:
+        """Add the next document, by how often each of its terms occurs."""
+        doc_id = len(self._lengths)
+        for term, tf in counts.items():
+            entry = self._postings.get(term)
+            if entry is None:
+                self._postings[term] = ([doc_id], [tf])
+            else:
+                entry[0].append(doc_id)
+                entry[1].append(tf)
+        length = sum(counts.values())
+        self._lengths.append(length)
+        self._total += length
+
+    @property
+    def document_count(self) -> int:
+        """How many documents were added."""
+        return len(self._lengths)
+
+    def score(self, terms: Sequence[str], *, k1: float, b: float) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+        """`score_unranked` over these documents: the ids scoring above zero for `terms`, and their scores."""
+        postings: dict[str, TermPostings] = {}
+        for term in terms:
+            entry = self._postings.get(term)
+            if entry is not None:
+                doc_ids, tfs = entry
+                postings[term] = TermPostings.from_lists(doc_ids, tfs, [self._lengths[i] for i in doc_ids])
+        n_docs = self.document_count
+        return score_unranked(terms, postings, n_docs=n_docs, avgdl=average_length(self._total, n_docs), k1=k1, b=b)

@@ -19,19 +19,21 @@ from collections.abc import Iterator, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Literal, overload
 
-from pydantic_ai.messages import ModelMessage
-
-from search.answer import MAX_QUERY_TERMS, answer_text
-from search.backend import Corpus, Hit, NumberedCorpus, RunSpan, SearchBackend
+from search.backend import Corpus, Hit, NumberedCorpus, PayloadCorpus, RunSpan, SearchBackend
 from search.bm25 import unique_terms
-from search.memory_index import HistorySourceBackend
-from search.options import AnswerStyle, SearchOptions, validate_mode, validate_search_options
+from search.options import MAX_QUERY_TERMS, AnswerStyle, SearchOptions, validate_mode, validate_search_options
 from search.result import SearchHit, SearchOutcome, SearchResult, SearchTimings, WindowMessage
 from search.semantic import SearchMode, TextVectors, fuse_rankings, semantic_ranking
 from search.source import HistorySource
 
 if TYPE_CHECKING:
+    from pydantic_ai.messages import ModelMessage
+
     from search.vector_index import VectorIndex
+
+# pydantic-ai (with the answer's wording and the in-memory index, which need it) is imported where
+# an answer is written or a history source is indexed in memory: a search of the persistent index
+# that shows stored payloads (`find(decode=False)`, the command line's) runs without it.
 
 __all__ = [
     'MAX_QUERY_TERMS',
@@ -69,6 +71,8 @@ def as_backend(source: HistorySource | SearchBackend) -> SearchBackend:
     """`source` itself when it is a `SearchBackend` (it has its own index), else an in-memory backend over it."""
     if isinstance(source, SearchBackend):
         return source
+    from search.memory_index import HistorySourceBackend
+
     return HistorySourceBackend(source)
 
 
@@ -131,6 +135,8 @@ class SearchEngine:
                 error=type(exc).__name__,
                 mode=self.options.mode,
             )
+        from search.answer import answer_text
+
         return answer_text(result, self.options)
 
     async def find(
@@ -142,6 +148,7 @@ class SearchEngine:
         run_id: str | None = None,
         searching_run_id: str | None = None,
         entry_numbers: bool = True,
+        decode: bool = True,
     ) -> SearchResult:
         """What `query` finds, as a `SearchResult`.
 
@@ -155,6 +162,10 @@ class SearchEngine:
                 unless `run_id` names that very run. They still count in the corpus statistics.
             entry_numbers: Also read the entry number (`seq`) of every message shown, when the
                 corpus can tell (see `search.backend.NumberedCorpus`); otherwise they are `None`.
+            decode: Decode the messages shown (`WindowMessage.decoded`). Without it each shown message
+                comes as pydantic-ai's JSON (`WindowMessage.payload`): a persistent index reads the stored
+                payloads and decodes nothing (no pydantic-ai import, no decoded copy of a large message);
+                an in-memory corpus, which holds decoded messages, encodes them.
 
         Raises:
             Whatever the backend raises when the store cannot be read.
@@ -208,11 +219,13 @@ class SearchEngine:
         if not hits:
             timings = SearchTimings(corpus=opened - began, rank=ranked - opened)
             return facts(outcome='no_match', documents=total, timings=timings, ranked=hits)
-        shown = await self._shown_hits(corpus, hits, entry_numbers=entry_numbers)
+        shown = await self._shown_hits(corpus, hits, entry_numbers=entry_numbers, decode=decode)
         timings = SearchTimings(corpus=opened - began, rank=ranked - opened, windows=time.perf_counter() - ranked)
         return facts(outcome='found', documents=total, hits=tuple(shown), timings=timings, ranked=hits)
 
-    async def _shown_hits(self, corpus: Corpus, hits: Sequence[Hit], *, entry_numbers: bool) -> list[SearchHit]:
+    async def _shown_hits(
+        self, corpus: Corpus, hits: Sequence[Hit], *, entry_numbers: bool, decode: bool
+    ) -> list[SearchHit]:
         """The hits shown, each with its window of neighbours.
 
         A hit already shown in an earlier hit's window is passed over. Windows are planned first
@@ -237,15 +250,15 @@ class SearchEngine:
             shown.update((hit.run_id, position) for position in range(start, end))
             plans.append((hit, span, start, end, repeated))
         ranges = [(hit.run_id, start, end) for hit, _, start, end, _ in plans]
-        windows = await _fetch_windows(corpus, ranges)
+        windows = await (_fetch_windows(corpus, ranges) if decode else _fetch_payloads(corpus, ranges))
         numbers: list[dict[int, int]] = await _fetch_seqs(corpus, ranges) if entry_numbers else [{} for _ in ranges]
         out: list[SearchHit] = []
         for rank, ((hit, span, _, _, repeated), window, seqs) in enumerate(
             zip(plans, windows, numbers, strict=True), start=1
         ):
             messages = tuple(
-                WindowMessage(position, seqs.get(position), message, position in repeated)
-                for position, message in window
+                WindowMessage(position, seqs.get(position), decoded, position in repeated, payload)
+                for position, decoded, payload in window
             )
             out.append(
                 SearchHit(
@@ -308,12 +321,35 @@ async def _settle(corpus: Corpus) -> None:
         await settle()
 
 
-async def _fetch_windows(corpus: Corpus, windows: list[tuple[str, int, int]]) -> list[list[tuple[int, ModelMessage]]]:
-    """The messages of each `(run_id, start, end)` window, in one call when the corpus can."""
+_Window = list[tuple[int, 'ModelMessage | None', bytes | None]]
+"""One window's messages: position, the decoded message and/or its JSON."""
+
+
+async def _decoded(corpus: Corpus, windows: list[tuple[str, int, int]]) -> list[list[tuple[int, ModelMessage]]]:
+    """The messages of each `(run_id, start, end)` window, decoded, in one call when the corpus can."""
     many = getattr(corpus, 'messages_many', None)
     if many is not None:
         return await many(windows)
     return [await corpus.messages(run_id, start, end) for run_id, start, end in windows]
+
+
+async def _fetch_windows(corpus: Corpus, windows: list[tuple[str, int, int]]) -> list[_Window]:
+    """The messages of each window, decoded."""
+    return [[(position, message, None) for position, message in window] for window in await _decoded(corpus, windows)]
+
+
+async def _fetch_payloads(corpus: Corpus, windows: list[tuple[str, int, int]]) -> list[_Window]:
+    """The messages of each window as pydantic-ai's JSON: a `PayloadCorpus`'s stored payloads, or the
+    messages of another corpus encoded (and kept decoded too)."""
+    if isinstance(corpus, PayloadCorpus):
+        stored = await corpus.payloads_many(windows)
+        return [[(position, None, payload) for position, payload in window] for window in stored]
+    from eventlog.entries import encode_message
+
+    return [
+        [(position, message, encode_message(message)) for position, message in window]
+        for window in await _decoded(corpus, windows)
+    ]
 
 
 async def _fetch_seqs(corpus: Corpus, windows: list[tuple[str, int, int]]) -> list[dict[int, int]]:

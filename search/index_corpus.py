@@ -1,16 +1,18 @@
 """The query side of the search index: `IndexCorpus`, one search's view of a `PersistentIndex`.
 
 It ranks from the index's postings and statistics, lists a scope's documents, and reads the
-messages a search shows (from `ix.pos`, or from the log through the projection's `LogReader`),
-decoded and kept in the index's `DecodedCache`. A search of a single run (`run_id`) is indexed in
-memory instead, from `OneRun` (`NoRuns` for a run the log does not hold).
+messages a search shows (from `ix.pos`, or from the log through the projection's `LogReader`):
+decoded and kept in the index's `DecodedCache`, or as their stored payloads, never decoded. A
+search of a single run (`run_id`) is indexed in memory instead, from the run's stored payloads
+(`RunPayloadCorpus`), or from its decoded messages (`OneRun`) where the index's log is not an
+`EventLogBase`.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import suppress
 from typing import TYPE_CHECKING, Final
 
@@ -38,6 +40,7 @@ if TYPE_CHECKING:
     from pydantic_ai.messages import ModelMessage
 
     from eventlog.local_projections import PendingPosition
+    from search.analyzers import Analyzer
     from search.backend import CorpusDocuments, Hit, RankedHits, RunSpan
     from search.bm25 import TermPostings
     from search.persistent_index import PersistentIndex
@@ -46,20 +49,12 @@ if TYPE_CHECKING:
 # is searched or messages are read, so that `eventlog stats` and `verify`, which open the
 # index, start without them.
 
-__all__ = ['DecodedCache', 'IndexCorpus', 'NoRuns', 'OneRun']
+__all__ = ['DecodedCache', 'IndexCorpus', 'OneRun', 'RunPayloadCorpus']
 
 _LISTED_SCOPES: Final = 64
 """Scopes whose document lists an index remembers (for semantic and hybrid searches)."""
 _PREFETCH_HITS: Final = 24
 """Leading hits whose runs are resolved in the ranking transaction itself."""
-
-
-class NoRuns:
-    async def list_runs(self) -> list[_RunInfo]:
-        return []
-
-    async def run_history(self, *, run_id: str) -> list[ModelMessage]:
-        return []
 
 
 class _RunInfo(msgspec.Struct, frozen=True):
@@ -83,6 +78,91 @@ class OneRun:
         if not isinstance(self._log, EventLogBase):
             return []
         return await ReplayHistorySource(self._log).run_entry_seqs(run_id=run_id)
+
+
+class RunPayloadCorpus:
+    """A single run's whole record indexed in memory from its stored payloads (what a search of
+    one run, `run_id`, ranks): the texts are read from the JSON where `search.wire_text` can, and a
+    message is decoded only when it is shown decoded, so such a search needs no pydantic-ai.
+    It ranks as `search.memory_index.MemoryCorpus` does over the same run."""
+
+    def __init__(
+        self, run_id: str, conversation_id: str | None, entries: Sequence[tuple[int, bytes]], analyzer: Analyzer
+    ) -> None:
+        """Index the run's messages, `(seq, payload)` in record order."""
+        from search.analyzers import term_counts
+        from search.bm25 import TextPostings
+        from search.index_writer import indexed_text
+
+        self._run_id = run_id
+        self._conversation_id = conversation_id
+        self._seqs = [seq for seq, _ in entries]
+        self._payloads = [payload for _, payload in entries]
+        self._texts = [indexed_text(payload, seq) for seq, payload in entries]
+        self._terms = TextPostings()
+        for text in self._texts:
+            self._terms.add(term_counts(analyzer, text))
+
+    @property
+    def document_count(self) -> int:
+        """The run's messages."""
+        return self._terms.document_count
+
+    def _locate(self, doc_id: int) -> tuple[str, int]:
+        return self._run_id, doc_id
+
+    async def rank(self, terms: Sequence[str], *, k1: float, b: float) -> Sequence[Hit]:
+        """Every message scoring above zero for `terms`, best first."""
+        from search.backend import RankedHits
+
+        doc_ids, scores = self._terms.score(terms, k1=k1, b=b)
+        return RankedHits(doc_ids, scores, self._locate, ranked=False)
+
+    async def span(self, run_id: str) -> RunSpan:
+        """The whole run; raises `KeyError` for another run."""
+        from search.backend import RunSpan
+
+        if run_id != self._run_id or not self._payloads:
+            raise KeyError(run_id)
+        return RunSpan(run_id, self._conversation_id, 0, len(self._payloads))
+
+    def _positions(self, run_id: str, start: int, end: int) -> range:
+        if run_id != self._run_id:
+            return range(0)
+        return range(max(start, 0), min(end, len(self._payloads)))
+
+    async def messages(self, run_id: str, start: int, end: int) -> list[tuple[int, ModelMessage]]:
+        """The run's messages at positions in `[start, end)`, decoded."""
+        positions = self._positions(run_id, start, end)
+        where = f'a message of run {run_id!r}'
+        decoded = decode_messages([self._payloads[position] for position in positions], where=where)
+        return list(zip(positions, decoded, strict=True))
+
+    async def payloads_many(self, windows: Sequence[tuple[str, int, int]]) -> list[list[tuple[int, bytes]]]:
+        """Each window's messages as stored (`search.backend.PayloadCorpus`)."""
+        return [
+            [(position, self._payloads[position]) for position in self._positions(run_id, start, end)]
+            for run_id, start, end in windows
+        ]
+
+    async def entry_seqs(self, windows: Sequence[tuple[str, int, int]]) -> list[dict[int, int]]:
+        """Each window's entry numbers, by position."""
+        return [
+            {position: self._seqs[position] for position in self._positions(run_id, start, end)}
+            for run_id, start, end in windows
+        ]
+
+    async def documents(self) -> CorpusDocuments:
+        """Every message of the run, in record order, with its entry number and indexed text."""
+        import numpy as np
+
+        from search.backend import CorpusDocuments
+
+        count = self.document_count
+        texts = self._texts
+        return CorpusDocuments(
+            np.arange(count, dtype=np.int64), np.asarray(self._seqs, dtype=np.int64), self._locate, lambda: list(texts)
+        )
 
 
 class IndexCorpus:
@@ -350,45 +430,9 @@ class IndexCorpus:
 
     async def messages_many(self, windows: Sequence[tuple[str, int, int]]) -> list[list[tuple[int, ModelMessage]]]:
         """The corpus messages of several `(run_id, start, end)` windows, read and decoded together."""
-        spans = {run_id: await self.span(run_id) for run_id, _, _ in windows}
-
         cache = self._ix.decoded
         generation = cache.generation  # before reading: a message read before an erasure is not kept after it
-
-        def read(records: ProjectionRecords, reader: LogReader) -> list[list[tuple[int, int, bytes | None]]]:
-            out: list[list[tuple[int, int, bytes | None]]] = []
-            for run_id, start, end in windows:
-                found: list[tuple[int, int, bytes | None]] = []
-                out.append(found)
-                start = max(start, spans[run_id].start)
-                if end <= start:
-                    continue
-                prefix = ck(run_id)
-                for key, value in records.scan('pos', prefix=prefix, start=prefix + POS.pack(start)):
-                    position = POS.unpack_from(key, len(prefix))[0]
-                    if position >= end:
-                        break
-                    seq = pos_seq(value)
-                    # An index kept apart from its log keeps the payload after the seq.
-                    kept = value[SEQ.size :] if len(value) > SEQ.size and seq not in cache else None
-                    found.append((position, seq, kept))
-            # The payloads neither kept nor in the cache, read together (one round trip to a remote log).
-            missing = list(
-                dict.fromkeys(seq for window in out for _, seq, kept in window if kept is None and seq not in cache)
-            )
-            if not missing:
-                return out
-            payloads = dict(zip(missing, reader.payloads(missing), strict=True))
-            return [
-                [
-                    (position, seq, kept if kept is not None else payloads.get(seq))
-                    for position, seq, kept in window
-                    if kept is not None or payloads.get(seq, b'') is not None
-                ]
-                for window in out
-            ]
-
-        found = self._ix.log.read_projection(INDEX_PROJECTION, read)
+        found = await self._window_payloads(windows, cached=cache.__contains__)
         messages: dict[int, ModelMessage] = {}
         present: dict[int, bytes] = {}
         evicted: list[int] = []
@@ -410,6 +454,57 @@ class IndexCorpus:
                 cache.put(seq, message, generation)
                 messages[seq] = message
         return [[(position, messages[seq]) for position, seq, _ in window if seq in messages] for window in found]
+
+    async def payloads_many(self, windows: Sequence[tuple[str, int, int]]) -> list[list[tuple[int, bytes]]]:
+        """The stored payloads (pydantic-ai's JSON) of the corpus messages of several `(run_id, start, end)`
+        windows, read together and never decoded: what `SearchEngine.find(decode=False)` shows."""
+        found = await self._window_payloads(windows, cached=lambda _: False)
+        return [[(position, payload) for position, _, payload in window if payload is not None] for window in found]
+
+    async def _window_payloads(
+        self, windows: Sequence[tuple[str, int, int]], *, cached: Callable[[int], bool]
+    ) -> list[list[tuple[int, int, bytes | None]]]:
+        """Each window's messages as `(position, seq, payload)`, in one read of the index and the log.
+
+        The payload is read unless `cached(seq)` says the caller holds the message already (it is
+        then `None`); a message whose entry the log no longer holds is left out.
+        """
+        spans = {run_id: await self.span(run_id) for run_id, _, _ in windows}
+
+        def read(records: ProjectionRecords, reader: LogReader) -> list[list[tuple[int, int, bytes | None]]]:
+            out: list[list[tuple[int, int, bytes | None]]] = []
+            for run_id, start, end in windows:
+                found: list[tuple[int, int, bytes | None]] = []
+                out.append(found)
+                start = max(start, spans[run_id].start)
+                if end <= start:
+                    continue
+                prefix = ck(run_id)
+                for key, value in records.scan('pos', prefix=prefix, start=prefix + POS.pack(start)):
+                    position = POS.unpack_from(key, len(prefix))[0]
+                    if position >= end:
+                        break
+                    seq = pos_seq(value)
+                    # An index kept apart from its log keeps the payload after the seq.
+                    kept = value[SEQ.size :] if len(value) > SEQ.size and not cached(seq) else None
+                    found.append((position, seq, kept))
+            # The payloads neither kept nor held by the caller, read together (one round trip to a remote log).
+            missing = list(
+                dict.fromkeys(seq for window in out for _, seq, kept in window if kept is None and not cached(seq))
+            )
+            if not missing:
+                return out
+            payloads = dict(zip(missing, reader.payloads(missing), strict=True))
+            return [
+                [
+                    (position, seq, kept if kept is not None else payloads.get(seq))
+                    for position, seq, kept in window
+                    if kept is not None or payloads.get(seq, b'') is not None
+                ]
+                for window in out
+            ]
+
+        return self._ix.log.read_projection(INDEX_PROJECTION, read)
 
 
 class DecodedCache:

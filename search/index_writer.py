@@ -28,7 +28,7 @@ from search.index_format import (
     stats_decoder,
     term_key,
 )
-from search.wire_text import wire_lines
+from search.wire_text import wire_index_text
 
 __all__ = ['IndexWriter', 'WrittenIndex', 'indexed_text']
 
@@ -270,9 +270,9 @@ def indexed_text(payload: bytes, seq: int) -> str:
     """The indexed text of the message stored as `payload` (entry `seq`): read straight from its
     JSON where `search.wire_text` can, so that indexing the common messages needs no pydantic-ai
     (`eventlog verify` derives the index again); decoded in full otherwise."""
-    wire = wire_lines(payload)
-    if wire is not None:
-        return '\n'.join(label + text for label, text in wire[1])
+    text = wire_index_text(payload)
+    if text is not None:
+        return text
     from search.render import index_text
 
     return index_text(decode_messages([payload], where=f'entry {seq}')[0])

@@ -19,6 +19,7 @@ from search.persistent_index import (
     IndexFinding,
     IndexState,
     PersistentIndex,
+    backend_for,
     maintain_index,
 )
 
@@ -36,5 +37,6 @@ __all__ = [
     'IndexedLog',
     'LmdbIndex',
     'PersistentIndex',
+    'backend_for',
     'maintain_index',
 ]

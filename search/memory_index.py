@@ -23,7 +23,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest
 
 from search.analyzers import Analyzer, term_counts
 from search.backend import Corpus, CorpusDocuments, Hit, RankedHits, RunSpan
-from search.bm25 import TermPostings, average_length, score_unranked
+from search.bm25 import TextPostings
 from search.render import index_text
 from search.source import HistorySource, NumberedHistorySource
 
@@ -95,23 +95,11 @@ class MemoryCorpus:
         self._sections = list(sections)
         self._by_run = {section.run_id: section for section in self._sections}
         self._doc_section: list[int] = []
-        self._doc_lengths: list[int] = []
-        self._postings: dict[str, tuple[list[int], list[int]]] = {}
-        doc_id = 0
+        self._terms = TextPostings()
         for section_index, section in enumerate(self._sections):
             for message in section.messages:
-                counts = term_counts(analyzer, index_text(message))
-                for term, tf in counts.items():
-                    entry = self._postings.get(term)
-                    if entry is None:
-                        self._postings[term] = ([doc_id], [tf])
-                    else:
-                        entry[0].append(doc_id)
-                        entry[1].append(tf)
+                self._terms.add(term_counts(analyzer, index_text(message)))
                 self._doc_section.append(section_index)
-                self._doc_lengths.append(counts.total())
-                doc_id += 1
-        self._total_length = sum(self._doc_lengths)
 
     @classmethod
     async def build(
@@ -159,7 +147,7 @@ class MemoryCorpus:
     @property
     def document_count(self) -> int:
         """How many messages are in scope."""
-        return len(self._doc_lengths)
+        return self._terms.document_count
 
     def _locate(self, doc_id: int) -> tuple[str, int]:
         section = self._sections[self._doc_section[doc_id]]
@@ -167,16 +155,7 @@ class MemoryCorpus:
 
     async def rank(self, terms: Sequence[str], *, k1: float, b: float) -> Sequence[Hit]:
         """Every message scoring above zero for `terms`, best first."""
-        postings: dict[str, TermPostings] = {}
-        for term in terms:
-            entry = self._postings.get(term)
-            if entry is not None:
-                doc_ids, tfs = entry
-                postings[term] = TermPostings.from_lists(doc_ids, tfs, [self._doc_lengths[i] for i in doc_ids])
-        n_docs = self.document_count
-        doc_ids, scores = score_unranked(
-            terms, postings, n_docs=n_docs, avgdl=average_length(self._total_length, n_docs), k1=k1, b=b
-        )
+        doc_ids, scores = self._terms.score(terms, k1=k1, b=b)
         return RankedHits(doc_ids, scores, self._locate, ranked=False)
 
     async def span(self, run_id: str) -> RunSpan:

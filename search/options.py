@@ -18,7 +18,10 @@ from search.semantic import SEARCH_MODES, SearchMode
 if TYPE_CHECKING:
     from pydantic_ai.embeddings import Embedder
 
-__all__ = ['AnswerStyle', 'SearchOptions', 'validate_mode', 'validate_search_options']
+__all__ = ['MAX_QUERY_TERMS', 'AnswerStyle', 'SearchOptions', 'validate_mode', 'validate_search_options']
+
+MAX_QUERY_TERMS = 1000
+"""A query with more distinct terms than this is refused rather than ranked."""
 
 AnswerStyle = Literal['reference', 'explained']
 """How an answer is worded: the reference's text (`'reference'`), or with explanations (`'explained'`)."""

@@ -46,7 +46,7 @@ from eventlog.projection import LogReader, ProjectionRecords, ProjectionSpec, Pr
 from eventlog.projection import id_prefix as ck  # the body still calls it `ck`, its name in eventlog._keys
 from search.analyzers import Analyzer, resolve_analyzer
 from search.index_check import IndexFinding, index_differences
-from search.index_corpus import DecodedCache, IndexCorpus, NoRuns, OneRun
+from search.index_corpus import DecodedCache, IndexCorpus, OneRun, RunPayloadCorpus
 from search.index_format import (
     ALL_KEY,
     DROPPED,
@@ -64,7 +64,9 @@ from search.index_writer import IndexWriter
 
 if TYPE_CHECKING:
     from eventlog.local_projections import PendingPosition
-    from search.backend import Corpus, CorpusDocuments
+    from eventlog.log import EventLogBase
+    from search.backend import Corpus, CorpusDocuments, SearchBackend
+    from search.source import HistorySource
 
 __all__ = [
     'INDEX_PROJECTION',
@@ -74,6 +76,7 @@ __all__ = [
     'IndexState',
     'IndexedLog',
     'PersistentIndex',
+    'backend_for',
     'maintain_index',
 ]
 
@@ -401,21 +404,54 @@ class PersistentIndex:
         return cast('Callable[[], PendingPosition | None]', start)()
 
     async def _run_corpus(self, conversation_id: str | None, run_id: str, analyzer: Analyzer) -> Corpus:
-        """A single run's whole record, indexed in memory as the reference does for `run_id`."""
-        from search.memory_index import MemoryCorpus
+        """A single run's whole record, indexed in memory as the reference does for `run_id`: from
+        its stored payloads when the index's log holds them (nothing decoded, no pydantic-ai)."""
+        from eventlog.log import EventLogBase
 
         try:
             record = await self.log.get_run(run_id)
         except InvalidArgumentError:  # not a possible run id: answered like an unknown one
             record = None
         if record is None or (conversation_id is not None and record.conversation_id != conversation_id):
-            return await MemoryCorpus.build(NoRuns(), conversation_id=None, run_id=None, analyzer=analyzer)
+            return RunPayloadCorpus(run_id, None, [], analyzer)
+        if isinstance(self.log, EventLogBase):
+            branch = await self.log.branch(record.last_seq)
+            entries = [(entry.seq, entry.payload) for entry in branch if entry.kind == 'message']
+            return RunPayloadCorpus(run_id, record.conversation_id, entries, analyzer)
+        from search.memory_index import MemoryCorpus
+
         return await MemoryCorpus.build(OneRun(self.log, record), conversation_id=None, run_id=None, analyzer=analyzer)
 
 
 _shared: weakref.WeakKeyDictionary[IndexedLog, dict[str, PersistentIndex]] = weakref.WeakKeyDictionary()
 """The index objects `PersistentIndex.for_log` hands out, per log and analyzer (only objects: the
 records live in the store, whose backend also owns every handle on them)."""
+
+
+def backend_for(
+    source: HistorySource | SearchBackend | EventLogBase, analyzer: Analyzer, *, fallback: bool = False
+) -> HistorySource | SearchBackend:
+    """Where searches with `analyzer` read `source`: the one policy of the capability and the CLI.
+
+    The persistent index when `source` replays a log whose store outlives the process (LMDB,
+    PostgreSQL; searches then read only the postings of the query's terms); otherwise `source`
+    itself, indexed in memory per search.
+    When the store's index was built with another analyzer, it raises `IndexAnalyzerMismatch`,
+    or with `fallback` returns `source` read through an in-memory corpus rebuilt per search
+    (slower, same ranking; `eventlog reindex --analyzer NAME` rebuilds the index).
+    """
+    from eventlog.log import EventLogBase
+    from eventlog.replay import ReplayHistorySource
+
+    if isinstance(source, EventLogBase):
+        source = ReplayHistorySource(source)
+    if isinstance(source, ReplayHistorySource) and source.log.persistent:
+        try:
+            return PersistentIndex.for_log(source.log, analyzer)
+        except IndexAnalyzerMismatch:
+            if not fallback:
+                raise
+    return source
 
 
 def maintain_index(store: IndexedLog) -> None:

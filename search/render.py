@@ -20,13 +20,14 @@ the same terms as the reference's rendering, so the same corpus ranks the same w
 
 The indexed text is full length. The shown text clips each part to about
 `EXCERPT_CHARS` characters (`SHORT_EXCERPT_CHARS` for system text and tool-call
-arguments), keeping the first query term in view.
+arguments), keeping the first query term in view (those rules live in `search.excerpt`, which
+needs no pydantic-ai; this module re-exports them).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -42,7 +43,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
-from search.analyzers import WORD_RE, Analyzer, DefaultAnalyzer, LocatingAnalyzer
+from search.excerpt import ELLIPSIS, EXCERPT_CHARS, SHORT_EXCERPT_CHARS, Locator, clip, make_locator
 from search.wire_text import LEGACY_SUMMARY_PREFIX, SEARCH_TOOL_NAME
 
 __all__ = [
@@ -59,15 +60,6 @@ __all__ = [
     'make_locator',
     'message_segments',
 ]
-
-EXCERPT_CHARS = 500
-"""Display cap for conversational text: prompts, replies, tool returns, retries, summaries, speech."""
-
-SHORT_EXCERPT_CHARS = 200
-"""Display cap for system text and tool-call arguments."""
-
-ELLIPSIS = '…'
-"""Marks text cut from a shown excerpt."""
 
 _LEGACY_SUMMARY_MARKER = '[Compaction summary]'
 
@@ -115,10 +107,6 @@ class Segment:
     def full(self) -> str:
         """The whole line, as indexed."""
         return self.label + self.text
-
-
-Locator = Callable[[str], tuple[int, int] | None]
-"""Finds the character range of the first query term in a text, or `None` when there is none."""
 
 
 def _user_text(part: UserPromptPart) -> str:
@@ -234,77 +222,6 @@ def message_segments(message: ModelMessage) -> list[Segment]:
 def index_text(message: ModelMessage) -> str:
     """The full text of `message` that is indexed: its lines joined by newlines."""
     return '\n'.join(segment.full() for segment in message_segments(message))
-
-
-def clip(text: str, limit: int, focus: tuple[int, int] | None, ellipsis: str = ELLIPSIS) -> str:
-    """`text` cut to `limit` characters for display, keeping `focus` (a character range) in view.
-
-    Text within `limit` is kept whole. Otherwise the excerpt is the head of the text, unless
-    the focus ends past `limit`: then the window is placed half a window before the focus,
-    moved later when the focus is longer than half a window (so it stays whole), and moved
-    back when that would run past the end of the text (so the excerpt keeps `limit`
-    characters). Cut ends are marked with `ellipsis`.
-    """
-    if len(text) <= limit:
-        return text
-    if focus is None or focus[1] <= limit:
-        return text[:limit] + ellipsis
-    focus_start, focus_end = focus
-    start = min(max(focus_start - limit // 2, focus_end - limit), len(text) - limit)
-    end = start + limit
-    head = ellipsis if start > 0 else ''
-    tail = ellipsis if end < len(text) else ''
-    return head + text[start:end] + tail
-
-
-def _word_spans(analyzer: Analyzer) -> Callable[[str], Iterator[tuple[str, int, int]]]:
-    """How to list `analyzer`'s terms with their ranges (its own spans, else word by word)."""
-    if isinstance(analyzer, LocatingAnalyzer):
-        return analyzer.token_spans
-
-    def spans(text: str) -> Iterator[tuple[str, int, int]]:
-        for match in WORD_RE.finditer(text):
-            for token in analyzer.tokens(match.group()):
-                yield token, match.start(), match.end()
-
-    return spans
-
-
-def make_locator(analyzer: Analyzer, terms: frozenset[str]) -> Locator:
-    """A `Locator` for the earliest place in a text where `analyzer` produces one of `terms`."""
-    if type(analyzer) is DefaultAnalyzer:
-        return _default_locator(terms)
-    spans = _word_spans(analyzer)
-
-    def locate(text: str) -> tuple[int, int] | None:
-        best: tuple[int, int] | None = None
-        for token, start, end in spans(text):
-            if token in terms and (best is None or start < best[0]):
-                best = (start, end)
-        return best
-
-    return locate
-
-
-def _default_locator(terms: frozenset[str]) -> Locator:
-    """The default analyzer's locator: its terms come in text order, so the first hit is the
-    earliest, and a text whose lowercased form contains no term as a substring has none.
-
-    The substring test is exact because `str.lower` maps character by character, except for the
-    final-sigma rule, which looks past word boundaries: texts with a capital sigma are scanned.
-    """
-
-    def locate(text: str) -> tuple[int, int] | None:
-        if 'Σ' not in text:
-            lowered = text.lower()
-            if not any(term in lowered for term in terms):
-                return None
-        for match in WORD_RE.finditer(text):
-            if match.group().lower() in terms:
-                return match.start(), match.end()
-        return None
-
-    return locate
 
 
 def display_lines(message: ModelMessage, locate: Locator, *, ellipsis: str = ELLIPSIS) -> list[str]:

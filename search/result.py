@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Literal
 
+from search.wire_text import wire_index_text
+
 if TYPE_CHECKING:
     from pydantic_ai.messages import ModelMessage
 
@@ -36,9 +38,9 @@ SearchOutcome = Literal[
 """
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class WindowMessage:
-    """One message shown around a match."""
+    """One message shown around a match: decoded, or as its stored payload (`SearchEngine.find(decode=False)`)."""
 
     position: int
     """Its position in the run's full record (0 is the run's first message)."""
@@ -46,11 +48,46 @@ class WindowMessage:
     seq: int | None
     """The `seq` of the log entry that stored it (`None` when the source does not say)."""
 
-    message: ModelMessage
-    """The message itself."""
+    decoded: ModelMessage | None
+    """The message as the search decoded it; `None` when it was asked for payloads only."""
 
     repeated: bool
     """Whether an earlier hit of the same result already shows it in its window."""
+
+    payload: bytes | None = None
+    """The message as pydantic-ai's JSON (the stored payload of a persistent index's message), when
+    the search was asked for payloads (`decode=False`); `None` otherwise."""
+
+    @cached_property
+    def message(self) -> ModelMessage:
+        """The message itself (`payload` decoded, with pydantic-ai, when the search did not decode it)."""
+        if self.decoded is not None:
+            return self.decoded
+        assert self.payload is not None
+        from eventlog.entries import decode_messages
+
+        where = 'a stored message' if self.seq is None else f'entry {self.seq}'
+        return decode_messages([self.payload], where=where)[0]
+
+    def text(self) -> str:
+        """The message's indexed text (`search.render.index_text`), read from `payload` without
+        pydantic-ai where `search.wire_text` can."""
+        if self.payload is not None:
+            text = wire_index_text(self.payload)
+            if text is not None:
+                return text
+        from search.render import index_text
+
+        return index_text(self.message)
+
+    def stored(self) -> bytes:
+        """The message as pydantic-ai's JSON: `payload`, or the decoded message encoded."""
+        if self.payload is not None:
+            return self.payload
+        assert self.decoded is not None
+        from eventlog.entries import encode_message
+
+        return encode_message(self.decoded)
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,9 +8,10 @@ particular store. It is structurally the same protocol as pydantic-ai-harness's
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from pydantic_ai.messages import ModelMessage
+if TYPE_CHECKING:
+    from pydantic_ai.messages import ModelMessage
 
 __all__ = ['HistorySource', 'NumberedHistorySource', 'RunInfo']
 

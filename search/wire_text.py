@@ -19,7 +19,7 @@ from typing import Final, cast
 
 import msgspec
 
-__all__ = ['LEGACY_SUMMARY_PREFIX', 'SEARCH_TOOL_NAME', 'wire_lines']
+__all__ = ['LEGACY_SUMMARY_PREFIX', 'SEARCH_TOOL_NAME', 'wire_index_text', 'wire_lines']
 
 SEARCH_TOOL_NAME: Final = 'search_conversation_history'
 """The search tool's own name. Its calls and returns are bookkeeping of earlier searches, not
@@ -69,6 +69,15 @@ def wire_lines(payload: bytes) -> tuple[str, list[tuple[str, str]]] | None:
     except (msgspec.DecodeError, _Decline):
         return None
     return message.kind, lines
+
+
+def wire_index_text(payload: bytes) -> str | None:
+    """The message's indexed text (`search.render.index_text`: its lines joined by newlines), or
+    `None` to decode it in full."""
+    wire = wire_lines(payload)
+    if wire is None:
+        return None
+    return '\n'.join(label + text for label, text in wire[1])
 
 
 def _request_line(part: _Part) -> tuple[str, str] | None:

@@ -1,5 +1,8 @@
 """Search commands: `search` (ranked BM25 over stored messages) and `reindex` (rebuild the
-persistent index). The search engine, numpy and pydantic-ai are imported when one runs."""
+persistent index). The search engine and numpy are imported when one runs; a search of the
+persistent index (one run's included) shows the stored payloads of its hits
+(`SearchEngine.find(decode=False)`), so it needs no pydantic-ai (a search with another analyzer
+than the index's is indexed in memory from decoded messages)."""
 
 from __future__ import annotations
 
@@ -118,13 +121,12 @@ async def _search(
     context_lines: int,
     as_json: bool,
 ) -> None:
-    from capability.search import backend_for
     from eventlog_cli import _render as render
     from eventlog_cli import _views as views
     from eventlog_cli._ids import resolve_conversation, resolve_run
     from eventlog_cli._index import index_analyzer
     from search.engine import MAX_QUERY_TERMS, SearchEngine, SearchOptions
-    from search.persistent_index import PersistentIndex
+    from search.persistent_index import PersistentIndex, backend_for
 
     async with views.open_store(store) as log:
         if conversation_id is not None:
@@ -154,6 +156,7 @@ async def _search(
             scope='all' if conversation_id is None else 'conversation',
             conversation_id=conversation_id,
             run_id=run_id,
+            decode=False,
         )
     if result.outcome == 'no_terms':
         raise views.CliError(f'the query {query!r} has no searchable words')
@@ -172,8 +175,6 @@ async def _search(
 
 def _search_json(result: SearchResult, analyzer: Analyzer, built: str | None, note: str | None) -> dict[str, object]:
     """`search --json`: the totals, then each hit with its entry number (`seq`) and its window."""
-    from search.render import index_text
-
     return {
         'query': result.query,
         'terms': list(result.terms),
@@ -191,10 +192,9 @@ def _search_json(result: SearchResult, analyzer: Analyzer, built: str | None, no
                 'conversation_id': hit.conversation_id,
                 'position': hit.position,
                 'seq': hit.seq,
-                'text': next((index_text(shown.message) for shown in hit.window if shown.position == hit.position), ''),
+                'text': next((shown.text() for shown in hit.window if shown.position == hit.position), ''),
                 'window': [
-                    {'position': shown.position, 'seq': shown.seq, 'text': index_text(shown.message)}
-                    for shown in hit.window
+                    {'position': shown.position, 'seq': shown.seq, 'text': shown.text()} for shown in hit.window
                 ],
             }
             for hit in result.hits
@@ -208,7 +208,7 @@ def _print_search(result: SearchResult, analyzer: Analyzer, conversation_id: str
 
     from eventlog_cli import _render as render
     from eventlog_cli.entries import hit_lines
-    from search.render import make_locator
+    from search.excerpt import make_locator
 
     out = render.console()
     scope = (
@@ -238,7 +238,7 @@ def _print_search(result: SearchResult, analyzer: Analyzer, conversation_id: str
             if shown.repeated:
                 continue
             matched = shown.position == hit.position
-            lines = hit_lines(shown.message, locate) or ['(no parts)']
+            lines = hit_lines(shown.stored(), locate) or ['(no parts)']
             body = Text('\n').join(
                 render.highlight_terms(line, analyzer, result.terms)
                 if matched

@@ -333,22 +333,25 @@ async def search_page(log: StoreLog, query: str, conversation_id: str | None, pa
     from eventlog_cli._index import index_analyzer
     from eventlog_cli.entries import hit_lines
     from search.engine import SearchEngine, SearchOptions
+    from search.excerpt import make_locator
     from search.persistent_index import PersistentIndex
-    from search.render import make_locator
 
     name = index_analyzer(log) or 'default'
     index = PersistentIndex.for_log(log, name)
     analyzer = index.analyzer
     engine = SearchEngine(index, SearchOptions(max_matches=page * SEARCH_PAGE, context_lines=0, analyzer=analyzer))
     result: SearchResult = await engine.find(
-        query, scope='all' if conversation_id is None else 'conversation', conversation_id=conversation_id
+        query,
+        scope='all' if conversation_id is None else 'conversation',
+        conversation_id=conversation_id,
+        decode=False,
     )
     terms = frozenset(result.terms)
     locate = make_locator(analyzer, terms)
     hits: list[SearchHitView] = []
     for hit in result.hits[(page - 1) * SEARCH_PAGE :]:
         shown = next((w for w in hit.window if w.position == hit.position), None)
-        lines = [] if shown is None else hit_lines(shown.message, locate)
+        lines = [] if shown is None else hit_lines(shown.stored(), locate)
         hits.append(
             SearchHitView(
                 rank=hit.rank,

@@ -27,11 +27,18 @@ from pydantic_ai.messages import ModelRequest, ModelResponse
 from rich.cells import cell_len
 from starlette.testclient import TestClient
 
-from eventlog import LmdbEventLog, message_entry, run_finished_entry, run_started_entry
-from eventlog.entries import Entry
+from eventlog import LmdbEventLog, ReplayHistorySource, message_entry, run_finished_entry, run_started_entry
+from eventlog.entries import Entry, encode_message
 from eventlog_cli import entries
 from eventlog_cli._render import message_text
+from eventlog_cli.entries import hit_lines
 from eventlog_cli.web import create_app
+from search.analyzers import DefaultAnalyzer
+from search.engine import SearchEngine, SearchOptions
+from search.excerpt import make_locator
+from search.persistent_index import PersistentIndex
+from search.render import index_text
+from search.result import WindowMessage
 from tests.clirunner import Result, run_cli
 from tests.search.searchtools import every_part_kind
 
@@ -342,3 +349,61 @@ def test_search_hits_show_their_neighbours_parts_too(demo: Path) -> None:
     output = _at(WIDE, 'search', 'production config file path', '--all', '--context', '1', store=demo).stdout
     assert "Tool [search_conversation_history]: Found 1 match(es) for 'production config file path'" in output
     assert '(no text)' not in output and '(no parts)' not in output
+
+
+@pytest.mark.parametrize('where', [['--all'], ['-c', CONV, '--context', '100']], ids=' '.join)
+def test_search_of_every_part_kind_does_not_import_pydantic_ai(store: Path, tmp_path: Path, where: list[str]) -> None:
+    """Once the index is current, a search shows its hits, every part kind among them, from their
+    stored payloads. (Bringing the index up to date decodes the messages `search.wire_text` cannot
+    read, so the first search of this store may import pydantic-ai; so do `--json`, whose indexed
+    text of such a message is `search.render.index_text` of it decoded, and `--run`, which indexes
+    the run's texts in memory on every search.)"""
+    assert run_cli(['search', 'pelican', '--all', '--store', str(store)]).exit_code == 0
+    assert 'pydantic_ai' not in set(_modules(tmp_path, 'search', 'pelican', *where, '--store', str(store)))
+
+
+def _windows(store: Path, *, decode: bool, in_memory: bool = False, run_id: str | None = None) -> list[WindowMessage]:
+    """Every message of the store, as the window of one search hit (`find(decode=...)`)."""
+
+    async def read() -> list[WindowMessage]:
+        log = LmdbEventLog(store)
+        try:
+            analyzer = DefaultAnalyzer()
+            source = ReplayHistorySource(log) if in_memory else PersistentIndex.for_log(log, analyzer)
+            engine = SearchEngine(source, SearchOptions(max_matches=1, context_lines=1000, analyzer=analyzer))
+            result = await engine.find(
+                'pelican', scope='conversation', conversation_id=CONV, run_id=run_id, decode=decode
+            )
+            return [shown for hit in result.hits for shown in hit.window]
+        finally:
+            log.close()
+
+    return asyncio.run(read())
+
+
+@pytest.mark.parametrize(
+    ('in_memory', 'run_id'),
+    [(False, None), (False, RUN), (True, None)],
+    ids=['persistent index', 'one run from its payloads', 'in memory'],
+)
+def test_a_hits_lines_from_its_payload_are_the_decoding_paths(
+    store: Path, messages: list[Entry], in_memory: bool, run_id: str | None
+) -> None:
+    """`search` shows a hit's window from the stored payloads (`find(decode=False)`): its lines and
+    `--json`'s text are those the decoding path gives (the message decoded, then encoded again), for
+    every part kind; the persistent index hands out the very bytes the log stored, decoding nothing."""
+    decoded = _windows(store, decode=True, in_memory=in_memory, run_id=run_id)
+    stored = _windows(store, decode=False, in_memory=in_memory, run_id=run_id)
+    assert len(decoded) == len(stored) == len(messages)
+    payloads = {entry.seq: entry.payload for entry in messages}
+    locate = make_locator(DefaultAnalyzer(), frozenset({'pelican', 'zebra'}))
+    for old, new in zip(decoded, stored, strict=True):
+        assert (new.position, new.seq, new.repeated) == (old.position, old.seq, old.repeated)
+        assert old.decoded is not None and old.payload is None
+        assert new.payload is not None
+        assert (new.decoded is None) is not in_memory
+        if not in_memory:
+            assert new.payload == payloads[new.seq]
+        assert hit_lines(new.stored(), locate) == hit_lines(encode_message(old.message), locate)
+        assert new.text() == index_text(old.message)
+        assert new.message == old.message

@@ -96,17 +96,45 @@ def test_the_listings_still_say_what_they_said(shared: Store, tmp_path: Path) ->
 
 
 def test_the_views_of_messages_read_them_without_pydantic_ai(shared: Store, tmp_path: Path) -> None:
-    """`show`, `replay` and `context` read stored messages with msgspec (`eventlog_cli.entries`);
-    `search` still decodes them with pydantic-ai (and numpy), and the lazy import really happens."""
+    """`show`, `replay` and `context` read stored messages with msgspec (`eventlog_cli.entries`)."""
     for view in (['show', 'alpha'], ['replay', '--last'], ['context', 'alpha']):
         status, stdout, modules = _run(tmp_path, *view, '--store', str(shared.path))
         assert status == 0 and stdout.strip()
         assert [name for name in HEAVY if name in modules] == [], view
     status, stdout, modules = _run(tmp_path, 'show', 'alpha', '--store', str(shared.path))
     assert 'quokka-archive-7731' in stdout
-    status, stdout, modules = _run(tmp_path, 'search', 'quokka', '--all', '--store', str(shared.path))
+
+
+@pytest.mark.parametrize(
+    'where',
+    [['--all'], ['--all', '--json'], ['--conversation', 'alpha'], ['-c', 'alpha', '--context', '2']],
+    ids=' '.join,
+)
+def test_search_shows_hits_without_pydantic_ai(shared: Store, tmp_path: Path, where: list[str]) -> None:
+    """A search of the persistent index ranks with numpy and shows its hits from their stored
+    payloads (`SearchEngine.find(decode=False)`): pydantic-ai is never imported, and the lazy
+    import of numpy really happens."""
+    status, stdout, modules = _run(tmp_path, 'search', 'quokka', *where, '--store', str(shared.path))
     assert status == 0 and 'quokka' in stdout
-    assert 'pydantic_ai' in modules and 'numpy' in modules
+    assert 'pydantic_ai' not in modules and 'pydantic' not in modules
+    assert 'numpy' in modules
+
+
+def test_a_search_of_one_run_indexes_its_payloads_without_pydantic_ai(shared: Store, tmp_path: Path) -> None:
+    """A search of one run indexes that run in memory from its stored payloads
+    (`search.index_corpus.RunPayloadCorpus`): no pydantic-ai, and the same hit text."""
+    _, listing, _ = _run(tmp_path, 'search', 'quokka', '--all', '--json', '--store', str(shared.path))
+    hit = json.loads(listing)['results'][0]
+    for shown in (['--json'], ['--context', '1']):
+        status, stdout, modules = _run(
+            tmp_path, 'search', 'quokka', '--run', hit['run_id'], *shown, '--store', str(shared.path)
+        )
+        assert status == 0 and 'quokka' in stdout
+        assert 'pydantic_ai' not in modules
+    status, stdout, _ = _run(
+        tmp_path, 'search', 'quokka', '--run', hit['run_id'], '--json', '--store', str(shared.path)
+    )
+    assert json.loads(stdout)['results'][0]['text'] == hit['text']
 
 
 def test_the_console_script_still_forks_and_answers(shared: Store) -> None:
