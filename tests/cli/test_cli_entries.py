@@ -47,6 +47,21 @@ RUN = 'run-parts'
 WIDE = 2000
 """Columns wide enough that nothing wraps: each part's line is one line of output."""
 
+
+def _loaded_capability_content() -> str:
+    """What the installed pydantic-ai stores as a `load_capability` return's content (2.62 keeps
+    `{}`, newer versions the content given), as the views show it."""
+    from datetime import UTC, datetime
+
+    from pydantic_ai.messages import LoadCapabilityReturnPart
+
+    part = LoadCapabilityReturnPart(content={'id': 'capability_x'}, timestamp=datetime(2026, 1, 1, tzinfo=UTC))  # pyright: ignore[reportArgumentType]
+    stored = json.loads(encode_message(ModelRequest(parts=[part])))['parts'][0]['content']
+    return json.dumps(stored, ensure_ascii=False)
+
+
+_LOADED = _loaded_capability_content()
+
 EXPECTED = [
     'System: You are a careful archivist of llamas.',
     'User: What did we decide about the Kraków office? Café naïve ÉTÉ',
@@ -92,7 +107,7 @@ EXPECTED = [
     'Tool Call [search_tools]: {"queries": ["find tool"]}',
     'Tool [search_tools]: {"discovered_tools": []}',
     'Tool Call [load_capability]: {"id": "capability_x"}',
-    'Tool [load_capability]: {}',
+    f'Tool [load_capability]: {_LOADED}',
     'Thinking: only thinking here',
 ]
 """What the views say of the parts of `every_part_kind`, written out by hand (not derived from
