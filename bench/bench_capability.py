@@ -35,8 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import _baseline  # noqa: F401  # pyright: ignore[reportUnusedImport]  (puts the measured tree first on sys.path)
 import lmdb
 from pydantic_ai import Agent, ModelRequestNode
 from pydantic_ai.capabilities import AbstractCapability

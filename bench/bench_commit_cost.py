@@ -7,16 +7,23 @@ exchange run by every agent below in turn, so all see the same machine state:
 - `hooks only`: a capability with the same hooks as `EventLogPersistence` that does nothing;
 - `commit: 1 value`: one synced LMDB commit of one small value at each point where
   `EventLogPersistence` commits in a plain exchange (the request before it is sent, the response
-  once stamped, the run's end);
+  once stamped, the run's end): the floor of any store that makes each of them durable before
+  the run goes on;
 - `commit: entry + 1 leaf` and `commit: entry + 6 leaves`: the same three commits, each writing a
   1,200-byte entry at the end of one table and touching one or six leaves of a second,
   pre-filled table (an append to the log touches about five index leaves);
 - `eventlog, sync=False` and `eventlog`: `EventLogPersistence` on an `LmdbEventLog` without and
   with synced commits (the default).
 
-The order in which the agents run rotates from one exchange to the next.
+The order in which the agents run rotates from one exchange to the next. Each repetition runs in
+a child process of its own. With `--baseline REF` the packages of git ref `REF` (say `main`)
+are exported and every repetition runs once with them and once with this tree's, alternating
+which goes first, so the old and the new write path are measured side by side in one run; the
+summary gives both, the ratios new / old, the overhead over the three-commit floor and the CPU
+per append with `sync=False` (its overhead over the three appends of a plain exchange).
 
-    .venv/bin/python bench/bench_commit_cost.py               # 100 exchanges, 3 repetitions
+    .venv/bin/python bench/bench_commit_cost.py                     # 100 exchanges, 3 repetitions
+    .venv/bin/python bench/bench_commit_cost.py --baseline main     # the same, old and new side by side
     .venv/bin/python bench/bench_commit_cost.py --exchanges 400 --reps 1
 """
 
@@ -24,22 +31,26 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
+import json
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import lmdb
+from _baseline import HERE, exported, load_average, run_child
 from bench_capability import SyncedCommitFloor, exchanges, make_agent
 from pydantic_ai.messages import ModelMessage
 
+import capability.persistence
 from capability.persistence import EventLogPersistence
 from eventlog import LmdbEventLog
 
@@ -80,61 +91,128 @@ def open_store(path: Path) -> Store:
     return env, entries, index
 
 
-async def main() -> None:
+APPENDS_PER_RUN = 3
+"""Write transactions `EventLogPersistence` makes in a plain exchange: the request (with the run's
+start), the response, the run's end."""
+
+
+async def one_repetition(count: int, seed: int, rep: int) -> dict[str, list[float]]:
+    """Every agent's time for each exchange of one repetition, in seconds."""
+    data = exchanges(count, seed)
+    replies = [reply for _, reply in data]
+    times: dict[str, list[float]] = {}
+    with tempfile.TemporaryDirectory(prefix='bench-commit-cost-') as tmp:
+        root = Path(tmp)
+        stores = [open_store(root / name) for name in ('leaf1', 'leaf6')]
+        plain = lmdb.open(str(root / 'one'), map_size=64 << 20)  # synced commits: LMDB's default
+        logs = [LmdbEventLog(root / 'log-nosync', sync=False), LmdbEventLog(root / 'log')]
+        agents = {
+            'none': make_agent(replies, []),
+            'hooks only': make_agent(replies, [SyncedCommitFloor()]),
+            'commit: 1 value': make_agent(replies, [SyncedCommitFloor(plain)]),
+            'commit: entry + 1 leaf': make_agent(replies, [CommitShape(store=stores[0], leaves=1)]),
+            'commit: entry + 6 leaves': make_agent(replies, [CommitShape(store=stores[1], leaves=6)]),
+            'eventlog, sync=False': make_agent(replies, [EventLogPersistence(logs[0])]),
+            'eventlog': make_agent(replies, [EventLogPersistence(logs[1])]),
+        }
+        history: dict[str, list[ModelMessage] | None] = dict.fromkeys(agents)
+        for name in agents:
+            times[name] = []
+        gc.collect()
+        names = list(agents)
+        for index, (user, _) in enumerate(data):
+            # A different order each exchange, so no agent always runs right after another's fsync.
+            shift = index % len(names)
+            for name in names[shift:] + names[:shift]:
+                agent = agents[name]
+                agent.__dict__['_bench_position']['i'] = index
+                start = time.perf_counter()
+                result = await agent.run(user, message_history=history[name], conversation_id=f'c-{rep}')
+                times[name].append(time.perf_counter() - start)
+                history[name] = result.all_messages()
+        for log in logs:
+            log.close()
+        for env in [plain, *(env for env, _, _ in stores)]:
+            env.close()
+    return times
+
+
+def summarize(reps: list[dict[str, list[float]]], count: int) -> dict[str, tuple[float, float]]:
+    """Each agent's (time per run, overhead per run): medians over the repetitions, then over the
+    last quarter of the runs."""
+    per_run = {name: [statistics.median(rep[name][x] for rep in reps) for x in range(count)] for name in reps[0]}
+    span = range(count - max(1, count // 4), count)
+    return {
+        name: (
+            statistics.median(values[x] for x in span),
+            statistics.median(values[x] - per_run['none'][x] for x in span),
+        )
+        for name, values in per_run.items()
+    }
+
+
+def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--exchanges', type=int, default=100)
     parser.add_argument('--reps', type=int, default=3)
     parser.add_argument('--seed', type=int, default=42)
+    parser.add_argument('--baseline', default='', help="git ref of the old way to measure side by side ('' for none)")
+    parser.add_argument('--child', type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     count: int = args.exchanges
-    data = exchanges(count, args.seed)
-    replies = [reply for _, reply in data]
-    times: dict[str, list[list[float]]] = {}
-    with tempfile.TemporaryDirectory(prefix='bench-commit-cost-') as tmp:
+    if args.child is not None:  # one repetition, in a child process measuring its tree
+        times = asyncio.run(one_repetition(count, args.seed, args.child))
+        print(json.dumps({'module': capability.persistence.__file__, 'times': times}))
+        return
+    script = Path(__file__).resolve()
+    child_args = ['--exchanges', str(count), '--seed', str(args.seed), '--child']
+    with exported(args.baseline) if args.baseline else _no_tree() as old_tree:
+        trees = {f'old ({args.baseline})': old_tree} if old_tree is not None else {}
+        trees['new (this tree)'] = HERE
+        results: dict[str, list[dict[str, list[float]]]] = {label: [] for label in trees}
+        print(f'load average before: {load_average()}')
         for rep in range(args.reps):
-            root = Path(tmp) / str(rep)
-            stores = [open_store(root / name) for name in ('leaf1', 'leaf6')]
-            plain = lmdb.open(str(root / 'one'), map_size=64 << 20)  # synced commits: LMDB's default
-            logs = [LmdbEventLog(root / 'log-nosync', sync=False), LmdbEventLog(root / 'log')]
-            agents = {
-                'none': make_agent(replies, []),
-                'hooks only': make_agent(replies, [SyncedCommitFloor()]),
-                'commit: 1 value': make_agent(replies, [SyncedCommitFloor(plain)]),
-                'commit: entry + 1 leaf': make_agent(replies, [CommitShape(store=stores[0], leaves=1)]),
-                'commit: entry + 6 leaves': make_agent(replies, [CommitShape(store=stores[1], leaves=6)]),
-                'eventlog, sync=False': make_agent(replies, [EventLogPersistence(logs[0])]),
-                'eventlog': make_agent(replies, [EventLogPersistence(logs[1])]),
-            }
-            history: dict[str, list[ModelMessage] | None] = dict.fromkeys(agents)
-            for name in agents:
-                times.setdefault(name, []).append([])
-            gc.collect()
-            names = list(agents)
-            for index, (user, _) in enumerate(data):
-                # A different order each exchange, so no agent always runs right after another's fsync.
-                shift = index % len(names)
-                for name in names[shift:] + names[:shift]:
-                    agent = agents[name]
-                    agent.__dict__['_bench_position']['i'] = index
-                    start = time.perf_counter()
-                    result = await agent.run(user, message_history=history[name], conversation_id=f'c-{rep}')
-                    times[name][-1].append(time.perf_counter() - start)
-                    history[name] = result.all_messages()
-            for log in logs:
-                log.close()
-            for env in [plain, *(env for env, _, _ in stores)]:
-                env.close()
-            print(f'  repetition {rep + 1} done')
-    per_run = {name: [statistics.median(rep[x] for rep in reps) for x in range(count)] for name, reps in times.items()}
-    span = range(count - max(1, count // 4), count)
+            order = list(trees) if rep % 2 == 0 else list(trees)[::-1]
+            for label in order:
+                found = run_child(script, trees[label], [*child_args, str(rep)])
+                results[label].append(found['times'])
+            print(f'  repetition {rep + 1} done; load average {load_average()}', flush=True)
+    load_after = load_average()
+    summaries = {label: summarize(reps, count) for label, reps in results.items()}
     print(f'\n{count} exchanges, {args.reps} repetitions; overhead = median over the last quarter of the runs')
-    print(f'{"capability":>26} | {"run":>9} | {"overhead":>9}')
-    print('-' * 51)
-    for name, values in per_run.items():
-        run = statistics.median(values[x] for x in span)
-        overhead = statistics.median(values[x] - per_run['none'][x] for x in span)
-        print(f'{name:>26} | {run * 1e3:6.3f} ms | {overhead * 1e3:6.3f} ms')
+    print(f'load average after: {load_after}')
+    labels = list(summaries)
+    header = f'{"capability":>26} | ' + ' | '.join(f'{label:>21}' for label in labels)
+    if len(labels) == 2:
+        header += f' | {"new / old":>9}'
+    print(f'\n{"":>26}   ' + '   '.join(f'{"run":>9}   {"overhead":>9}' for _ in labels))
+    print(header)
+    print('-' * len(header))
+    for name in summaries[labels[0]]:
+        cells = [
+            f'{summaries[label][name][0] * 1e3:6.3f} ms {summaries[label][name][1] * 1e3:7.3f} ms' for label in labels
+        ]
+        line = f'{name:>26} | ' + ' | '.join(f'{cell:>21}' for cell in cells)
+        if len(labels) == 2 and name != 'none':
+            old, new = (summaries[label][name][1] for label in labels)
+            line += f' | {new / old:8.2f}x' if old > 5e-5 else f' | {"n/a":>9}'
+        print(line)
+    print()
+    for label in labels:
+        summary = summaries[label]
+        floor = summary['commit: 1 value'][1]
+        synced = summary['eventlog'][1]
+        unsynced = summary['eventlog, sync=False'][1]
+        print(
+            f'{label}: overhead per run {synced * 1e3:.3f} ms = {synced / floor:.2f}x the three-commit floor '
+            f'({floor * 1e3:.3f} ms); CPU per append with sync=False {unsynced / APPENDS_PER_RUN * 1e3:.3f} ms'
+        )
+
+
+@contextlib.contextmanager
+def _no_tree() -> Iterator[None]:
+    yield None
 
 
 if __name__ == '__main__':
-    asyncio.run(main())
+    main()

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
@@ -175,7 +175,7 @@ class EventLogPersistence(AbstractCapability[AgentDepsT]):
             agent_name = ctx.agent.name
         run._recorder = RunRecorder(
             log=self.log,
-            append=run._append,
+            append=run._dispatch_append,
             on_error=self.on_error,
             recent=self._recent,
             run_id=run_id,
@@ -314,6 +314,20 @@ class EventLogPersistence(AbstractCapability[AgentDepsT]):
 
     # --- the one write -------------------------------------------------------------------------
 
+    async def _dispatch_append(
+        self, *, run_id: str, conversation_id: str, entries: list[WireEntry]
+    ) -> list[tuple[int, str]]:
+        """`_append`, through its durable operation when an engine may dispatch it, else directly.
+
+        The decorator of a durable operation binds the call to the method's signature each time
+        (tens of microseconds) only to find, outside a durable run, that it awaits the method
+        itself; `_runs_inline` makes the same test first, and anything it cannot tell goes through
+        the decorator.
+        """
+        if _runs_inline(self.id):
+            return await self._write_entries(run_id=run_id, conversation_id=conversation_id, entries=entries)
+        return await self._append(run_id=run_id, conversation_id=conversation_id, entries=entries)
+
     @durable_operation('append')
     async def _append(self, *, run_id: str, conversation_id: str, entries: list[WireEntry]) -> list[tuple[int, str]]:
         """The one write: a durable operation, so an engine journals it, and idempotent by key,
@@ -323,6 +337,12 @@ class EventLogPersistence(AbstractCapability[AgentDepsT]):
         earlier attempt's, when the step ran before); a journaled result keeps the digests of the
         attempt that wrote the entries.
         """
+        return await self._write_entries(run_id=run_id, conversation_id=conversation_id, entries=entries)
+
+    async def _write_entries(
+        self, *, run_id: str, conversation_id: str, entries: list[WireEntry]
+    ) -> list[tuple[int, str]]:
+        """The body of `_append`: check mode answers from the recording, else one `append_many`."""
         checking = CHECKING.get()
         if checking is not None:  # a check re-executes the run from its journal: nothing is written
             return await _recorded_append(checking, run_id, entries)
@@ -356,6 +376,42 @@ async def _recorded_append(checking: Checking, run_id: str, entries: list[WireEn
     if any(e.key not in held for e in entries):
         raise checking.stop(Asked(checking.compared + 1, 'eventlog_persistence.append', entries), None)
     return [(held[e.key].seq, digest(held[e.key].payload) if e.kind == 'message' else '') for e in entries]
+
+
+_UNKNOWN: Any = object()
+
+
+def _ambient_run_context() -> Callable[[], object] | None:
+    """pydantic-ai's reader of the ambient `RunContext` (the one its durable operations consult),
+    or `None` where it is not found (then every append goes through the decorator)."""
+    try:
+        from pydantic_ai._run_context import get_current_run_context  # pyright: ignore[reportPrivateUsage]
+    except ImportError:  # pragma: no cover - another pydantic-ai layout
+        return None
+    return get_current_run_context
+
+
+_CURRENT_RUN_CONTEXT = _ambient_run_context()
+
+
+def _runs_inline(capability_id: str | None) -> bool:
+    """Whether `@durable_operation` would await the capability's `append` itself, as it does when
+    no durability engine dispatches the operations of the current run.
+
+    The same test as the decorator's (pydantic-ai 2.62 and later): the ambient `RunContext` has no
+    dispatcher for (`capability_id`, 'append') among its `_durable_operations`. Outside a run, or
+    when the context does not carry that attribute (another pydantic-ai), the answer is `False`
+    and the call goes through the decorator, which decides.
+    """
+    if capability_id is None or _CURRENT_RUN_CONTEXT is None:
+        return False
+    ctx = _CURRENT_RUN_CONTEXT()
+    if ctx is None:
+        return False
+    operations: Any = getattr(ctx, '_durable_operations', _UNKNOWN)
+    if operations is _UNKNOWN:
+        return False
+    return operations is None or operations.get((capability_id, 'append')) is None
 
 
 def _result_usage(result: AgentRunResult[Any]) -> RunUsage:
