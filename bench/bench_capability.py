@@ -19,32 +19,42 @@ of the runs up to it), so the growth with the conversation's length is visible.
 
     .venv/bin/python bench/bench_capability.py            # checkpoints 100, 400, 1600 exchanges
     .venv/bin/python bench/bench_capability.py --quick    # checkpoints 25, 100, 400
+    .venv/bin/python bench/bench_capability.py --quick --baseline main   # old and new side by side
+
+Each repetition runs in a child process. With `--baseline REF` the packages of git ref `REF` are
+exported and each repetition runs once with them (without the reference) and once with this
+tree's, alternating which goes first; a last table compares the two trees' overheads, each with
+the floor measured in its own child.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
+import json
 import random
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import _baseline  # noqa: F401  # pyright: ignore[reportUnusedImport]  (puts the measured tree first on sys.path)
 import lmdb
+from _baseline import HERE, exported, load_average, run_child  # first: puts the measured tree first on sys.path
 from pydantic_ai import Agent, ModelRequestNode
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelResponse, TextPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.tools import RunContext
 
+import capability.persistence
 from capability.persistence import EventLogPersistence
 from eventlog import LmdbEventLog
 
@@ -281,12 +291,71 @@ def fmt_bytes(count: int) -> str:
     return f'{count / 1e6:9.2f} MB'
 
 
-async def main() -> None:
+Results = dict[str, Any]
+"""One repetition as a child reports it: `times[mode][exchange]`, `sizes[mode][checkpoint]`,
+`json_sizes[checkpoint]` (JSON keys are strings)."""
+
+
+def report(label: str, reps: list[Results], checkpoints: list[int]) -> dict[int, tuple[float, float, float | None]]:
+    """Print one tree's table; return (eventlog overhead, floor overhead, reference overhead or
+    None) per checkpoint, in seconds."""
+    with_reference = 'reference' in reps[0]['times']
+    names = list(reps[0]['times'])
+    # per_run[mode][exchange] = median over repetitions
+    per_run = {
+        name: [statistics.median(rep['times'][name][x] for rep in reps) for x in range(checkpoints[-1])]
+        for name in names
+    }
+    last = reps[-1]
+
+    def overhead(name: str, base: str, span: range) -> float:
+        return statistics.median(per_run[name][x] - per_run[base][x] for x in span)
+
+    print(f'\n{label}')
+    header = f'{"exchanges":>9} | {"run, no persistence":>19} | {"eventlog overhead":>17} | {"3-commit floor":>14} | '
+    if with_reference:
+        header += f'{"reference overhead":>18} | {"ratio":>7} | {"ceiling":>7} | '
+    header += f'{"messages JSON":>13} | {"eventlog store":>14}'
+    if with_reference:
+        header += f' | {"reference store":>15}'
+    print(header)
+    print('-' * len(header))
+    found: dict[int, tuple[float, float, float | None]] = {}
+    for checkpoint in checkpoints:
+        span = window(checkpoint)
+        base = statistics.median(per_run['none'][x] for x in span)
+        ours = overhead('eventlog', 'none', span)
+        floor = overhead('floor', 'none-3', span)
+        line = f'{checkpoint:>9} | {fmt_ms(base):>19} | {fmt_ms(ours):>17} | {fmt_ms(floor):>14} | '
+        theirs = None
+        if with_reference:
+            theirs = overhead('reference', 'none-2', span)
+            line += f'{fmt_ms(theirs):>18} | {theirs / ours:6.1f}x | {theirs / floor:6.1f}x | '
+        json_size = last['json_sizes'][str(checkpoint)]
+        our_size = last['sizes']['eventlog'][str(checkpoint)]
+        line += f'{fmt_bytes(json_size):>13} | {fmt_bytes(our_size):>9} {our_size / json_size:4.1f}x'
+        if with_reference:
+            ref_size = last['sizes']['reference'][str(checkpoint)]
+            line += f' | {fmt_bytes(ref_size):>9} {ref_size / json_size:5.1f}x'
+        print(line)
+        found[checkpoint] = (ours, floor, theirs)
+    first, final = window(checkpoints[0]), window(checkpoints[-1])
+    ours_growth = overhead('eventlog', 'none', final) / overhead('eventlog', 'none', first)
+    print(f'eventlog overhead per run, last checkpoint / first: {ours_growth:.2f}x')
+    if with_reference:
+        ref_growth = overhead('reference', 'none-2', final) / overhead('reference', 'none-2', first)
+        print(f'reference overhead per run, last checkpoint / first: {ref_growth:.2f}x')
+    return found
+
+
+def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--quick', action='store_true', help='checkpoints 25, 100, 400 instead of 100, 400, 1600')
     parser.add_argument('--reps', type=int, default=3, help='repetitions of the whole conversation (default 3)')
     parser.add_argument('--seed', type=int, default=42)
     parser.add_argument('--no-reference', action='store_true', help='skip the reference (pydantic-ai-harness)')
+    parser.add_argument('--baseline', default='', help="git ref of the old way to measure side by side ('' for none)")
+    parser.add_argument('--child', type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     checkpoints = [25, 100, 400] if args.quick else [100, 400, 1600]
     with_reference = not args.no_reference
@@ -297,65 +366,65 @@ async def main() -> None:
             print('pydantic-ai-harness is not installed: measuring EventLogPersistence alone')
             with_reference = False
     data = exchanges(checkpoints[-1], args.seed)
+    if args.child is not None:  # one repetition, in a child process measuring its tree
+        with tempfile.TemporaryDirectory(prefix='bench-capability-') as tmp:
+            modes, json_sizes = asyncio.run(one_repetition(args.child, data, checkpoints, Path(tmp), with_reference))
+        print(
+            json.dumps(
+                {
+                    'module': capability.persistence.__file__,
+                    'times': {mode.name: mode.times[0] for mode in modes},
+                    'sizes': {mode.name: mode.sizes for mode in modes},
+                    'json_sizes': json_sizes,
+                }
+            )
+        )
+        return
     print(f'{checkpoints[-1]} exchanges, {args.reps} repetitions, seed {args.seed}')
-    all_modes: list[list[Mode]] = []
-    json_sizes: dict[int, int] = {}
-    with tempfile.TemporaryDirectory(prefix='bench-capability-') as tmp:
+    print(f'load average before: {load_average()}')
+    script = Path(__file__).resolve()
+    child_args = ['--seed', str(args.seed), *(['--quick'] if args.quick else [])]
+    with exported(args.baseline) if args.baseline else _no_tree() as old_tree:
+        # The reference is measured once, with this tree: it does not depend on the tree.
+        trees: dict[str, tuple[Path, list[str]]] = {}
+        if old_tree is not None:
+            trees[f'old ({args.baseline})'] = (old_tree, ['--no-reference'])
+        trees['new (this tree)'] = (HERE, [] if with_reference else ['--no-reference'])
+        results: dict[str, list[Results]] = {label: [] for label in trees}
         for rep in range(args.reps):
             started = time.perf_counter()
-            modes, json_sizes = await one_repetition(rep, data, checkpoints, Path(tmp), with_reference)
-            all_modes.append(modes)
-            print(f'  repetition {rep + 1}: {time.perf_counter() - started:.1f} s')
-    names = [m.name for m in all_modes[0]]
-    # per_run[mode][exchange] = median over repetitions
-    per_run = {
-        name: [statistics.median(reps[i].times[0][x] for reps in all_modes) for x in range(checkpoints[-1])]
-        for i, name in enumerate(names)
-    }
-    last = {mode.name: mode for mode in all_modes[-1]}
-
-    def overhead(name: str, base: str, span: range) -> float:
-        return statistics.median(per_run[name][x] - per_run[base][x] for x in span)
-
-    print()
-    header = f'{"exchanges":>9} | {"run, no persistence":>19} | {"eventlog overhead":>17} | {"3-commit floor":>14} | '
-    if with_reference:
-        header += f'{"reference overhead":>18} | {"ratio":>7} | {"ceiling":>7} | '
-    header += f'{"messages JSON":>13} | {"eventlog store":>14}'
-    if with_reference:
-        header += f' | {"reference store":>15}'
-    print(header)
-    print('-' * len(header))
-    for checkpoint in checkpoints:
-        span = window(checkpoint)
-        base = statistics.median(per_run['none'][x] for x in span)
-        ours = overhead('eventlog', 'none', span)
-        floor = overhead('floor', 'none-3', span)
-        line = f'{checkpoint:>9} | {fmt_ms(base):>19} | {fmt_ms(ours):>17} | {fmt_ms(floor):>14} | '
-        if with_reference:
-            theirs = overhead('reference', 'none-2', span)
-            line += f'{fmt_ms(theirs):>18} | {theirs / ours:6.1f}x | {theirs / floor:6.1f}x | '
-        json_size = json_sizes[checkpoint]
-        our_size = last['eventlog'].sizes[checkpoint]
-        line += f'{fmt_bytes(json_size):>13} | {fmt_bytes(our_size):>9} {our_size / json_size:4.1f}x'
-        if with_reference:
-            ref_size = last['reference'].sizes[checkpoint]
-            line += f' | {fmt_bytes(ref_size):>9} {ref_size / json_size:5.1f}x'
-        print(line)
-    print()
-    first, final = window(checkpoints[0]), window(checkpoints[-1])
-    ours_growth = overhead('eventlog', 'none', final) / overhead('eventlog', 'none', first)
-    print(f'eventlog overhead per run, last checkpoint / first: {ours_growth:.2f}x')
-    if with_reference:
-        ref_growth = overhead('reference', 'none-2', final) / overhead('reference', 'none-2', first)
-        print(f'reference overhead per run, last checkpoint / first: {ref_growth:.2f}x')
+            for label in list(trees) if rep % 2 == 0 else list(trees)[::-1]:
+                tree, extra = trees[label]
+                results[label].append(run_child(script, tree, [*child_args, *extra, '--child', str(rep)]))
+            print(
+                f'  repetition {rep + 1}: {time.perf_counter() - started:.1f} s; load average {load_average()}',
+                flush=True,
+            )
+    print(f'load average after: {load_average()}')
+    found = {label: report(label, reps, checkpoints) for label, reps in results.items()}
     print(
-        '3-commit floor: a capability doing nothing but one synced LMDB commit of one small value for the\n'
+        '\n3-commit floor: a capability doing nothing but one synced LMDB commit of one small value for the\n'
         "request, the response and the run's end; ceiling = reference overhead / floor, the best ratio a\n"
         'store that makes each of them durable before going on can reach on this machine.'
     )
     print('store sizes are bytes on disk (LMDB data file blocks; SQLite database and WAL files).')
+    if len(found) == 2:
+        (old_label, old), (new_label, new) = found.items()
+        print(
+            f'\n{"exchanges":>9} | {"old overhead":>12} | {"new overhead":>12} | {"new / old":>9} | {"old / floor":>11} | {"new / floor":>11}'
+        )
+        for checkpoint in checkpoints:
+            (o, o_floor, _), (n, n_floor, _) = old[checkpoint], new[checkpoint]
+            print(
+                f'{checkpoint:>9} | {fmt_ms(o):>12} | {fmt_ms(n):>12} | {n / o:8.2f}x | {o / o_floor:10.2f}x | {n / n_floor:10.2f}x'
+            )
+        print(f'old = {old_label}, new = {new_label}; floor = the 3-commit floor measured in the same child')
+
+
+@contextlib.contextmanager
+def _no_tree() -> Iterator[None]:
+    yield None
 
 
 if __name__ == '__main__':
-    asyncio.run(main())
+    main()
