@@ -16,9 +16,9 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 HERE = Path(__file__).resolve().parent.parent
 """This tree: the repository the bench scripts belong to."""
@@ -59,7 +59,7 @@ def run_child(script: Path, tree: Path, args: list[str]) -> Any:
     this process (a `PYTHONPATH` naming this tree, its working directory) leaks into it."""
     result = subprocess.run(
         [sys.executable, str(script), *args],
-        env={**os.environ, 'PYTHONPATH': str(tree), TREE_VARIABLE: str(tree)},
+        env=_child_env(tree),
         cwd=tree,
         capture_output=True,
         text=True,
@@ -68,10 +68,78 @@ def run_child(script: Path, tree: Path, args: list[str]) -> Any:
     if result.returncode:
         raise SystemExit(f'{script.name} {" ".join(args)} measuring {tree} failed:\n{result.stderr[-3000:]}')
     found = json.loads(result.stdout.strip().splitlines()[-1])
+    _check_module(tree, found)
+    return found
+
+
+def _check_module(tree: Path, found: dict[str, Any]) -> None:
     module = Path(found.get('module', ''))
     if tree.resolve() not in module.resolve().parents:
         raise SystemExit(f'the child measuring {tree} imported the project from {module}')
-    return found
+
+
+def _child_env(tree: Path) -> dict[str, str]:
+    return {**os.environ, 'PYTHONPATH': str(tree), TREE_VARIABLE: str(tree)}
+
+
+class LockStep:
+    """Children measuring one tree each, driven in lock step: the parent sends each a step in
+    turn and waits for its answer, so the trees' measurements alternate step by step and see
+    the same machine state (a noisy neighbour, a busy disk) at the same moments.
+
+    A child runs `serve`; `step` sends it one line and returns the JSON it answers; `close`
+    ends every child and returns what each answered last (with the `module` it measured)."""
+
+    def __init__(self, script: Path, trees: dict[str, Path], args: list[str]) -> None:
+        self._trees = trees
+        self._errors: dict[str, IO[str]] = {}
+        self._children: dict[str, subprocess.Popen[str]] = {}
+        for label, tree in trees.items():
+            errors = self._errors[label] = tempfile.TemporaryFile('w+')  # noqa: SIM115 - closed in close()
+            self._children[label] = subprocess.Popen(
+                [sys.executable, str(script), *args],
+                env=_child_env(tree),
+                cwd=tree,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=errors,
+                text=True,
+            )
+
+    def step(self, label: str, message: str) -> Any:
+        """Send `message` to the child measuring `label`'s tree; its answer."""
+        child = self._children[label]
+        assert child.stdin is not None
+        assert child.stdout is not None
+        child.stdin.write(message + '\n')
+        child.stdin.flush()
+        line = child.stdout.readline()
+        if not line:
+            child.wait()
+            errors = self._errors[label]
+            errors.seek(0)
+            raise SystemExit(f'the child measuring {self._trees[label]} failed:\n{errors.read()[-3000:]}')
+        return json.loads(line)
+
+    def close(self) -> dict[str, Any]:
+        """End every child; what each answered last."""
+        last = {label: self.step(label, 'end') for label in self._children}
+        for label, child in self._children.items():
+            child.wait()
+            self._errors[label].close()
+            _check_module(self._trees[label], last[label])
+        return last
+
+
+async def serve(step: Callable[[str], Awaitable[Any]], finish: Callable[[], Any]) -> None:
+    """The child's side of `LockStep`: answer each line of stdin with `step(line)` as JSON, and
+    the line `end` with `finish()`."""
+    while True:
+        line = sys.stdin.readline().strip()  # blocking, between steps: nothing else runs meanwhile
+        if not line or line == 'end':
+            print(json.dumps(finish()), flush=True)
+            return
+        print(json.dumps(await step(line)), flush=True)
 
 
 def load_average() -> str:

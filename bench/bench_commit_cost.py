@@ -16,11 +16,13 @@ exchange run by every agent below in turn, so all see the same machine state:
   with synced commits (the default).
 
 The order in which the agents run rotates from one exchange to the next. Each repetition runs in
-a child process of its own. With `--baseline REF` the packages of git ref `REF` (say `main`)
-are exported and every repetition runs once with them and once with this tree's, alternating
-which goes first, so the old and the new write path are measured side by side in one run; the
-summary gives both, the ratios new / old, the overhead over the three-commit floor and the CPU
-per append with `sync=False` (its overhead over the three appends of a plain exchange).
+a child process of its own. With `--baseline REF` the packages of git ref `REF` (say `main`) are
+exported and each repetition runs in two children, one per tree, driven in lock step: exchange
+by exchange, each child runs it with all its agents in turn, the first child alternating, so the
+old and the new write path are measured side by side, at the same moments. The summary gives
+both, the ratios new / old, the overhead over the three-commit floor and the CPU per append with
+`sync=False` (its overhead over the three appends of a plain exchange). Every figure is a median;
+load averages are printed before, during and after.
 
     .venv/bin/python bench/bench_commit_cost.py                     # 100 exchanges, 3 repetitions
     .venv/bin/python bench/bench_commit_cost.py --baseline main     # the same, old and new side by side
@@ -33,7 +35,6 @@ import argparse
 import asyncio
 import contextlib
 import gc
-import json
 import statistics
 import sys
 import tempfile
@@ -46,7 +47,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import lmdb
-from _baseline import HERE, exported, load_average, run_child
+from _baseline import HERE, LockStep, exported, load_average, serve
 from bench_capability import SyncedCommitFloor, exchanges, make_agent
 from pydantic_ai.messages import ModelMessage
 
@@ -96,11 +97,11 @@ APPENDS_PER_RUN = 3
 start), the response, the run's end."""
 
 
-async def one_repetition(count: int, seed: int, rep: int) -> dict[str, list[float]]:
-    """Every agent's time for each exchange of one repetition, in seconds."""
+async def child(count: int, seed: int, rep: int) -> None:
+    """One repetition, in a child process measuring its tree, driven by the parent (`LockStep`):
+    each step is one exchange, run by every agent in turn; it answers each agent's seconds."""
     data = exchanges(count, seed)
     replies = [reply for _, reply in data]
-    times: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory(prefix='bench-commit-cost-') as tmp:
         root = Path(tmp)
         stores = [open_store(root / name) for name in ('leaf1', 'leaf6')]
@@ -116,11 +117,13 @@ async def one_repetition(count: int, seed: int, rep: int) -> dict[str, list[floa
             'eventlog': make_agent(replies, [EventLogPersistence(logs[1])]),
         }
         history: dict[str, list[ModelMessage] | None] = dict.fromkeys(agents)
-        for name in agents:
-            times[name] = []
-        gc.collect()
         names = list(agents)
-        for index, (user, _) in enumerate(data):
+        gc.collect()
+
+        async def step(line: str) -> dict[str, float]:
+            index = int(line)
+            user = data[index][0]
+            times: dict[str, float] = {}
             # A different order each exchange, so no agent always runs right after another's fsync.
             shift = index % len(names)
             for name in names[shift:] + names[:shift]:
@@ -128,13 +131,18 @@ async def one_repetition(count: int, seed: int, rep: int) -> dict[str, list[floa
                 agent.__dict__['_bench_position']['i'] = index
                 start = time.perf_counter()
                 result = await agent.run(user, message_history=history[name], conversation_id=f'c-{rep}')
-                times[name].append(time.perf_counter() - start)
+                times[name] = time.perf_counter() - start
                 history[name] = result.all_messages()
-        for log in logs:
-            log.close()
-        for env in [plain, *(env for env, _, _ in stores)]:
-            env.close()
-    return times
+            return times
+
+        def finish() -> dict[str, str]:
+            for log in logs:
+                log.close()
+            for env in [plain, *(env for env, _, _ in stores)]:
+                env.close()
+            return {'module': capability.persistence.__file__}
+
+        await serve(step, finish)
 
 
 def summarize(reps: list[dict[str, list[float]]], count: int) -> dict[str, tuple[float, float]]:
@@ -161,21 +169,26 @@ def main() -> None:
     args = parser.parse_args()
     count: int = args.exchanges
     if args.child is not None:  # one repetition, in a child process measuring its tree
-        times = asyncio.run(one_repetition(count, args.seed, args.child))
-        print(json.dumps({'module': capability.persistence.__file__, 'times': times}))
+        asyncio.run(child(count, args.seed, args.child))
         return
     script = Path(__file__).resolve()
-    child_args = ['--exchanges', str(count), '--seed', str(args.seed), '--child']
     with exported(args.baseline) if args.baseline else _no_tree() as old_tree:
         trees = {f'old ({args.baseline})': old_tree} if old_tree is not None else {}
         trees['new (this tree)'] = HERE
         results: dict[str, list[dict[str, list[float]]]] = {label: [] for label in trees}
         print(f'load average before: {load_average()}')
         for rep in range(args.reps):
-            order = list(trees) if rep % 2 == 0 else list(trees)[::-1]
-            for label in order:
-                found = run_child(script, trees[label], [*child_args, str(rep)])
-                results[label].append(found['times'])
+            children = LockStep(
+                script, trees, ['--exchanges', str(count), '--seed', str(args.seed), '--child', str(rep)]
+            )
+            for times in results.values():
+                times.append({})
+            for index in range(count):
+                # The trees take turns exchange by exchange, the first one alternating.
+                for label in list(trees) if (index + rep) % 2 == 0 else list(trees)[::-1]:
+                    for name, seconds in children.step(label, str(index)).items():
+                        results[label][-1].setdefault(name, []).append(seconds)
+            children.close()
             print(f'  repetition {rep + 1} done; load average {load_average()}', flush=True)
     load_after = load_average()
     summaries = {label: summarize(reps, count) for label, reps in results.items()}
