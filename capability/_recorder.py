@@ -487,13 +487,18 @@ def describe(error: BaseException) -> str:
 
 
 _USAGE_ALWAYS = frozenset({'requests', 'tool_calls', 'input_tokens', 'output_tokens'})
+_USAGE_FIELDS: dict[type, tuple[str, ...]] = {}
+"""The field names of each usage class seen, read once per process."""
 
 
 def _usage(usage: RunUsage) -> dict[str, int]:
     """The run's integer usage counters (the four main ones always, the others when non-zero)."""
+    names = _USAGE_FIELDS.get(type(usage))
+    if names is None:
+        names = _USAGE_FIELDS[type(usage)] = tuple(f.name for f in fields(usage))
     out: dict[str, int] = {}
-    for f in fields(usage):
-        value = getattr(usage, f.name)
-        if isinstance(value, int) and not isinstance(value, bool) and (value or f.name in _USAGE_ALWAYS):
-            out[f.name] = value
+    for name in names:
+        value = getattr(usage, name)
+        if isinstance(value, int) and not isinstance(value, bool) and (value or name in _USAGE_ALWAYS):
+            out[name] = value
     return out
