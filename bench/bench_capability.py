@@ -39,7 +39,6 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -384,7 +383,7 @@ def main() -> None:
     print(f'load average before: {load_average()}')
     script = Path(__file__).resolve()
     child_args = ['--seed', str(args.seed), *(['--quick'] if args.quick else [])]
-    with exported(args.baseline) if args.baseline else _no_tree() as old_tree:
+    with exported(args.baseline) if args.baseline else contextlib.nullcontext(None) as old_tree:
         # The reference is measured once, with this tree: it does not depend on the tree.
         trees: dict[str, tuple[Path, list[str]]] = {}
         if old_tree is not None:
@@ -419,11 +418,6 @@ def main() -> None:
                 f'{checkpoint:>9} | {fmt_ms(o):>12} | {fmt_ms(n):>12} | {n / o:8.2f}x | {o / o_floor:10.2f}x | {n / n_floor:10.2f}x'
             )
         print(f'old = {old_label}, new = {new_label}; floor = the 3-commit floor measured in the same child')
-
-
-@contextlib.contextmanager
-def _no_tree() -> Iterator[None]:
-    yield None
 
 
 if __name__ == '__main__':

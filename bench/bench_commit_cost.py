@@ -39,7 +39,6 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -172,7 +171,7 @@ def main() -> None:
         asyncio.run(child(count, args.seed, args.child))
         return
     script = Path(__file__).resolve()
-    with exported(args.baseline) if args.baseline else _no_tree() as old_tree:
+    with exported(args.baseline) if args.baseline else contextlib.nullcontext(None) as old_tree:
         trees = {f'old ({args.baseline})': old_tree} if old_tree is not None else {}
         trees['new (this tree)'] = HERE
         results: dict[str, list[dict[str, list[float]]]] = {label: [] for label in trees}
@@ -220,11 +219,6 @@ def main() -> None:
             f'{label}: overhead per run {synced * 1e3:.3f} ms = {synced / floor:.2f}x the three-commit floor '
             f'({floor * 1e3:.3f} ms); CPU per append with sync=False {unsynced / APPENDS_PER_RUN * 1e3:.3f} ms'
         )
-
-
-@contextlib.contextmanager
-def _no_tree() -> Iterator[None]:
-    yield None
 
 
 if __name__ == '__main__':
