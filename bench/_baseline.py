@@ -52,26 +52,6 @@ def exported(ref: str) -> Iterator[Path]:
         yield Path(tmp)
 
 
-def run_child(script: Path, tree: Path, args: list[str]) -> Any:
-    """Run `script` with `args` measuring `tree`'s packages; the JSON it prints last.
-
-    The child's working directory is `tree` and `PYTHONPATH` names only `tree`, so no path of
-    this process (a `PYTHONPATH` naming this tree, its working directory) leaks into it."""
-    result = subprocess.run(
-        [sys.executable, str(script), *args],
-        env=_child_env(tree),
-        cwd=tree,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if result.returncode:
-        raise SystemExit(f'{script.name} {" ".join(args)} measuring {tree} failed:\n{result.stderr[-3000:]}')
-    found = json.loads(result.stdout.strip().splitlines()[-1])
-    _check_module(tree, found)
-    return found
-
-
 def _check_module(tree: Path, found: dict[str, Any]) -> None:
     module = Path(found.get('module', ''))
     if tree.resolve() not in module.resolve().parents:
@@ -90,14 +70,17 @@ class LockStep:
     A child runs `serve`; `step` sends it one line and returns the JSON it answers; `close`
     ends every child and returns what each answered last (with the `module` it measured)."""
 
-    def __init__(self, script: Path, trees: dict[str, Path], args: list[str]) -> None:
+    def __init__(
+        self, script: Path, trees: dict[str, Path], args: list[str], extra: dict[str, list[str]] | None = None
+    ) -> None:
+        """Start one child per tree: `script` with `args` and the tree's `extra` arguments."""
         self._trees = trees
         self._errors: dict[str, IO[str]] = {}
         self._children: dict[str, subprocess.Popen[str]] = {}
         for label, tree in trees.items():
             errors = self._errors[label] = tempfile.TemporaryFile('w+')  # noqa: SIM115 - closed in close()
             self._children[label] = subprocess.Popen(
-                [sys.executable, str(script), *args],
+                [sys.executable, str(script), *args, *(extra or {}).get(label, [])],
                 env=_child_env(tree),
                 cwd=tree,
                 stdin=subprocess.PIPE,

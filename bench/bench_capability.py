@@ -22,9 +22,10 @@ of the runs up to it), so the growth with the conversation's length is visible.
     .venv/bin/python bench/bench_capability.py --quick --baseline main   # old and new side by side
 
 Each repetition runs in a child process. With `--baseline REF` the packages of git ref `REF` are
-exported and each repetition runs once with them (without the reference) and once with this
-tree's, alternating which goes first; a last table compares the two trees' overheads, each with
-the floor measured in its own child.
+exported and each repetition runs in two children, one per tree, driven in lock step: exchange
+by exchange, each child runs it with the pair being measured, the first child alternating (the
+reference is measured by this tree's child only). A last table compares the two trees'
+overheads, each with the floor measured in its own child.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ import argparse
 import asyncio
 import contextlib
 import gc
-import json
 import random
 import statistics
 import sys
@@ -46,7 +46,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import lmdb
-from _baseline import HERE, exported, load_average, run_child  # first: puts the measured tree first on sys.path
+from _baseline import HERE, LockStep, exported, load_average, serve  # first: puts the measured tree first on sys.path
 from pydantic_ai import Agent, ModelRequestNode
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelResponse, TextPart
@@ -229,52 +229,72 @@ def disk_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.parent.glob(path.name + '*'))
 
 
-async def one_repetition(
-    rep: int, data: list[tuple[str, str]], checkpoints: list[int], workdir: Path, with_reference: bool
-) -> tuple[list[Mode], dict[int, int]]:
+async def child(rep: int, data: list[tuple[str, str]], checkpoints: list[int], with_reference: bool) -> None:
+    """One repetition in a child process measuring its tree, driven by the parent (`LockStep`):
+    the step `PAIR INDEX` runs exchange `INDEX` with both agents of the pair named `PAIR`
+    (`eventlog`, `floor`, `reference`: each persistence with its own agent without persistence,
+    interleaved exchange by exchange so both see the same machine state) and answers their
+    seconds; at the end, the store sizes at each checkpoint."""
     replies = [reply for _, reply in data]
-    log = LmdbEventLog(workdir / f'log-{rep}')
-    modes = [
-        Mode('none', make_agent(replies, [])),
-        Mode('eventlog', make_agent(replies, [EventLogPersistence(log)])),
-    ]
-    floor_env = lmdb.open(str(workdir / f'floor-{rep}'), map_size=64 << 20)  # synced commits, as LMDB's default
-    modes.append(Mode('none-3', make_agent(replies, [])))
-    modes.append(Mode('floor', make_agent(replies, [SyncedCommitFloor(floor_env)])))
-    ref_db = workdir / f'reference-{rep}.db'
-    if with_reference:
-        from pydantic_ai_harness.step_persistence import SqliteStepStore, StepPersistence
+    with tempfile.TemporaryDirectory(prefix='bench-capability-') as tmp:
+        workdir = Path(tmp)
+        log = LmdbEventLog(workdir / f'log-{rep}')
+        floor_env = lmdb.open(str(workdir / f'floor-{rep}'), map_size=64 << 20)  # synced commits: LMDB's default
+        pairs = {
+            'eventlog': [
+                Mode('none', make_agent(replies, [])),
+                Mode('eventlog', make_agent(replies, [EventLogPersistence(log)])),
+            ],
+            'floor': [
+                Mode('none-3', make_agent(replies, [])),
+                Mode('floor', make_agent(replies, [SyncedCommitFloor(floor_env)])),
+            ],
+        }
+        ref_db = workdir / f'reference-{rep}.db'
+        if with_reference:
+            from pydantic_ai_harness.step_persistence import SqliteStepStore, StepPersistence
 
-        modes.append(Mode('none-2', make_agent(replies, [])))
-        modes.append(
-            Mode('reference', make_agent(replies, [StepPersistence(store=SqliteStepStore(database=str(ref_db)))]))
-        )
-    json_sizes: dict[int, int] = {}
-    for mode in modes:
-        mode.times.append([])
-    # Each persistence runs interleaved, exchange by exchange, with its own run without persistence,
-    # so both see the same machine state; the pairs run one after the other, so the reference's
-    # heavy writes never sit in front of the event log's synced commits.
-    pairs = [modes[i : i + 2] for i in range(0, len(modes), 2)]
-    for pair in pairs if rep % 2 == 0 else pairs[::-1]:
-        gc.collect()
-        for index, (user, _) in enumerate(data):
+            reference = StepPersistence(store=SqliteStepStore(database=str(ref_db)))
+            pairs['reference'] = [
+                Mode('none-2', make_agent(replies, [])),
+                Mode('reference', make_agent(replies, [reference])),
+            ]
+        json_sizes: dict[int, int] = {}
+
+        async def step(line: str) -> dict[str, float]:
+            name, index_text = line.split()
+            index = int(index_text)
+            pair = pairs[name]
+            if index == 0:
+                gc.collect()
+            times: dict[str, float] = {}
             for mode in pair:
                 mode.agent.__dict__['_bench_position']['i'] = index
                 start = time.perf_counter()
-                result = await mode.agent.run(user, message_history=mode.history, conversation_id=f'bench-{rep}')
-                mode.times[-1].append(time.perf_counter() - start)
+                result = await mode.agent.run(
+                    data[index][0], message_history=mode.history, conversation_id=f'bench-{rep}'
+                )
+                times[mode.name] = time.perf_counter() - start
                 mode.history = result.all_messages()
             count = index + 1
             if count in checkpoints:
                 json_sizes[count] = len(ModelMessagesTypeAdapter.dump_json(pair[0].history or []))
-                if pair[1].name == 'eventlog':
+                if name == 'eventlog':
                     pair[1].sizes[count] = disk_bytes(log.path)
-                elif pair[1].name == 'reference':
+                elif name == 'reference':
                     pair[1].sizes[count] = disk_bytes(ref_db)
-    log.close()
-    floor_env.close()
-    return modes, json_sizes
+            return times
+
+        def finish() -> dict[str, Any]:
+            log.close()
+            floor_env.close()
+            return {
+                'module': capability.persistence.__file__,
+                'sizes': {mode.name: mode.sizes for pair in pairs.values() for mode in pair},
+                'json_sizes': json_sizes,
+            }
+
+        await serve(step, finish)
 
 
 def window(checkpoint: int) -> range:
@@ -366,35 +386,40 @@ def main() -> None:
             with_reference = False
     data = exchanges(checkpoints[-1], args.seed)
     if args.child is not None:  # one repetition, in a child process measuring its tree
-        with tempfile.TemporaryDirectory(prefix='bench-capability-') as tmp:
-            modes, json_sizes = asyncio.run(one_repetition(args.child, data, checkpoints, Path(tmp), with_reference))
-        print(
-            json.dumps(
-                {
-                    'module': capability.persistence.__file__,
-                    'times': {mode.name: mode.times[0] for mode in modes},
-                    'sizes': {mode.name: mode.sizes for mode in modes},
-                    'json_sizes': json_sizes,
-                }
-            )
-        )
+        asyncio.run(child(args.child, data, checkpoints, with_reference))
         return
     print(f'{checkpoints[-1]} exchanges, {args.reps} repetitions, seed {args.seed}')
     print(f'load average before: {load_average()}')
     script = Path(__file__).resolve()
     child_args = ['--seed', str(args.seed), *(['--quick'] if args.quick else [])]
     with exported(args.baseline) if args.baseline else contextlib.nullcontext(None) as old_tree:
-        # The reference is measured once, with this tree: it does not depend on the tree.
-        trees: dict[str, tuple[Path, list[str]]] = {}
-        if old_tree is not None:
-            trees[f'old ({args.baseline})'] = (old_tree, ['--no-reference'])
-        trees['new (this tree)'] = (HERE, [] if with_reference else ['--no-reference'])
+        trees = {f'old ({args.baseline})': old_tree} if old_tree is not None else {}
+        trees['new (this tree)'] = HERE
+        # The reference does not depend on the tree: only this tree's child measures it.
+        reference_in = {label: with_reference and tree == HERE for label, tree in trees.items()}
         results: dict[str, list[Results]] = {label: [] for label in trees}
         for rep in range(args.reps):
             started = time.perf_counter()
-            for label in list(trees) if rep % 2 == 0 else list(trees)[::-1]:
-                tree, extra = trees[label]
-                results[label].append(run_child(script, tree, [*child_args, *extra, '--child', str(rep)]))
+            children = LockStep(
+                script,
+                {label: tree for label, tree in trees.items() if tree is not None},
+                [*child_args, '--child', str(rep)],
+                extra={label: [] if reference_in[label] else ['--no-reference'] for label in trees},
+            )
+            times: dict[str, dict[str, list[float]]] = {label: {} for label in trees}
+            pairs = ['eventlog', 'floor', *(['reference'] if with_reference else [])]
+            # The pairs one after the other (so the reference's heavy writes never sit in front of
+            # the log's synced commits), each exchange by each tree in turn, the first alternating.
+            for pair in pairs if rep % 2 == 0 else pairs[::-1]:
+                for index in range(checkpoints[-1]):
+                    order = list(trees) if (index + rep) % 2 == 0 else list(trees)[::-1]
+                    for label in order:
+                        if pair == 'reference' and not reference_in[label]:
+                            continue
+                        for name, seconds in children.step(label, f'{pair} {index}').items():
+                            times[label].setdefault(name, []).append(seconds)
+            for label, last in children.close().items():
+                results[label].append({'times': times[label], 'sizes': last['sizes'], 'json_sizes': last['json_sizes']})
             print(
                 f'  repetition {rep + 1}: {time.perf_counter() - started:.1f} s; load average {load_average()}',
                 flush=True,
