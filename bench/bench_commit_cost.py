@@ -21,8 +21,9 @@ exported and each repetition runs in two children, one per tree, driven in lock 
 by exchange, each child runs it with all its agents in turn, the first child alternating, so the
 old and the new write path are measured side by side, at the same moments. The summary gives
 both, the ratios new / old, the overhead over the three-commit floor and the CPU per append with
-`sync=False` (its overhead over the three appends of a plain exchange). Every figure is a median;
-load averages are printed before, during and after.
+`sync=False` (its overhead over the three appends of a plain exchange), and the pages each
+commit writes (the bytes the run hands to write system calls over 4096 and the three commits).
+Every figure is a median; load averages are printed before, during and after.
 
     .venv/bin/python bench/bench_commit_cost.py                     # 100 exchanges, 3 repetitions
     .venv/bin/python bench/bench_commit_cost.py --baseline main     # the same, old and new side by side
@@ -91,6 +92,16 @@ def open_store(path: Path) -> Store:
     return env, entries, index
 
 
+def bytes_written() -> int:
+    """Bytes this process has handed to write system calls (`wchar` of /proc/self/io; 0 where
+    there is none): LMDB writes a commit's pages with `pwrite`, so per run, its commits' pages."""
+    try:
+        with open('/proc/self/io') as lines:
+            return next(int(line.split()[1]) for line in lines if line.startswith('wchar'))
+    except (OSError, StopIteration):
+        return 0
+
+
 APPENDS_PER_RUN = 3
 """Write transactions `EventLogPersistence` makes in a plain exchange: the request (with the run's
 start), the response, the run's end."""
@@ -119,20 +130,23 @@ async def child(count: int, seed: int, rep: int) -> None:
         names = list(agents)
         gc.collect()
 
-        async def step(line: str) -> dict[str, float]:
+        async def step(line: str) -> dict[str, dict[str, float]]:
             index = int(line)
             user = data[index][0]
             times: dict[str, float] = {}
+            written: dict[str, float] = {}
             # A different order each exchange, so no agent always runs right after another's fsync.
             shift = index % len(names)
             for name in names[shift:] + names[:shift]:
                 agent = agents[name]
                 agent.__dict__['_bench_position']['i'] = index
+                before = bytes_written()
                 start = time.perf_counter()
                 result = await agent.run(user, message_history=history[name], conversation_id=f'c-{rep}')
                 times[name] = time.perf_counter() - start
+                written[name] = bytes_written() - before
                 history[name] = result.all_messages()
-            return times
+            return {'times': times, 'written': written}
 
         def finish() -> dict[str, str]:
             for log in logs:
@@ -175,7 +189,9 @@ def main() -> None:
         trees = {f'old ({args.baseline})': old_tree} if old_tree is not None else {}
         trees['new (this tree)'] = HERE
         results: dict[str, list[dict[str, list[float]]]] = {label: [] for label in trees}
+        written: dict[str, dict[str, list[float]]] = {label: {} for label in trees}
         print(f'load average before: {load_average()}')
+        span = range(count - max(1, count // 4), count)
         for rep in range(args.reps):
             children = LockStep(
                 script, trees, ['--exchanges', str(count), '--seed', str(args.seed), '--child', str(rep)]
@@ -185,8 +201,12 @@ def main() -> None:
             for index in range(count):
                 # The trees take turns exchange by exchange, the first one alternating.
                 for label in list(trees) if (index + rep) % 2 == 0 else list(trees)[::-1]:
-                    for name, seconds in children.step(label, str(index)).items():
+                    found = children.step(label, str(index))
+                    for name, seconds in found['times'].items():
                         results[label][-1].setdefault(name, []).append(seconds)
+                    if index in span:
+                        for name, amount in found['written'].items():
+                            written[label].setdefault(name, []).append(amount)
             children.close()
             print(f'  repetition {rep + 1} done; load average {load_average()}', flush=True)
     load_after = load_average()
@@ -225,6 +245,14 @@ def main() -> None:
         if len(labels) == 2:
             line += f', {synced / pooled:.2f}x the floor of both children ({pooled * 1e3:.3f} ms)'
         print(f'{line}; CPU per append with sync=False {unsynced / APPENDS_PER_RUN * 1e3:.3f} ms')
+        pages = {
+            name: statistics.median(written[label][name]) / 4096 / APPENDS_PER_RUN
+            for name in ('commit: 1 value', 'eventlog')
+        }
+        print(
+            f'  pages written per commit (write syscalls of the run / 4096 / {APPENDS_PER_RUN}): '
+            f'the floor {pages["commit: 1 value"]:.1f}, the log {pages["eventlog"]:.1f}'
+        )
 
 
 if __name__ == '__main__':
