@@ -19,12 +19,20 @@ of the runs up to it), so the growth with the conversation's length is visible.
 
     .venv/bin/python bench/bench_capability.py            # checkpoints 100, 400, 1600 exchanges
     .venv/bin/python bench/bench_capability.py --quick    # checkpoints 25, 100, 400
+    .venv/bin/python bench/bench_capability.py --quick --baseline main   # old and new side by side
+
+Each repetition runs in a child process. With `--baseline REF` the packages of git ref `REF` are
+exported and each repetition runs in two children, one per tree, driven in lock step: exchange
+by exchange, each child runs it with the pair being measured, the first child alternating (the
+reference is measured by this tree's child only). A last table compares the two trees'
+overheads, each with the floor measured in its own child.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import random
 import statistics
@@ -35,15 +43,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import lmdb
+from _baseline import HERE, LockStep, exported, load_average, serve  # first: puts the measured tree first on sys.path
 from pydantic_ai import Agent, ModelRequestNode
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelResponse, TextPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.tools import RunContext
 
+import capability.persistence
 from capability.persistence import EventLogPersistence
 from eventlog import LmdbEventLog
 
@@ -219,52 +229,72 @@ def disk_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.parent.glob(path.name + '*'))
 
 
-async def one_repetition(
-    rep: int, data: list[tuple[str, str]], checkpoints: list[int], workdir: Path, with_reference: bool
-) -> tuple[list[Mode], dict[int, int]]:
+async def child(rep: int, data: list[tuple[str, str]], checkpoints: list[int], with_reference: bool) -> None:
+    """One repetition in a child process measuring its tree, driven by the parent (`LockStep`):
+    the step `PAIR INDEX` runs exchange `INDEX` with both agents of the pair named `PAIR`
+    (`eventlog`, `floor`, `reference`: each persistence with its own agent without persistence,
+    interleaved exchange by exchange so both see the same machine state) and answers their
+    seconds; at the end, the store sizes at each checkpoint."""
     replies = [reply for _, reply in data]
-    log = LmdbEventLog(workdir / f'log-{rep}')
-    modes = [
-        Mode('none', make_agent(replies, [])),
-        Mode('eventlog', make_agent(replies, [EventLogPersistence(log)])),
-    ]
-    floor_env = lmdb.open(str(workdir / f'floor-{rep}'), map_size=64 << 20)  # synced commits, as LMDB's default
-    modes.append(Mode('none-3', make_agent(replies, [])))
-    modes.append(Mode('floor', make_agent(replies, [SyncedCommitFloor(floor_env)])))
-    ref_db = workdir / f'reference-{rep}.db'
-    if with_reference:
-        from pydantic_ai_harness.step_persistence import SqliteStepStore, StepPersistence
+    with tempfile.TemporaryDirectory(prefix='bench-capability-') as tmp:
+        workdir = Path(tmp)
+        log = LmdbEventLog(workdir / f'log-{rep}')
+        floor_env = lmdb.open(str(workdir / f'floor-{rep}'), map_size=64 << 20)  # synced commits: LMDB's default
+        pairs = {
+            'eventlog': [
+                Mode('none', make_agent(replies, [])),
+                Mode('eventlog', make_agent(replies, [EventLogPersistence(log)])),
+            ],
+            'floor': [
+                Mode('none-3', make_agent(replies, [])),
+                Mode('floor', make_agent(replies, [SyncedCommitFloor(floor_env)])),
+            ],
+        }
+        ref_db = workdir / f'reference-{rep}.db'
+        if with_reference:
+            from pydantic_ai_harness.step_persistence import SqliteStepStore, StepPersistence
 
-        modes.append(Mode('none-2', make_agent(replies, [])))
-        modes.append(
-            Mode('reference', make_agent(replies, [StepPersistence(store=SqliteStepStore(database=str(ref_db)))]))
-        )
-    json_sizes: dict[int, int] = {}
-    for mode in modes:
-        mode.times.append([])
-    # Each persistence runs interleaved, exchange by exchange, with its own run without persistence,
-    # so both see the same machine state; the pairs run one after the other, so the reference's
-    # heavy writes never sit in front of the event log's synced commits.
-    pairs = [modes[i : i + 2] for i in range(0, len(modes), 2)]
-    for pair in pairs if rep % 2 == 0 else pairs[::-1]:
-        gc.collect()
-        for index, (user, _) in enumerate(data):
+            reference = StepPersistence(store=SqliteStepStore(database=str(ref_db)))
+            pairs['reference'] = [
+                Mode('none-2', make_agent(replies, [])),
+                Mode('reference', make_agent(replies, [reference])),
+            ]
+        json_sizes: dict[int, int] = {}
+
+        async def step(line: str) -> dict[str, float]:
+            name, index_text = line.split()
+            index = int(index_text)
+            pair = pairs[name]
+            if index == 0:
+                gc.collect()
+            times: dict[str, float] = {}
             for mode in pair:
                 mode.agent.__dict__['_bench_position']['i'] = index
                 start = time.perf_counter()
-                result = await mode.agent.run(user, message_history=mode.history, conversation_id=f'bench-{rep}')
-                mode.times[-1].append(time.perf_counter() - start)
+                result = await mode.agent.run(
+                    data[index][0], message_history=mode.history, conversation_id=f'bench-{rep}'
+                )
+                times[mode.name] = time.perf_counter() - start
                 mode.history = result.all_messages()
             count = index + 1
             if count in checkpoints:
                 json_sizes[count] = len(ModelMessagesTypeAdapter.dump_json(pair[0].history or []))
-                if pair[1].name == 'eventlog':
+                if name == 'eventlog':
                     pair[1].sizes[count] = disk_bytes(log.path)
-                elif pair[1].name == 'reference':
+                elif name == 'reference':
                     pair[1].sizes[count] = disk_bytes(ref_db)
-    log.close()
-    floor_env.close()
-    return modes, json_sizes
+            return times
+
+        def finish() -> dict[str, Any]:
+            log.close()
+            floor_env.close()
+            return {
+                'module': capability.persistence.__file__,
+                'sizes': {mode.name: mode.sizes for pair in pairs.values() for mode in pair},
+                'json_sizes': json_sizes,
+            }
+
+        await serve(step, finish)
 
 
 def window(checkpoint: int) -> range:
@@ -280,12 +310,71 @@ def fmt_bytes(count: int) -> str:
     return f'{count / 1e6:9.2f} MB'
 
 
-async def main() -> None:
+Results = dict[str, Any]
+"""One repetition as a child reports it: `times[mode][exchange]`, `sizes[mode][checkpoint]`,
+`json_sizes[checkpoint]` (JSON keys are strings)."""
+
+
+def report(label: str, reps: list[Results], checkpoints: list[int]) -> dict[int, tuple[float, float, float | None]]:
+    """Print one tree's table; return (eventlog overhead, floor overhead, reference overhead or
+    None) per checkpoint, in seconds."""
+    with_reference = 'reference' in reps[0]['times']
+    names = list(reps[0]['times'])
+    # per_run[mode][exchange] = median over repetitions
+    per_run = {
+        name: [statistics.median(rep['times'][name][x] for rep in reps) for x in range(checkpoints[-1])]
+        for name in names
+    }
+    last = reps[-1]
+
+    def overhead(name: str, base: str, span: range) -> float:
+        return statistics.median(per_run[name][x] - per_run[base][x] for x in span)
+
+    print(f'\n{label}')
+    header = f'{"exchanges":>9} | {"run, no persistence":>19} | {"eventlog overhead":>17} | {"3-commit floor":>14} | '
+    if with_reference:
+        header += f'{"reference overhead":>18} | {"ratio":>7} | {"ceiling":>7} | '
+    header += f'{"messages JSON":>13} | {"eventlog store":>14}'
+    if with_reference:
+        header += f' | {"reference store":>15}'
+    print(header)
+    print('-' * len(header))
+    found: dict[int, tuple[float, float, float | None]] = {}
+    for checkpoint in checkpoints:
+        span = window(checkpoint)
+        base = statistics.median(per_run['none'][x] for x in span)
+        ours = overhead('eventlog', 'none', span)
+        floor = overhead('floor', 'none-3', span)
+        line = f'{checkpoint:>9} | {fmt_ms(base):>19} | {fmt_ms(ours):>17} | {fmt_ms(floor):>14} | '
+        theirs = None
+        if with_reference:
+            theirs = overhead('reference', 'none-2', span)
+            line += f'{fmt_ms(theirs):>18} | {theirs / ours:6.1f}x | {theirs / floor:6.1f}x | '
+        json_size = last['json_sizes'][str(checkpoint)]
+        our_size = last['sizes']['eventlog'][str(checkpoint)]
+        line += f'{fmt_bytes(json_size):>13} | {fmt_bytes(our_size):>9} {our_size / json_size:4.1f}x'
+        if with_reference:
+            ref_size = last['sizes']['reference'][str(checkpoint)]
+            line += f' | {fmt_bytes(ref_size):>9} {ref_size / json_size:5.1f}x'
+        print(line)
+        found[checkpoint] = (ours, floor, theirs)
+    first, final = window(checkpoints[0]), window(checkpoints[-1])
+    ours_growth = overhead('eventlog', 'none', final) / overhead('eventlog', 'none', first)
+    print(f'eventlog overhead per run, last checkpoint / first: {ours_growth:.2f}x')
+    if with_reference:
+        ref_growth = overhead('reference', 'none-2', final) / overhead('reference', 'none-2', first)
+        print(f'reference overhead per run, last checkpoint / first: {ref_growth:.2f}x')
+    return found
+
+
+def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--quick', action='store_true', help='checkpoints 25, 100, 400 instead of 100, 400, 1600')
     parser.add_argument('--reps', type=int, default=3, help='repetitions of the whole conversation (default 3)')
     parser.add_argument('--seed', type=int, default=42)
     parser.add_argument('--no-reference', action='store_true', help='skip the reference (pydantic-ai-harness)')
+    parser.add_argument('--baseline', default='', help="git ref of the old way to measure side by side ('' for none)")
+    parser.add_argument('--child', type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     checkpoints = [25, 100, 400] if args.quick else [100, 400, 1600]
     with_reference = not args.no_reference
@@ -296,65 +385,65 @@ async def main() -> None:
             print('pydantic-ai-harness is not installed: measuring EventLogPersistence alone')
             with_reference = False
     data = exchanges(checkpoints[-1], args.seed)
+    if args.child is not None:  # one repetition, in a child process measuring its tree
+        asyncio.run(child(args.child, data, checkpoints, with_reference))
+        return
     print(f'{checkpoints[-1]} exchanges, {args.reps} repetitions, seed {args.seed}')
-    all_modes: list[list[Mode]] = []
-    json_sizes: dict[int, int] = {}
-    with tempfile.TemporaryDirectory(prefix='bench-capability-') as tmp:
+    print(f'load average before: {load_average()}')
+    script = Path(__file__).resolve()
+    child_args = ['--seed', str(args.seed), *(['--quick'] if args.quick else [])]
+    with exported(args.baseline) if args.baseline else contextlib.nullcontext(None) as old_tree:
+        trees = {f'old ({args.baseline})': old_tree} if old_tree is not None else {}
+        trees['new (this tree)'] = HERE
+        # The reference does not depend on the tree: only this tree's child measures it.
+        reference_in = {label: with_reference and tree == HERE for label, tree in trees.items()}
+        results: dict[str, list[Results]] = {label: [] for label in trees}
         for rep in range(args.reps):
             started = time.perf_counter()
-            modes, json_sizes = await one_repetition(rep, data, checkpoints, Path(tmp), with_reference)
-            all_modes.append(modes)
-            print(f'  repetition {rep + 1}: {time.perf_counter() - started:.1f} s')
-    names = [m.name for m in all_modes[0]]
-    # per_run[mode][exchange] = median over repetitions
-    per_run = {
-        name: [statistics.median(reps[i].times[0][x] for reps in all_modes) for x in range(checkpoints[-1])]
-        for i, name in enumerate(names)
-    }
-    last = {mode.name: mode for mode in all_modes[-1]}
-
-    def overhead(name: str, base: str, span: range) -> float:
-        return statistics.median(per_run[name][x] - per_run[base][x] for x in span)
-
-    print()
-    header = f'{"exchanges":>9} | {"run, no persistence":>19} | {"eventlog overhead":>17} | {"3-commit floor":>14} | '
-    if with_reference:
-        header += f'{"reference overhead":>18} | {"ratio":>7} | {"ceiling":>7} | '
-    header += f'{"messages JSON":>13} | {"eventlog store":>14}'
-    if with_reference:
-        header += f' | {"reference store":>15}'
-    print(header)
-    print('-' * len(header))
-    for checkpoint in checkpoints:
-        span = window(checkpoint)
-        base = statistics.median(per_run['none'][x] for x in span)
-        ours = overhead('eventlog', 'none', span)
-        floor = overhead('floor', 'none-3', span)
-        line = f'{checkpoint:>9} | {fmt_ms(base):>19} | {fmt_ms(ours):>17} | {fmt_ms(floor):>14} | '
-        if with_reference:
-            theirs = overhead('reference', 'none-2', span)
-            line += f'{fmt_ms(theirs):>18} | {theirs / ours:6.1f}x | {theirs / floor:6.1f}x | '
-        json_size = json_sizes[checkpoint]
-        our_size = last['eventlog'].sizes[checkpoint]
-        line += f'{fmt_bytes(json_size):>13} | {fmt_bytes(our_size):>9} {our_size / json_size:4.1f}x'
-        if with_reference:
-            ref_size = last['reference'].sizes[checkpoint]
-            line += f' | {fmt_bytes(ref_size):>9} {ref_size / json_size:5.1f}x'
-        print(line)
-    print()
-    first, final = window(checkpoints[0]), window(checkpoints[-1])
-    ours_growth = overhead('eventlog', 'none', final) / overhead('eventlog', 'none', first)
-    print(f'eventlog overhead per run, last checkpoint / first: {ours_growth:.2f}x')
-    if with_reference:
-        ref_growth = overhead('reference', 'none-2', final) / overhead('reference', 'none-2', first)
-        print(f'reference overhead per run, last checkpoint / first: {ref_growth:.2f}x')
+            children = LockStep(
+                script,
+                {label: tree for label, tree in trees.items() if tree is not None},
+                [*child_args, '--child', str(rep)],
+                extra={label: [] if reference_in[label] else ['--no-reference'] for label in trees},
+            )
+            times: dict[str, dict[str, list[float]]] = {label: {} for label in trees}
+            pairs = ['eventlog', 'floor', *(['reference'] if with_reference else [])]
+            # The pairs one after the other (so the reference's heavy writes never sit in front of
+            # the log's synced commits), each exchange by each tree in turn, the first alternating.
+            for pair in pairs if rep % 2 == 0 else pairs[::-1]:
+                for index in range(checkpoints[-1]):
+                    order = list(trees) if (index + rep) % 2 == 0 else list(trees)[::-1]
+                    for label in order:
+                        if pair == 'reference' and not reference_in[label]:
+                            continue
+                        for name, seconds in children.step(label, f'{pair} {index}').items():
+                            times[label].setdefault(name, []).append(seconds)
+            for label, last in children.close().items():
+                results[label].append({'times': times[label], 'sizes': last['sizes'], 'json_sizes': last['json_sizes']})
+            print(
+                f'  repetition {rep + 1}: {time.perf_counter() - started:.1f} s; load average {load_average()}',
+                flush=True,
+            )
+    print(f'load average after: {load_average()}')
+    found = {label: report(label, reps, checkpoints) for label, reps in results.items()}
     print(
-        '3-commit floor: a capability doing nothing but one synced LMDB commit of one small value for the\n'
+        '\n3-commit floor: a capability doing nothing but one synced LMDB commit of one small value for the\n'
         "request, the response and the run's end; ceiling = reference overhead / floor, the best ratio a\n"
         'store that makes each of them durable before going on can reach on this machine.'
     )
     print('store sizes are bytes on disk (LMDB data file blocks; SQLite database and WAL files).')
+    if len(found) == 2:
+        (old_label, old), (new_label, new) = found.items()
+        print(
+            f'\n{"exchanges":>9} | {"old overhead":>12} | {"new overhead":>12} | {"new / old":>9} | {"old / floor":>11} | {"new / floor":>11}'
+        )
+        for checkpoint in checkpoints:
+            (o, o_floor, _), (n, n_floor, _) = old[checkpoint], new[checkpoint]
+            print(
+                f'{checkpoint:>9} | {fmt_ms(o):>12} | {fmt_ms(n):>12} | {n / o:8.2f}x | {o / o_floor:10.2f}x | {n / n_floor:10.2f}x'
+            )
+        print(f'old = {old_label}, new = {new_label}; floor = the 3-commit floor measured in the same child')
 
 
 if __name__ == '__main__':
-    asyncio.run(main())
+    main()

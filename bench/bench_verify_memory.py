@@ -11,14 +11,15 @@ the call itself (imports and opening the store excluded). Each figure is the med
 runs; the `import` row is a child that only opens the store.
 
 The old way is measured side by side: `--baseline REF` (default `main`) is exported with
-`git archive` into a temporary directory and the same children run with it first on
-`PYTHONPATH`; ratios are new / old. `--baseline ''` measures this tree only.
+`git archive` into a temporary directory (`_baseline.exported`) and the same children run with
+it first on `PYTHONPATH`; ratios are new / old. `--baseline ''` measures this tree only.
 Usage: `python bench/bench_verify_memory.py [--quick] [--messages N] [--reps N] [--cache DIR]`.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -28,8 +29,9 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent.parent
-PACKAGES = ('eventlog', 'search', 'capability', 'eventlog_cli')
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _baseline import HERE, exported
 
 _BUILD = """
 import asyncio, random, sys
@@ -141,11 +143,6 @@ def _measure(tree: Path, mode: str, store: Path) -> dict[str, float]:
     return found
 
 
-def _export(ref: str, into: Path) -> None:
-    archive = subprocess.run(['git', '-C', str(HERE), 'archive', ref, *PACKAGES], capture_output=True, check=True)
-    subprocess.run(['tar', '-x', '-C', str(into)], input=archive.stdout, check=True)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n', 1)[0])
     parser.add_argument('--messages', type=int, default=200_000)
@@ -159,11 +156,10 @@ def main() -> None:
     count = 20_000 if args.quick and args.messages == 200_000 else args.messages
     store = args.cache / f'store-{count}'
     _build(store, count)
-    with tempfile.TemporaryDirectory() as old_tree:
+    with exported(args.baseline) if args.baseline else contextlib.nullcontext(None) as old_tree:
         trees: dict[str, Path] = {}
-        if args.baseline:
-            _export(args.baseline, Path(old_tree))
-            trees[f'old ({args.baseline})'] = Path(old_tree)
+        if old_tree is not None:
+            trees[f'old ({args.baseline})'] = old_tree
         trees['new (this tree)'] = HERE
         results: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
         load_before = os.getloadavg()

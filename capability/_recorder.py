@@ -1,6 +1,6 @@
 """`RunRecorder`: what one agent run has recorded in the event log, and the writes that record more.
 
-`EventLogPersistence.for_run` creates one recorder per run; the capability's hooks say *when*
+`EventLogPersistence.wrap_run` creates one recorder per run; the capability's hooks say *when*
 something is final and the recorder records it: it keeps the run's `Layout` (the live history
 as recorded, each message with its anchor), turns `plan_sync`'s plans into entries, appends
 them in one transaction per sync through the capability's durable `append` operation, and
@@ -174,6 +174,8 @@ class RunRecorder:
     """The run whose tool started this one, if any."""
     redaction: Redaction = field(default_factory=Redaction)
     """Applied to every message before it is encoded for the log (`EventLogPersistence(redact=...)`)."""
+    owner: object = None
+    """The capability whose hooks drive this recorder (how they find it among a task's recorders)."""
 
     layout: Layout = field(default_factory=Layout)
     pending: list[Outgoing] = field(default_factory=list[Outgoing])
@@ -485,13 +487,18 @@ def describe(error: BaseException) -> str:
 
 
 _USAGE_ALWAYS = frozenset({'requests', 'tool_calls', 'input_tokens', 'output_tokens'})
+_USAGE_FIELDS: dict[type, tuple[str, ...]] = {}
+"""The field names of each usage class seen, read once per process."""
 
 
 def _usage(usage: RunUsage) -> dict[str, int]:
     """The run's integer usage counters (the four main ones always, the others when non-zero)."""
+    names = _USAGE_FIELDS.get(type(usage))
+    if names is None:
+        names = _USAGE_FIELDS[type(usage)] = tuple(f.name for f in fields(usage))
     out: dict[str, int] = {}
-    for f in fields(usage):
-        value = getattr(usage, f.name)
-        if isinstance(value, int) and not isinstance(value, bool) and (value or f.name in _USAGE_ALWAYS):
-            out[f.name] = value
+    for name in names:
+        value = getattr(usage, name)
+        if isinstance(value, int) and not isinstance(value, bool) and (value or name in _USAGE_ALWAYS):
+            out[name] = value
     return out

@@ -21,9 +21,8 @@ recorded as a `compaction` entry, never as originals.
 from __future__ import annotations
 
 import asyncio
-import copy
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
@@ -137,10 +136,9 @@ class EventLogPersistence(AbstractCapability[AgentDepsT]):
     checkpoint_dir: str | Path | None = None
 
     _ended_runs: list[int] = field(default_factory=lambda: [0], init=False, repr=False, compare=False)
-    """Runs ended since the last checkpoint, shared by the copies `for_run` makes."""
+    """Runs ended since the last checkpoint."""
 
     _recent: RecentRuns = field(default_factory=RecentRuns, init=False, repr=False, compare=False)
-    _recorder: RunRecorder | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.on_error not in ('raise', 'warn'):
@@ -165,17 +163,18 @@ class EventLogPersistence(AbstractCapability[AgentDepsT]):
         """Not buildable from a spec: it needs a live log."""
         return None
 
-    async def for_run(self, ctx: RunContext[AgentDepsT]) -> AbstractCapability[AgentDepsT]:
-        """A copy for this run with its own `RunRecorder`; the log and the memory of recent runs
-        are shared."""
-        run = copy.copy(self)
+    def _new_recorder(self, ctx: RunContext[AgentDepsT]) -> RunRecorder:
+        """The `RunRecorder` of the run `ctx` starts; the log and the memory of recent runs are shared.
+
+        Made in `wrap_run` rather than in a copy of the capability returned by `for_run`: a copy
+        would make pydantic-ai rebuild the agent's combined capability for every run."""
         run_id = ctx.run_id or ''
         agent_name = self.agent_name
         if agent_name is None and ctx.agent is not None:
             agent_name = ctx.agent.name
-        run._recorder = RunRecorder(
+        recorder = RunRecorder(
             log=self.log,
-            append=run._append,
+            append=self._dispatch_append,
             on_error=self.on_error,
             recent=self._recent,
             run_id=run_id,
@@ -184,21 +183,25 @@ class EventLogPersistence(AbstractCapability[AgentDepsT]):
             metadata=self.metadata,
             parent_run_id=_ACTIVE_RUN.get(),
             redaction=Redaction(self.redact),
+            owner=self,
         )
         checking = CHECKING.get()
         if checking is not None and not checking.durable:
-            run._recorder.disabled = True  # re-executed against its recorded messages (`capability.rerun`)
-        return run
-
-    @property
-    def _recording(self) -> RunRecorder:
-        """This run's recorder (pydantic-ai calls the hooks on the instance `for_run` returned)."""
-        recorder = self._recorder
-        if recorder is None:
-            raise EventLogPersistenceError(
-                'an EventLogPersistence hook ran outside a run (on an instance for_run did not return)'
-            )
+            recorder.disabled = True  # re-executed against its recorded messages (`capability.rerun`)
         return recorder
+
+    def _recording(self, ctx: RunContext[AgentDepsT]) -> RunRecorder:
+        """This capability's recorder of the run `ctx` belongs to: the innermost one its `wrap_run`
+        made in this task's context (pydantic-ai carries the context `wrap_run` set into the run's
+        body and its tool calls)."""
+        run_id = ctx.run_id or ''
+        for recorder in reversed(_RECORDERS.get()):
+            if recorder.owner is self and recorder.run_id == run_id:
+                return recorder
+        raise EventLogPersistenceError(
+            f'an EventLogPersistence hook of run {run_id!r} ran outside the wrap_run of that run '
+            f'(its recorder is not in this context)'
+        )
 
     # --- run lifecycle -----------------------------------------------------------------------
 
@@ -208,7 +211,7 @@ class EventLogPersistence(AbstractCapability[AgentDepsT]):
         The end is recorded here rather than in `after_run`/`on_run_error` because only
         `wrap_run` sees every ending, cancellation included, and the final result.
         """
-        recorder = self._recording
+        recorder = self._new_recorder(ctx)
         token = _ACTIVE_RUN.set(ctx.run_id)
         recorders = _RECORDERS.set((*_RECORDERS.get(), recorder))
         try:
@@ -258,7 +261,7 @@ class EventLogPersistence(AbstractCapability[AgentDepsT]):
             # Resuming without a prompt: pydantic-ai sends (a copy of) the trailing request as this
             # run's own request, so it is recorded as this run's, not as inherited history.
             history = history[:-1]
-        await self._recording.start(history)
+        await self._recording(ctx).start(history)
 
     async def before_model_request(
         self, ctx: RunContext[AgentDepsT], request_context: ModelRequestContext
@@ -269,7 +272,7 @@ class EventLogPersistence(AbstractCapability[AgentDepsT]):
         and given its instructions, after the request hooks) is not final; it is recorded with its
         response instead.
         """
-        recorder = self._recording
+        recorder = self._recording(ctx)
         live = ctx.messages
         if live and isinstance(live[-1], ModelRequest) and live[-1].run_id is None:
             await recorder.sync(live, upto=len(live) - 1)
@@ -285,10 +288,11 @@ class EventLogPersistence(AbstractCapability[AgentDepsT]):
         """Append the response a `ModelRequestNode` produced (final only now), or the closing
         tool-return request of a `CallToolsNode` that ends the run."""
         if isinstance(node, ModelRequestNode):
-            self._recording.check_sent()
-            await self._recording.sync(ctx.messages)
+            recorder = self._recording(ctx)
+            recorder.check_sent()
+            await recorder.sync(ctx.messages)
         elif isinstance(node, CallToolsNode):
-            await self._recording.sync(ctx.messages)
+            await self._recording(ctx).sync(ctx.messages)
         return result
 
     async def wrap_tool_execute(
@@ -301,7 +305,7 @@ class EventLogPersistence(AbstractCapability[AgentDepsT]):
         handler: WrapToolExecuteHandler,
     ) -> Any:
         """Record `started` before the tool runs and `completed`/`failed` after, whatever it raises."""
-        recorder = self._recording
+        recorder = self._recording(ctx)
         key = recorder.tool_key(call.tool_call_id)
         await recorder.tool_effect(call.tool_call_id, tool_def.name, key, 'started')
         try:
@@ -314,6 +318,20 @@ class EventLogPersistence(AbstractCapability[AgentDepsT]):
 
     # --- the one write -------------------------------------------------------------------------
 
+    async def _dispatch_append(
+        self, *, run_id: str, conversation_id: str, entries: list[WireEntry]
+    ) -> list[tuple[int, str]]:
+        """`_append`, through its durable operation when an engine may dispatch it, else directly.
+
+        The decorator of a durable operation binds the call to the method's signature each time
+        (tens of microseconds) only to find, outside a durable run, that it awaits the method
+        itself; `_runs_inline` makes the same test first, and anything it cannot tell goes through
+        the decorator.
+        """
+        if _runs_inline(self.id):
+            return await self._write_entries(run_id=run_id, conversation_id=conversation_id, entries=entries)
+        return await self._append(run_id=run_id, conversation_id=conversation_id, entries=entries)
+
     @durable_operation('append')
     async def _append(self, *, run_id: str, conversation_id: str, entries: list[WireEntry]) -> list[tuple[int, str]]:
         """The one write: a durable operation, so an engine journals it, and idempotent by key,
@@ -323,6 +341,12 @@ class EventLogPersistence(AbstractCapability[AgentDepsT]):
         earlier attempt's, when the step ran before); a journaled result keeps the digests of the
         attempt that wrote the entries.
         """
+        return await self._write_entries(run_id=run_id, conversation_id=conversation_id, entries=entries)
+
+    async def _write_entries(
+        self, *, run_id: str, conversation_id: str, entries: list[WireEntry]
+    ) -> list[tuple[int, str]]:
+        """The body of `_append`: check mode answers from the recording, else one `append_many`."""
         checking = CHECKING.get()
         if checking is not None:  # a check re-executes the run from its journal: nothing is written
             return await _recorded_append(checking, run_id, entries)
@@ -356,6 +380,42 @@ async def _recorded_append(checking: Checking, run_id: str, entries: list[WireEn
     if any(e.key not in held for e in entries):
         raise checking.stop(Asked(checking.compared + 1, 'eventlog_persistence.append', entries), None)
     return [(held[e.key].seq, digest(held[e.key].payload) if e.kind == 'message' else '') for e in entries]
+
+
+_UNKNOWN: Any = object()
+
+
+def _ambient_run_context() -> Callable[[], object] | None:
+    """pydantic-ai's reader of the ambient `RunContext` (the one its durable operations consult),
+    or `None` where it is not found (then every append goes through the decorator)."""
+    try:
+        from pydantic_ai._run_context import get_current_run_context  # pyright: ignore[reportPrivateUsage]
+    except ImportError:  # pragma: no cover - another pydantic-ai layout
+        return None
+    return get_current_run_context
+
+
+_CURRENT_RUN_CONTEXT = _ambient_run_context()
+
+
+def _runs_inline(capability_id: str | None) -> bool:
+    """Whether `@durable_operation` would await the capability's `append` itself, as it does when
+    no durability engine dispatches the operations of the current run.
+
+    The same test as the decorator's (pydantic-ai 2.62 and later): the ambient `RunContext` has no
+    dispatcher for (`capability_id`, 'append') among its `_durable_operations`. Outside a run, or
+    when the context does not carry that attribute (another pydantic-ai), the answer is `False`
+    and the call goes through the decorator, which decides.
+    """
+    if capability_id is None or _CURRENT_RUN_CONTEXT is None:
+        return False
+    ctx = _CURRENT_RUN_CONTEXT()
+    if ctx is None:
+        return False
+    operations: Any = getattr(ctx, '_durable_operations', _UNKNOWN)
+    if operations is _UNKNOWN:
+        return False
+    return operations is None or operations.get((capability_id, 'append')) is None
 
 
 def _result_usage(result: AgentRunResult[Any]) -> RunUsage:

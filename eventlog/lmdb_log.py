@@ -170,7 +170,11 @@ class _SharedEnv:
     def leave(self) -> None:
         with self.cond:
             self.active -= 1
-            self.cond.notify_all()
+            # Only a resize or a compaction waits on `cond` for transactions to end, and each sets
+            # `resizing` (under `cond`) before it waits; the transactions `enter` holds back are
+            # woken when it is cleared. So with `resizing` false no one waits for this.
+            if self.resizing:
+                self.cond.notify_all()
 
     def check_identity(self) -> None:
         """Raise `StoreReplacedError` unless `data.mdb` is still the file this environment maps.

@@ -21,7 +21,7 @@ from pydantic_ai import Agent, ModelRetry, RunContext
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart, UserPromptPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from capability import EventLogDurability, EventLogPersistence
+from capability import EventLogDurability, EventLogPersistence, persistence
 from eventlog import (
     DurableDeterminismError,
     DurableRunFailedError,
@@ -601,3 +601,38 @@ async def test_generated_tool_call_ids_instructions_and_system_prompts_resume(lo
     assert await replayed(log, 'r1') == dump(result.all_messages())
     journal = await steps(log, 'r1')
     assert sum(1 for s in journal if s.inputs and 'messages' in s.inputs) == 3
+
+
+async def test_persistence_appends_go_through_the_engine_only_in_a_durable_run(
+    log: EventLogBase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Outside a durable run `EventLogPersistence` skips its durable operation's decorator (which
+    would await the method itself); in a durable run each append inside it is dispatched to the
+    engine, so each is journaled as a unit of the run."""
+    answers: list[bool] = []
+    decide = persistence._runs_inline  # pyright: ignore[reportPrivateUsage]
+
+    def spy(capability_id: str | None) -> bool:
+        answers.append(decide(capability_id))
+        return answers[-1]
+
+    monkeypatch.setattr(persistence, '_runs_inline', spy)
+    script = Script()
+    plain = Agent(FunctionModel(script.model), capabilities=[EventLogPersistence(log)])
+
+    @plain.tool_plain
+    def lookup(key: str) -> str:
+        return key.upper()
+
+    result = await plain.run('look things up', run_id='plain', conversation_id='p')
+    assert answers and all(answers)  # every append took the fast path...
+    assert await replayed(log, 'plain') == dump(result.all_messages())  # ...and recorded everything
+    answers.clear()
+    durable = await script.agent(log).run('look things up', run_id='r1', conversation_id='c1')
+    dispatched = answers.count(False)
+    journaled = [step.name for step in await steps(log, 'r1')]
+    assert dispatched > 0
+    # Every dispatched append is a journaled unit but the last, the run's end: its journal entry
+    # would follow the `run_finished` entry, and nothing is appended to a finished run.
+    assert sum(name.endswith('eventlog_persistence.append') for name in journaled) == dispatched - 1
+    assert await replayed(log, 'r1') == dump(durable.all_messages())

@@ -9,6 +9,7 @@ import signal
 import stat
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -90,6 +91,56 @@ async def test_map_grows_by_itself(tmp_path: Path) -> None:
     assert log.env.info()['map_size'] > 20 * initial
     assert len(await log.entries(kinds=['message'])) == written
     assert (await log.verify()).ok
+    log.close()
+
+
+def test_map_grows_while_threads_read_and_write(tmp_path: Path) -> None:
+    """A writer that fills the map waits for this process's other transactions to end before it
+    grows the map; readers and writers in other threads meanwhile neither hang nor lose anything."""
+    log = LmdbEventLog(tmp_path / 's', map_size=256 * 1024, sync=False)
+    initial = log.env.info()['map_size']
+    big = 'z' * 8_000
+    errors: list[BaseException] = []
+    written: dict[str, int] = {}
+    stop = threading.Event()
+
+    def write(name: str) -> None:
+        async def work() -> None:
+            await log.append(run_started_entry(conversation_id=name, run_id=name))
+            for i in range(0, 120, 4):
+                batch = [message_entry(exchange(i + j, big)[0], conversation_id=name, run_id=name) for j in range(4)]
+                await log.append_many(batch)
+                written[name] = written.get(name, 0) + len(batch)
+
+        try:
+            asyncio.run(work())
+        except BaseException as exc:  # reported by the test
+            errors.append(exc)
+
+    def read() -> None:
+        # Long read transactions: a writer that fills the map meanwhile must wait for their end.
+        try:
+            while not stop.is_set():
+                log.run_in_txn(lambda txn: time.sleep(0.005), write=False)
+                asyncio.run(log.last_seq())
+        except BaseException as exc:  # reported by the test
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(f'w{n}',), daemon=True) for n in range(2)]
+    threads += [threading.Thread(target=read, daemon=True) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads[:2]:
+        thread.join(timeout=120)
+    stop.set()
+    for thread in threads[2:]:
+        thread.join(timeout=30)
+    assert not any(thread.is_alive() for thread in threads), 'a thread hung while the map grew'
+    assert errors == []
+    assert log.env.info()['map_size'] > 8 * initial
+    counts = {name: len(asyncio.run(log.entries(conversation_id=name, kinds=['message']))) for name in written}
+    assert counts == written == {'w0': 120, 'w1': 120}
+    assert asyncio.run(log.verify()).ok
     log.close()
 
 
