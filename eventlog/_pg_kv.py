@@ -176,6 +176,15 @@ class PgReadTxn:
         row = self._cur.fetchone()
         return None if row is None else bytes(row[0])
 
+    def assigned_last(self) -> bytes:
+        """The last `seq` handed out (the store's counter, `claim_seqs`) as seq8: at least the
+        last entry's, more when an append that claimed seqs never committed."""
+        schema = self._relations[Table.ENTRIES].table.rsplit('.', 1)[0]
+        self._cur.execute(f'SELECT int8send(last_value) FROM {schema}.seq_counter'.encode())
+        row = self._cur.fetchone()
+        assert row is not None
+        return bytes(row[0])
+
     def scan_settled(self, start: bytes) -> Iterator[tuple[bytes, bytes]]:
         """The settled entries from the key `start` on, in `seq` order, by pages."""
         sql = settled_sql(self._relations[Table.ENTRIES].table)[1]
