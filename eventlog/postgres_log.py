@@ -3,15 +3,19 @@
 The engine is the one every backend shares (`_engine`); this module only says how to run it
 inside PostgreSQL transactions (`_pg_kv` maps the storage protocol onto tables).
 
-Order and concurrency (docs/postgres.md):
+Order and concurrency (docs/postgres.md, "Order"):
 
-- A write transaction first takes the schema's writer lock (`LOCK TABLE ... IN EXCLUSIVE
-  MODE` on the `entries` table, which readers never wait for) and holds it until it commits;
-  its snapshot starts after the lock is granted, so it sees every earlier commit.
-  Writers on every machine therefore commit one after another, and `seq` is assigned under
-  the lock as one more than the last committed `seq`. Entry `n + 1` cannot become visible
-  before entry `n`, so a follower that reads by `seq` (projections, `tail --follow`) never
-  skips an entry, and each conversation's hash chain is extended by one writer at a time.
+- An append takes `ROW EXCLUSIVE` on the `entries` table (which appends share) and a
+  transaction advisory lock per conversation and run its batch names, so appends to different
+  conversations commit side by side and each conversation's hash chain is extended by one
+  writer at a time. It claims its seqs from the schema's counter (`claim_seqs`), which hands
+  out seqs and transaction ids in one order; each entry records its writer's id (`tx`).
+- Followers (`entries(after_seq=...)`, `last_seq`, projections) read only the settled entries,
+  those of transactions older than every one still running: always every entry up to some
+  `seq`, so an entry committed late is never skipped (`_pg_kv.settled_sql`).
+- Store-wide writes (fork, deletion, erasure, import, leases, checkpoints) take the schema's
+  writer lock (`LOCK TABLE ... IN EXCLUSIVE MODE` on `entries`, which readers never wait for),
+  which waits for every append in flight, and move the counter themselves.
 - Readers run in a repeatable-read, read-only transaction: one consistent snapshot, as an
   LMDB read transaction gives.
 - A transaction that fails because the connection broke before its commit was sent is
