@@ -85,6 +85,16 @@ def get_conversation(txn: ReadTxn, conversation_id: str) -> ConversationRecord |
     return None if raw is None else decode_conversation(conversation_id, raw)
 
 
+def assigned_last_seq(txn: ReadTxn) -> int:
+    """The largest `seq` ever handed out: `last_seq` on a store with one writer; on a store whose
+    appends claim seqs from a counter (PostgreSQL), that counter, which can be past the last
+    entry (seqs an append claimed and never committed) and past what followers see yet."""
+    assigned = getattr(txn, 'assigned_last', None)
+    if assigned is None:
+        return last_seq(txn)
+    return key_seq(cast('Callable[[], bytes]', assigned)())
+
+
 def last_seq(txn: ReadTxn) -> int:
     """The largest `seq` ever assigned (entries removed by a delete keep their numbers used).
 
