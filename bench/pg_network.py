@@ -211,7 +211,7 @@ def bench_network(
         print(f'\n== appends through a proxy adding {rtt_ms:g} ms per round trip (measured SELECT 1: {rtt:.2f} ms)')
         pools: dict[str, tuple[list[Child], Child]] = {}
         for scheme, code in codes.items():
-            schema = f'net_{scheme}_{os.getpid()}'
+            schema = f'net_{scheme}_{os.getpid()}_{int(rtt_ms * 1000)}'
             create_schema(code, dsn, schema)
             writers = [Child(code, 'writer', far, schema, f'{scheme}{n}') for n in range(max(counts))]
             follower = Child(code, 'follower', far, schema)
