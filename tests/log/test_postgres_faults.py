@@ -282,7 +282,9 @@ async def test_writers_lose_no_acknowledged_append_through_fast_and_immediate_re
             report = await log.verify()
             assert report.ok, report.problems
             entries = await log.entries()
-            assert [e.seq for e in entries] == list(range(1, len(entries) + 1))
+            # Appends commit concurrently and claim their seqs first: one cut by a restart may
+            # leave its seqs unused (a gap), never an entry twice or out of order.
+            assert [e.seq for e in entries] == sorted({e.seq for e in entries})
             assert sorted(acked) == [e.seq for e in entries]
             for entry in entries:
                 check_entry(entry, *acked[entry.seq], 'shared')
