@@ -12,6 +12,7 @@ came out of order (it misses some).
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Callable
 
@@ -22,9 +23,11 @@ from eventlog.postgres_log import PostgresEventLog
 
 __all__ = ['schema_fixture', 'workers_fixture']  # fixtures used by the tests below
 
-WRITERS = 4
-MESSAGES = 24
-"""Messages per writer: runs of up to 10, each with its start and end, some as one batch."""
+LONG = bool(os.environ.get('EVENTLOG_LONG'))
+WRITERS = 8 if LONG else 4
+MESSAGES = 240 if LONG else 24
+"""Messages per writer: runs of up to 10, each with its start and end, some as one batch
+(`EVENTLOG_LONG=1`: 8 writers of 240)."""
 
 
 def dawdle_at_commit(dsn: str, schema: str) -> None:
