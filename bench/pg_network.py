@@ -9,9 +9,9 @@ configuration. A follower process reads `entries(after_seq=...)` through the sam
 each window; every acknowledged append must be seen (skipped: 0) and its lag is the time from
 the writer's acknowledgement to the follower's read.
 
-CPU per append is the writers' (their own rusage), the server's (every postgres process of the
-machine, sampled over the window: the follower's reads included) and the proxy's; the ceiling it
-puts on any scheme here is the machine's cores divided by that total.
+CPU per append is the writers' (their own rusage), the server's (its postmaster and children,
+sampled over the window: the follower's reads included) and the proxy's; the ceiling it puts on
+any scheme here is the machine's cores divided by that total.
 """
 
 from __future__ import annotations
@@ -43,16 +43,34 @@ def proc_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
-def server_cpu() -> float:
-    """CPU seconds used so far by the PostgreSQL processes of this machine."""
+def postmaster_pid(dsn: str) -> int | None:
+    """The pid of the server's postmaster (read from its data directory), or `None` when that
+    cannot be read (a server elsewhere)."""
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            row = conn.execute('SHOW data_directory').fetchone()
+        assert row is not None
+        return int(Path(str(row[0]), 'postmaster.pid').read_text().split()[0])
+    except (OSError, psycopg.Error, ValueError, IndexError):
+        return None
+
+
+def server_cpu(postmaster: int | None) -> float:
+    """CPU seconds used so far by the server's processes: the postmaster and its children (every
+    PostgreSQL process of the machine when the postmaster is not known; other servers then count)."""
     total = 0.0
     for pid in os.listdir('/proc'):
         if not pid.isdigit():
             continue
         try:
-            if Path(f'/proc/{pid}/comm').read_text().startswith(('postgres', 'postmaster')):
-                total += proc_cpu(int(pid))
-        except (OSError, IndexError):
+            if postmaster is None:
+                if Path(f'/proc/{pid}/comm').read_text().startswith(('postgres', 'postmaster')):
+                    total += proc_cpu(int(pid))
+                continue
+            fields = Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()
+            if int(pid) == postmaster or int(fields[1]) == postmaster:
+                total += (int(fields[11]) + int(fields[12])) / TICK
+        except (OSError, IndexError, ValueError):
             continue
     return total
 
@@ -154,6 +172,7 @@ def one_round(
     proxy_pid: int,
     seconds: float,
     tag: str,
+    postmaster: int | None,
 ) -> Row:
     start = time.time() + 1.5 + 0.05 * len(writers)
     for number, writer in enumerate(writers):
@@ -161,9 +180,9 @@ def one_round(
         writer.send(f'round {conv} {start} {seconds}')
     follower.send(f'round {start} {seconds}')
     time.sleep(max(0.0, start - time.time()))
-    server_before, proxy_before = server_cpu(), proc_cpu(proxy_pid)
+    server_before, proxy_before = server_cpu(postmaster), proc_cpu(proxy_pid)
     time.sleep(max(0.0, start + seconds - time.time()))
-    server_after, proxy_after = server_cpu(), proc_cpu(proxy_pid)
+    server_after, proxy_after = server_cpu(postmaster), proc_cpu(proxy_pid)
     results: list[dict[str, Any]] = [json.loads(writer.line()) for writer in writers]
     follower.send('catch-up')
     seen_raw: dict[str, Any] = json.loads(follower.line())
@@ -203,6 +222,7 @@ def bench_network(
     assert proxy.stdout is not None
     port = int(proxy.stdout.readline().split()[1])
     far = through(dsn, port)
+    postmaster = postmaster_pid(dsn)
     codes = {'old': old_code(old_rev, tmp / 'old-code'), 'new': REPO}
     children: list[Child] = []
     rows: list[Row] = []
@@ -227,7 +247,7 @@ def bench_network(
                 for scheme in codes:
                     writers, follower = pools[scheme]
                     tag = f'{scheme}-{count}-{mode[:3]}'
-                    row = one_round(scheme, mode, writers[:count], follower, proxy.pid, seconds, tag)
+                    row = one_round(scheme, mode, writers[:count], follower, proxy.pid, seconds, tag, postmaster)
                     rows.append(row)
                     print(
                         f'  {scheme:3} {mode:17} {count:2} writers: {row.rate:7.0f} appends/s, p50 {row.p50:6.1f} ms, '
