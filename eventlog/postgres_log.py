@@ -722,7 +722,8 @@ class PostgresEventLog(EventLogBase):
             except BaseException:
                 if plan is not None and not cur.connection.broken:
                     with suppress(psycopg.Error):
-                        cur.execute(self._release_sql(*claim[0], base))  # nothing of it commits
+                        cur.execute(self._release_sql(claim[0][1], base))  # nothing of it commits
+                        claim[0] = (base, base)
                 raise
 
         def counter() -> bytes | None:
@@ -731,7 +732,7 @@ class PostgresEventLog(EventLogBase):
                 return None
             base, end = claim[0]
             if plan is not None:
-                return self._release_sql(base, end, txn.seq_end) if txn.seq_end < end else None
+                return self._release_sql(end, txn.seq_end) if txn.seq_end < end else None
             if txn.seq_end != base:
                 return f"SELECT setval('{q}.seq_counter', {txn.seq_end})".encode()
             return None
@@ -760,9 +761,8 @@ class PostgresEventLog(EventLogBase):
         )
         return result, used[0] if track else None
 
-    def _release_sql(self, base: int, claimed: int, used: int) -> bytes:
-        """Give back the seqs after `used` of the claim `base`..`claimed` (see `claim_seqs`)."""
-        del base
+    def _release_sql(self, claimed: int, used: int) -> bytes:
+        """Give back the seqs after `used` of a claim that ended at `claimed` (`release_seqs`)."""
         return f'SELECT {self._q}.release_seqs({claimed}, {used})'.encode()
 
     # -- one round trip per append --------------------------------------------------------------
@@ -771,10 +771,11 @@ class PostgresEventLog(EventLogBase):
         """Append in one round trip when this handle's cache holds every record `fn` reads.
 
         `fn` runs against the cache (`CachedWriteTxn`), which never reaches the server. Then one
-        pipeline sends BEGIN, the writers' lock, a guard that fails unless every record `fn` read
-        still has the value it was given (the guard is the transaction's first statement that
-        takes a snapshot, so it sees every commit made before the lock was granted), the writes
-        and the COMMIT. Returns `(result,)`, or `None` when nothing was committed and the
+        pipeline sends BEGIN, the append's locks (`_locks_sql`), a guard that fails unless every
+        record `fn` read still has the value it was given (read committed, after the locks: it
+        sees every commit made before they were granted), the claim of the seqs `fn` used (only
+        if the counter is still at the last `seq` this handle saw; else it fails as the guard
+        does), the writes and the COMMIT. Returns `(result,)`, or `None` when nothing was committed and the
         append is to take the two-round-trip path: the cache could not answer, `fn` raised (the
         two-trip path decides on the server's records), the guard failed, or the connection was
         found broken before anything was sent. A connection that breaks once the pipeline is
@@ -895,7 +896,7 @@ class PostgresEventLog(EventLogBase):
         if running or stored is not None:
             return None
         if expected is not None and claimed is not None:
-            release = self._release_sql(key_seq(expected), key_seq(claimed), key_seq(expected))
+            release = self._release_sql(key_seq(claimed), key_seq(expected))
             with suppress(EventLogError):
                 self._run(lambda cur: cur.execute(release), begin=None, lock=None)
         return False
