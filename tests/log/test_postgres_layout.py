@@ -2,18 +2,26 @@
 open, followers wait for the held one, and a schema of layout 1 is migrated in place.
 
 The held writer is a real process stopped inside its write transaction (`pg_worker.py append
---hold-at`); the layout-1 schema is made as the code before layout 2 left it (no `tx` column,
-no counter, the last seq in META, version 1).
+--hold-at`). Layout 1 comes two ways: a schema turned back to what the code before layout 2 left
+(no `tx` column, no counter, the last seq in META, version 1), and a store written by that code
+itself (extracted from git at `LAYOUT_1_COMMIT` and run in a process of its own, which keeps its
+handle open while the new code migrates the schema and must then be refused).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import psycopg
+import pytest
 from logtools import exchange
 from pgworkers import Worker, lock_waiters, schema_fixture, wait_until, workers_fixture
+from pydantic_ai.messages import ModelRequest, UserPromptPart
 
 from eventlog import message_entry, run_finished_entry, run_started_entry
 from eventlog._keys import META_LAST_SEQ, seq_key
@@ -21,6 +29,10 @@ from eventlog.entries import MAX_SEQ
 from eventlog.postgres_log import SCHEMA_VERSION, PostgresEventLog
 
 __all__ = ['schema_fixture', 'workers_fixture']  # fixtures used by the tests below
+
+
+def request(text: str) -> ModelRequest:
+    return ModelRequest(parts=[UserPromptPart(text)])
 
 
 async def test_an_append_to_another_conversation_commits_while_one_is_held_and_followers_wait_for_it(
@@ -113,3 +125,92 @@ async def test_a_schema_of_layout_1_is_migrated_in_place(pg_dsn: str, schema: st
         assert await log.last_seq() == last + 1
     finally:
         log.close()
+
+
+LAYOUT_1_COMMIT = '1d3c2619999330f99996c3ed087b070c1fb99909'
+"""The last commit whose code writes layout 1 (the store-wide lock, the last seq in META)."""
+
+_OLD_WRITER = """
+import asyncio, sys
+from eventlog import message_entry, run_started_entry
+from eventlog.errors import LogFullError
+from eventlog.postgres_log import PostgresEventLog, SCHEMA_VERSION
+from pydantic_ai.messages import ModelRequest, UserPromptPart
+
+def request(text):
+    return ModelRequest(parts=[UserPromptPart(text)])
+
+async def main(dsn, schema):
+    assert SCHEMA_VERSION == 1
+    log = PostgresEventLog(dsn, schema=schema, pool_size=1)
+    await log.append(run_started_entry(conversation_id='c', run_id='r', idempotency_key='s'))
+    for i in range(3):
+        await log.append(message_entry(request(f'old {i}'), conversation_id='c', run_id='r', idempotency_key=f'k{i}'))
+    seqs = await log.append_many([run_started_entry(conversation_id='d', run_id='r2'),
+                                  message_entry(request('other'), conversation_id='d', run_id='r2')])
+    print('wrote', ' '.join(f'{e.seq}:{e.hash.hex()}' for e in await log.entries()), flush=True)
+    sys.stdin.readline()  # the new code migrates the schema meanwhile
+    try:
+        await log.append(message_entry(request('late'), conversation_id='c', run_id='r'))
+        print('appended', flush=True)
+    except LogFullError:
+        print('refused', flush=True)
+    log.close()
+
+asyncio.run(main(*sys.argv[1:]))
+"""
+
+
+def layout_1_code(into: Path) -> Path | None:
+    """The `eventlog` package of `LAYOUT_1_COMMIT`, extracted under `into`; `None` outside a git
+    checkout holding that commit."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        archive = subprocess.run(
+            ['git', '-C', str(root), 'archive', LAYOUT_1_COMMIT, 'eventlog'], check=True, capture_output=True
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    into.mkdir()
+    subprocess.run(['tar', '-x', '-C', str(into)], input=archive.stdout, check=True)
+    return into
+
+
+async def test_a_store_written_by_the_layout_1_code_is_migrated_and_its_running_writer_stopped(
+    pg_dsn: str, schema: str, tmp_path: Path
+) -> None:
+    code = layout_1_code(tmp_path / 'old')
+    if code is None:
+        pytest.skip(f'not a git checkout holding {LAYOUT_1_COMMIT[:7]}: the layout-1 code cannot be run')
+    old = subprocess.Popen(
+        [sys.executable, '-c', _OLD_WRITER, pg_dsn, schema],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=code,
+        env={**os.environ, 'PYTHONPATH': str(code)},
+    )
+    assert old.stdin is not None and old.stdout is not None
+    try:
+        line = await asyncio.to_thread(old.stdout.readline)
+        assert line.startswith('wrote '), line
+        written = [(int(seq), digest) for seq, digest in (part.split(':') for part in line.split()[1:])]
+        assert [seq for seq, _ in written] == [1, 2, 3, 4, 5, 6]
+        log = PostgresEventLog(pg_dsn, schema=schema)  # migrates the schema the old process has open
+        try:
+            assert [(e.seq, e.hash.hex()) for e in await log.entries()] == written
+            old.stdin.write('\n')
+            old.stdin.flush()
+            assert (await asyncio.to_thread(old.stdout.readline)).strip() == 'refused'
+            assert await log.last_seq() == 6
+            keyed = message_entry(request('old 1'), conversation_id='c', run_id='r', idempotency_key='k1')
+            assert await log.append(keyed) == 3
+            assert await log.append(message_entry(request('new'), conversation_id='c', run_id='r')) == 7
+            assert [e.seq for e in await log.entries(after_seq=6)] == [7]
+            report = await log.verify()
+            assert report.ok, report.problems
+        finally:
+            log.close()
+    finally:
+        old.stdin.close()
+        assert old.wait(30) == 0
