@@ -581,8 +581,9 @@ class PostgresEventLog(EventLogBase):
 
         The query runs on a connection kept for it alone (a prepared statement, no transaction),
         so a caller can do other work while it travels: a search through a local index searches
-        its records meanwhile (`LocalProjections.start_log_position`). The answer counts every
-        append committed before this call.
+        its records meanwhile (`LocalProjections.start_log_position`). The answer is the last
+        settled `seq` (docs/postgres.md, "Order"): it counts every append committed before this
+        call once the appends that were in flight before it have ended.
         """
         self._check_open()
         with self._seq_lock:
@@ -1258,7 +1259,7 @@ class PendingLastSeq:
         self._value = value
 
     def result(self) -> int:
-        """The last `seq` committed when the query was sent (waits for the answer the first time)."""
+        """The last settled `seq` when the query ran (waits for the answer the first time)."""
         conn, self._conn = self._conn, None
         if conn is not None:
             self._value = self._log._finish_last_seq(conn)  # pyright: ignore[reportPrivateUsage]
