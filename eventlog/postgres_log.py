@@ -13,7 +13,9 @@ Order and concurrency (docs/postgres.md, "Order"):
 - Followers (`entries(after_seq=...)`, `last_seq`, projections) read only the settled entries,
   those of transactions older than every one still running: always every entry up to some
   `seq`, so an entry committed late is never skipped (`_pg_kv.settled_sql`).
-- Store-wide writes (fork, deletion, erasure, import, leases, checkpoints) take the schema's
+- A run's lease is taken, renewed and released under that run's lock (the one its fenced
+  appends hold), never the store-wide one.
+- Store-wide writes (fork, deletion, erasure, import, checkpoints) take the schema's
   writer lock (`LOCK TABLE ... IN EXCLUSIVE MODE` on `entries`, which readers never wait for),
   which waits for every append in flight, and move the counter themselves.
 - Readers run in a repeatable-read, read-only transaction: one consistent snapshot, as an
@@ -71,7 +73,7 @@ from eventlog._pg_kv import (
     settled_sql,
 )
 from eventlog._storage import TABLE_NAMES, ReadTxn, Table, TableId, WriteTxn
-from eventlog.entries import MAX_SEQ, Entry, NewEntry, RunRecord
+from eventlog.entries import MAX_SEQ, Entry, NewEntry, RunLease, RunRecord
 from eventlog.errors import (
     EventLogError,
     InvalidArgumentError,
@@ -644,6 +646,15 @@ class PostgresEventLog(EventLogBase):
     def _write_sync(self, fn: Callable[[WriteTxn], T]) -> T:
         self._refuse_write()
         plan = _APPENDING.get()
+        scoped = _RUN_SCOPED.get()
+        if plan is None and scoped is not None:
+            # A run's lease: the run's lock, not the store-wide one (a fenced append of the run
+            # checks the lease holding the same lock). The cache may hold the lease: dropped.
+            self._forget()
+            try:
+                return self._write_two_trips(fn, track=False, plan=scoped)[0]
+            finally:
+                self._forget()
         if not self._one_trip:  # switched off: every write as before, no cache kept
             self._forget()
             return self._write_two_trips(fn, track=False, plan=plan)[0]
@@ -689,7 +700,10 @@ class PostgresEventLog(EventLogBase):
         reads = [(self._relations[table], key) for table, key in set(_PREFETCH.get())]
         q = self._q
         if plan is not None:
-            head = f'SELECT -1, int8send({q}.claim_seqs(NULL, {plan.count}))'
+            claimed = (
+                f'{q}.claim_seqs(NULL, {plan.count})' if plan.count else f'(SELECT last_value FROM {q}.seq_counter)'
+            )
+            head = f'SELECT -1, int8send({claimed})'
             begin, lock = _BEGIN_APPEND, self._locks_sql(plan)
         else:
             head = f'SELECT -1, int8send(last_value) FROM {q}.seq_counter'
@@ -721,7 +735,7 @@ class PostgresEventLog(EventLogBase):
             try:
                 return fn(txn)
             except BaseException:
-                if plan is not None and not cur.connection.broken:
+                if plan is not None and plan.count and not cur.connection.broken:
                     with suppress(psycopg.Error):
                         cur.execute(self._release_sql(claim[0][1], base))  # nothing of it commits
                         claim[0] = (base, base)
@@ -1042,6 +1056,36 @@ class PostgresEventLog(EventLogBase):
                     starts.clear()
                 starts[entry.run_id] = seq
 
+    async def take_run_lease(self, run_id: str, owner: str, seconds: float) -> RunLease:
+        """Take run `run_id`'s lease (see `EventLogBase.take_run_lease`), under the run's lock."""
+        if not isinstance(run_id, str):  # pyright: ignore[reportUnnecessaryIsInstance]
+            return await super().take_run_lease(run_id, owner, seconds)  # the base names the error
+        token = _RUN_SCOPED.set(_Plan.for_run(run_id))
+        try:
+            return await super().take_run_lease(run_id, owner, seconds)
+        finally:
+            _RUN_SCOPED.reset(token)
+
+    async def renew_run_lease(self, lease: RunLease, seconds: float) -> RunLease:
+        """Renew `lease` (see `EventLogBase.renew_run_lease`), under its run's lock."""
+        if not isinstance(lease, RunLease) or not isinstance(lease.run_id, str):  # pyright: ignore[reportUnnecessaryIsInstance]
+            return await super().renew_run_lease(lease, seconds)
+        token = _RUN_SCOPED.set(_Plan.for_run(lease.run_id))
+        try:
+            return await super().renew_run_lease(lease, seconds)
+        finally:
+            _RUN_SCOPED.reset(token)
+
+    async def release_run_lease(self, lease: RunLease) -> bool:
+        """Release `lease` (see `EventLogBase.release_run_lease`), under its run's lock."""
+        if not isinstance(lease, RunLease) or not isinstance(lease.run_id, str):  # pyright: ignore[reportUnnecessaryIsInstance]
+            return await super().release_run_lease(lease)
+        token = _RUN_SCOPED.set(_Plan.for_run(lease.run_id))
+        try:
+            return await super().release_run_lease(lease)
+        finally:
+            _RUN_SCOPED.reset(token)
+
     async def get_entry(self, seq: int) -> Entry | None:
         """One entry by `seq`, or `None` (one statement: one round trip)."""
         engine.check_seq(seq, 'seq')
@@ -1312,9 +1356,16 @@ class _Plan:
                     names.add(b'r' + entry.run_id.encode(errors='replace'))
         return cls(len(batch), tuple(sorted({_signed32(zlib.crc32(name)) for name in names})))
 
+    @classmethod
+    def for_run(cls, run_id: str) -> _Plan:
+        """The lock of one run, and no seq (a write of the run's lease)."""
+        return cls(0, (_signed32(zlib.crc32(b'r' + run_id.encode(errors='replace'))),))
+
 
 _APPENDING: ContextVar[_Plan | None] = ContextVar('eventlog_pg_appending', default=None)
 """Set around `append`/`append_many`: the write may take one round trip and keeps the cache."""
+_RUN_SCOPED: ContextVar[_Plan | None] = ContextVar('eventlog_pg_run_scoped', default=None)
+"""Set around the writes of a run's lease: they take the run's lock instead of the store-wide one."""
 _CACHE_RECORDS: Final = 256
 """Most records the one-round-trip cache keeps (a larger transaction, a bulk one, leaves it empty)."""
 _CACHE_ENTRIES: Final = 16

@@ -68,6 +68,33 @@ async def test_an_append_to_another_conversation_commits_while_one_is_held_and_f
         log.close()
 
 
+async def test_a_run_lease_is_taken_while_an_append_is_held_and_a_fork_waits_for_it(
+    pg_dsn: str, schema: str, workers: Callable[..., Worker]
+) -> None:
+    """A lease takes its run's lock only; a store-wide write (a fork) waits for appends in flight."""
+    log = PostgresEventLog(pg_dsn, schema=schema)
+    try:
+        await log.append(run_started_entry(conversation_id='b', run_id='rb'))
+        held = workers('append', pg_dsn, schema, 'a', 'held', '1', '--hold-at', '0')
+        _, held_seq, held_pid = held.expect('held').split()
+        lease = await asyncio.wait_for(log.take_run_lease('rb', 'me', 30), 20)
+        lease = await asyncio.wait_for(log.renew_run_lease(lease, 30), 20)
+        fork = asyncio.create_task(log.fork('b', at_seq=1, new_conversation_id='b2'))
+        await asyncio.to_thread(
+            wait_until, lambda: [p for p in lock_waiters(pg_dsn, schema) if p != int(held_pid)] != [], 'the fork waits'
+        )
+        assert not fork.done()
+        held.send()
+        held.finish()
+        assert await asyncio.wait_for(fork, 20) == 'b2'
+        record = await log.get_conversation('b2')
+        assert record is not None and record.first_seq > int(held_seq)
+        assert await asyncio.wait_for(log.release_run_lease(lease), 20)
+        assert (await log.verify()).ok
+    finally:
+        log.close()
+
+
 def to_layout_1(dsn: str, schema: str) -> int:
     """Make `schema` what the code before layout 2 left: returns its last seq."""
     q = f'"{schema}"'
