@@ -937,12 +937,22 @@ def main(argv: Sequence[str] | None = None) -> None:
         help='only appends through a proxy adding this round trip (ms): writers 1-16, old scheme and new (pg_network.py)',
     )
     parser.add_argument('--net-seconds', type=float, default=3.0, help='window of each --rtt-ms configuration, s')
-    parser.add_argument('--old-rev', default='main', help='git revision whose code is the old scheme (--rtt-ms)')
+    parser.add_argument(
+        '--old-rev',
+        default=None,
+        help='git revision whose code is the old scheme (--rtt-ms; default: the last commit before layout 2)',
+    )
     args = parser.parse_args(argv)
     if args.rtt_ms:
-        from pg_network import run  # pyright: ignore[reportMissingImports]
+        from pg_network import LAYOUT_1_COMMIT, run  # pyright: ignore[reportMissingImports]
 
-        run(args.dsn, args.rtt_ms, seconds=args.net_seconds, counts=[1, 4, 8, 16], old_rev=args.old_rev)  # pyright: ignore[reportUnknownArgumentType]
+        run(
+            args.dsn,
+            args.rtt_ms,
+            seconds=args.net_seconds,
+            counts=[1, 4, 8, 16],
+            old_rev=args.old_rev or LAYOUT_1_COMMIT,
+        )  # pyright: ignore[reportUnknownArgumentType]
         return
     cfg = config(args)
     if cfg.with_reference:

@@ -2,10 +2,10 @@
 
 Every connection goes through `delay_proxy.py` (N/2 ms each way). Writer processes
 (`_pg_net_worker.py`) append single messages for a fixed window, 1, 4, 8 and 16 of them, each to
-its own conversation and all to one, with the old scheme (the code of `--old-rev`, main by
-default, extracted with `git archive` and run from there: one store-wide lock per write) and the
-new one (this tree: concurrent commits, a per-conversation lock), interleaved configuration by
-configuration. A follower process reads `entries(after_seq=...)` through the same proxy during
+its own conversation and all to one, with the old scheme (the code of `--old-rev`, by default
+`LAYOUT_1_COMMIT`, the last commit before layout 2, extracted with `git archive` and run from
+there: one store-wide lock per write) and the new one (this tree: concurrent commits, a
+per-conversation lock), interleaved configuration by configuration. A follower process reads `entries(after_seq=...)` through the same proxy during
 each window; every acknowledged append must be seen (skipped: 0) and its lag is the time from
 the writer's acknowledgement to the follower's read.
 
@@ -35,6 +35,8 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 WORKER = HERE / '_pg_net_worker.py'
 TICK = os.sysconf('SC_CLK_TCK')
+LAYOUT_1_COMMIT = '1d3c2619999330f99996c3ed087b070c1fb99909'
+"""The last commit of the old scheme (one store-wide lock per write): main before layout 2."""
 
 
 def proc_cpu(pid: int) -> float:
@@ -321,7 +323,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument('--rtt-ms', type=float, nargs='+', default=[1.0])
     parser.add_argument('--seconds', type=float, default=3.0)
     parser.add_argument('--writers', type=int, nargs='+', default=[1, 4, 8, 16])
-    parser.add_argument('--old-rev', default='main')
+    parser.add_argument('--old-rev', default=LAYOUT_1_COMMIT)
     parser.add_argument('--dsn')
     args = parser.parse_args(argv)
     run(args.dsn, args.rtt_ms, seconds=args.seconds, counts=args.writers, old_rev=args.old_rev)
