@@ -75,6 +75,7 @@ from eventlog._pg_kv import (
 from eventlog._storage import TABLE_NAMES, ReadTxn, Table, TableId, WriteTxn
 from eventlog.entries import MAX_SEQ, Entry, NewEntry, RunLease, RunRecord
 from eventlog.errors import (
+    CorruptStoreError,
     EventLogError,
     InvalidArgumentError,
     LogClosedError,
@@ -432,6 +433,18 @@ class PostgresEventLog(EventLogBase):
                 END IF;
                 PERFORM pg_advisory_unlock({key});
             END $$""",
+            # An append never rewrites an entry: one that would (a seq claimed twice) fails instead of
+            # overwriting what was committed. Store-wide writes (an erasure) say they may.
+            f"""CREATE OR REPLACE FUNCTION {q}.entries_kept() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                IF current_setting('eventlog.rewrite', true) IS DISTINCT FROM 'on' THEN
+                    RAISE EXCEPTION 'eventlog: an append found entry % written already', OLD.k
+                        USING ERRCODE = 'unique_violation';
+                END IF;
+                RETURN NEW;
+            END $$""",
+            f'CREATE OR REPLACE TRIGGER entries_kept BEFORE UPDATE ON {q}.entries '
+            f'FOR EACH ROW EXECUTE FUNCTION {q}.entries_kept()',
             f"INSERT INTO {q}.meta (k, v) VALUES (decode('{META_LAST_SEQ.hex()}', 'hex'), "
             f"decode('{seq_key(_LAYOUT_1_STOP).hex()}', 'hex')) ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v",
         ]
@@ -491,6 +504,11 @@ class PostgresEventLog(EventLogBase):
                 if lost is not None:
                     lost(False)
                 raise _unknown_outcome(str(exc)) from None
+            except psycopg.IntegrityError as exc:
+                raise CorruptStoreError(
+                    f'{_first_line(exc)}: the seq counter of {self.location} is behind its entries; '
+                    'nothing was written (run verify)'
+                ) from None
             except psycopg.OperationalError as exc:
                 if lost is not None and _retryable(exc):
                     lost(True)
@@ -707,7 +725,7 @@ class PostgresEventLog(EventLogBase):
             begin, lock = _BEGIN_APPEND, self._locks_sql(plan)
         else:
             head = f'SELECT -1, int8send(last_value) FROM {q}.seq_counter'
-            begin, lock = _BEGIN_WRITE, self._lock_sql
+            begin, lock = _BEGIN_WRITE, self._lock_sql + _MAY_REWRITE
         fetch = head.encode() + (b' UNION ALL ' + fetch_sql(reads) if reads else b'')
 
         last: list[Pending] = [{}]
@@ -753,18 +771,19 @@ class PostgresEventLog(EventLogBase):
             return None
 
         def lost(known: bool) -> None:
-            # A try that will never commit gives its claim back (while nobody claimed after it),
-            # so that the next try takes the same seqs; one whose COMMIT was in flight only once
-            # its server process is gone and its first entry is not in the log.
+            # A try that did not commit gives its claim back (while nobody claimed after it), so
+            # that the next try takes the same seqs, but only once its server process is gone and
+            # its first entry is not in the log, whatever the error said (`known`): a server
+            # shutting down can report an error after it applied the COMMIT, and seqs given back
+            # from a committed append would be claimed again.
+            del known
             base, end = claim[0]
             if plan is None or end == base:
                 return
             claim[0] = (base, base)
             entries = self._relations[Table.ENTRIES].table
             check = (
-                ''
-                if known
-                else f'WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity WHERE pid = {backend[0]}) '
+                f'WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity WHERE pid = {backend[0]}) '
                 f'AND NOT EXISTS (SELECT 1 FROM {entries} WHERE k = int8send({base + 1}))'
             )
             sql = f'SELECT {self._q}.release_seqs({end}, {base}) {check}'.encode()
@@ -1388,6 +1407,8 @@ _BEGIN_WRITE: Final = b'BEGIN ISOLATION LEVEL REPEATABLE READ'
 the lock, so it holds every commit made before the lock was granted."""
 _BEGIN_REGISTER: Final = b'BEGIN ISOLATION LEVEL READ COMMITTED'
 _BEGIN_APPEND: Final = b'BEGIN ISOLATION LEVEL READ COMMITTED'
+_MAY_REWRITE: Final = b"; SET LOCAL eventlog.rewrite = 'on'"
+"""Said by a store-wide write: it may rewrite entries (an erasure); an append never does (`entries_kept`)."""
 """Appends read committed: each statement sees every commit made before it, and what an append
 reads of its conversation and runs cannot change under it while it holds their locks."""
 _LAYOUT_1_STOP: Final = MAX_SEQ

@@ -26,6 +26,7 @@ from pydantic_ai.messages import ModelRequest, UserPromptPart
 from eventlog import message_entry, run_finished_entry, run_started_entry
 from eventlog._keys import META_LAST_SEQ, seq_key
 from eventlog.entries import MAX_SEQ
+from eventlog.errors import CorruptStoreError
 from eventlog.postgres_log import SCHEMA_VERSION, PostgresEventLog
 
 __all__ = ['schema_fixture', 'workers_fixture']  # fixtures used by the tests below
@@ -95,6 +96,27 @@ async def test_a_run_lease_is_taken_while_an_append_is_held_and_a_fork_waits_for
         log.close()
 
 
+async def test_an_append_given_a_seq_taken_already_fails_and_overwrites_nothing(pg_dsn: str, schema: str) -> None:
+    """The counter set back (a fault: it never goes back below a committed entry): the append
+    that claims a taken seq is refused, typed, and the entry there stays as it was."""
+    log = PostgresEventLog(pg_dsn, schema=schema)
+    try:
+        await log.append(run_started_entry(conversation_id='c', run_id='r'))
+        await log.append(message_entry(exchange(1)[0], conversation_id='c', run_id='r'))
+        before = await log.entries()
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(f'SELECT setval(\'"{schema}".seq_counter\', 1)')  # type: ignore[arg-type]
+        with pytest.raises(CorruptStoreError, match='behind its entries'):
+            await log.append(message_entry(exchange(2)[0], conversation_id='c', run_id='r'))
+        assert await log.entries() == before
+        # The refused append moved the counter past the entry it found: the next one goes on.
+        assert await log.append(message_entry(exchange(2)[0], conversation_id='c', run_id='r')) == 3
+        report = await log.verify()
+        assert report.ok, report.problems
+    finally:
+        log.close()
+
+
 def to_layout_1(dsn: str, schema: str) -> int:
     """Make `schema` what the code before layout 2 left: returns its last seq."""
     q = f'"{schema}"'
@@ -103,7 +125,8 @@ def to_layout_1(dsn: str, schema: str) -> int:
         assert row is not None
         last = int(row[0])
         conn.execute(f'ALTER TABLE {q}.entries DROP COLUMN tx')  # type: ignore[arg-type]
-        conn.execute(f'DROP FUNCTION {q}.claim_seqs, {q}.release_seqs')  # type: ignore[arg-type]
+        conn.execute(f'DROP TRIGGER entries_kept ON {q}.entries')  # type: ignore[arg-type]
+        conn.execute(f'DROP FUNCTION {q}.claim_seqs, {q}.release_seqs, {q}.entries_kept')  # type: ignore[arg-type]
         conn.execute(f'DROP SEQUENCE {q}.seq_counter')  # type: ignore[arg-type]
         conn.execute(f'UPDATE {q}.meta SET v = %s WHERE k = %s', (seq_key(last), META_LAST_SEQ))  # type: ignore[arg-type]
         conn.execute(f'UPDATE {q}.schema_version SET version = 1')  # type: ignore[arg-type]
