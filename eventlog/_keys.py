@@ -14,7 +14,9 @@ ids may not contain, so prefixes never collide):
 - CONVS      conversation id -> ConversationRecord (msgpack)
 - IDEM       b'r' + run start seq8 + key -> seq8 (keys of a run), or
              b'\\x00' + ck(conversation) + key -> seq8 (keys of conversation entries)
-- META       b'format' -> format version, b'last_seq' -> seq8,
+- META       b'format' -> format version, b'last_seq' -> seq8 (the largest seq ever assigned;
+             a PostgreSQL store of layout 2 keeps it in a counter instead and reads it as
+             the last settled seq: docs/postgres.md, "Order"),
              b'scrub_pending' -> seq8 (the latest erasure or deletion whose removed bytes the
              store's files may still hold),
              b'checkpoint/' + seq8 -> a checkpoint (`checkpoint`),

@@ -19,6 +19,7 @@ from typing import Any, Final
 
 import psycopg
 
+from eventlog._keys import META_LAST_SEQ, Table, key_seq, seq_key
 from eventlog._storage import TableId, prefix_end
 
 __all__ = [
@@ -142,14 +143,72 @@ def scan_relation(
         page = min(page * 4, _MAX_PAGE)
 
 
+def settled_sql(entries: str) -> tuple[bytes, bytes]:
+    """The log's settled position and a page of its settled entries (docs/postgres.md, "Followers").
+
+    An entry is settled when the transaction that wrote it (`tx`) is older than every transaction
+    still running (`pg_snapshot_xmin` of the statement's snapshot). Seqs are handed out in the
+    order of the writers' transaction ids (`claim_seqs`), so the settled entries are always every
+    entry up to some `seq`: one that commits later can only have a larger `seq` than all of them.
+    Returns (the largest settled `seq` as seq8, a page `k >= %s ... LIMIT %s` of settled entries).
+    """
+    horizon = '(SELECT pg_snapshot_xmin(pg_current_snapshot()))'
+    last = f'SELECT k FROM {entries} WHERE tx < {horizon} ORDER BY k DESC LIMIT 1'
+    page = f'SELECT k, v FROM {entries} WHERE k >= %s AND tx < {horizon} ORDER BY k LIMIT %s'
+    return last.encode(), page.encode()
+
+
 class PgReadTxn:
-    """A `ReadTxn` in one PostgreSQL transaction (a repeatable-read snapshot for readers)."""
+    """A `ReadTxn` in one PostgreSQL transaction (a repeatable-read snapshot for readers).
+
+    The log's last `seq` (META `last_seq`, which PostgreSQL stores do not keep as a record) reads
+    as the largest settled `seq` (`settled_sql`), and `scan_settled` reads the entries up to it:
+    what a follower may take without ever skipping an entry committed later.
+    """
 
     def __init__(self, cur: psycopg.Cursor[Any], relations: dict[TableId, PgRelation]) -> None:
         self._cur = cur
         self._relations = relations
 
+    def settled_last(self) -> bytes | None:
+        """The largest settled `seq` as seq8 (`None`: no entry is settled)."""
+        self._cur.execute(settled_sql(self._relations[Table.ENTRIES].table)[0])
+        row = self._cur.fetchone()
+        return None if row is None else bytes(row[0])
+
+    def assigned_last(self) -> bytes:
+        """The last `seq` handed out (the store's counter, `claim_seqs`) as seq8: at least the
+        last entry's, more when an append that claimed seqs never committed."""
+        schema = self._relations[Table.ENTRIES].table.rsplit('.', 1)[0]
+        counter = f"'{schema}.seq_counter'"
+        # A role that may only read the tables (an auditor) cannot read the sequence: it is
+        # answered with the last settled entry instead.
+        self._cur.execute(
+            f"SELECT CASE WHEN has_sequence_privilege({counter}, 'SELECT') "
+            f'THEN int8send(coalesce(pg_sequence_last_value({counter}), 0)) END'.encode()
+        )
+        row = self._cur.fetchone()
+        if row is None or row[0] is None:
+            return self.settled_last() or seq_key(0)
+        return bytes(row[0])
+
+    def scan_settled(self, start: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """The settled entries from the key `start` on, in `seq` order, by pages."""
+        sql = settled_sql(self._relations[Table.ENTRIES].table)[1]
+        page = _FIRST_PAGE
+        low = start
+        while True:
+            self._cur.execute(sql, (low, page))
+            rows: list[tuple[bytes, bytes]] = self._cur.fetchall()
+            yield from rows
+            if len(rows) < page:
+                return
+            low = seq_key(key_seq(rows[-1][0]) + 1)
+            page = min(page * 4, _MAX_PAGE)
+
     def get(self, table: TableId, key: bytes) -> bytes | None:
+        if table == Table.META and key == META_LAST_SEQ:
+            return self.settled_last()
         rel = self._relations[table]
         self._cur.execute(rel.sql_get, (*rel.fixed, key))
         row = self._cur.fetchone()
@@ -159,6 +218,8 @@ class PgReadTxn:
         """The values of `keys` (`None` for one absent), in one statement."""
         if not keys:
             return []
+        if table == Table.META and META_LAST_SEQ in keys:
+            return [self.get(table, key) for key in keys]
         rel = self._relations[table]
         self._cur.execute(rel.sql_get_many, (*rel.fixed, list(keys)))
         found: dict[bytes, bytes] = dict(self._cur.fetchall())
@@ -175,7 +236,14 @@ class PgReadTxn:
 
 class PgWriteTxn(PgReadTxn):
     """A `WriteTxn`: writes are buffered in `pending` (shared with the projection writer of the
-    same transaction) and flushed before any range read and at commit."""
+    same transaction) and flushed before any range read and at commit.
+
+    With `seq_base`, the transaction appends: the log's last `seq` reads as `seq_base` (the seqs
+    it may use follow it: claimed from the store's counter, or the counter itself under the
+    store-wide lock), and the last `seq` it writes is kept in `seq_end` instead of a record (the
+    caller moves the counter). Without it (a projection catching up), the last `seq` reads as
+    the settled one, as for readers.
+    """
 
     def __init__(
         self,
@@ -185,10 +253,14 @@ class PgWriteTxn(PgReadTxn):
         fetched: Pending | None = None,
         *,
         track: bool = False,
+        seq_base: int | None = None,
     ) -> None:
         super().__init__(cur, relations)
         self._pending = pending
         self._fetched: Pending = {} if fetched is None else fetched
+        self.seq_base = seq_base
+        self.seq_end = seq_base
+        """The last `seq` this transaction wrote as the log's last (`seq_base` until it writes one)."""
         self.reads: Pending | None = {} if track else None
         """With `track`: the value each key had when this transaction first read it (before its own writes)."""
         self.written: Pending | None = {} if track else None
@@ -198,6 +270,11 @@ class PgWriteTxn(PgReadTxn):
 
     def get(self, table: TableId, key: bytes) -> bytes | None:
         rel = self._relations[table]
+        if self.seq_end is not None and table == Table.META and key == META_LAST_SEQ:
+            value = seq_key(self.seq_end)
+            if self.reads is not None and (self.written is None or (rel, key) not in self.written):
+                self.reads.setdefault((rel, key), seq_key(self.seq_base or 0))
+            return value
         hit = self._pending.get((rel, key), _MISSING)
         if hit is _MISSING and self.written is not None:
             hit = self.written.get((rel, key), _MISSING)  # written, and flushed by a range read since
@@ -231,6 +308,13 @@ class PgWriteTxn(PgReadTxn):
         self._set((self._relations[table], key), None)
 
     def _set(self, slot: tuple[PgRelation, bytes], value: bytes | None) -> None:
+        if slot[1] == META_LAST_SEQ and slot[0] is self._relations[Table.META]:
+            if self.seq_end is None or value is None:
+                raise ValueError('the last seq is written only by a transaction that appends')
+            self.seq_end = key_seq(value)
+            if self.written is not None:
+                self.written[slot] = value
+            return
         self._pending[slot] = value
         if self.written is not None:
             self.written[slot] = value

@@ -7,8 +7,8 @@ to its root. Nothing here writes.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Final
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Final, cast
 
 import msgspec
 from msgspec.structs import astuple
@@ -85,6 +85,16 @@ def get_conversation(txn: ReadTxn, conversation_id: str) -> ConversationRecord |
     return None if raw is None else decode_conversation(conversation_id, raw)
 
 
+def assigned_last_seq(txn: ReadTxn) -> int:
+    """The largest `seq` ever handed out: `last_seq` on a store with one writer; on a store whose
+    appends claim seqs from a counter (PostgreSQL), that counter, which can be past the last
+    entry (seqs an append claimed and never committed) and past what followers see yet."""
+    assigned = getattr(txn, 'assigned_last', None)
+    if assigned is None:
+        return last_seq(txn)
+    return key_seq(cast('Callable[[], bytes]', assigned)())
+
+
 def last_seq(txn: ReadTxn) -> int:
     """The largest `seq` ever assigned (entries removed by a delete keep their numbers used).
 
@@ -92,6 +102,16 @@ def last_seq(txn: ReadTxn) -> int:
     """
     raw = txn.get(Table.META, META_LAST_SEQ)
     return 0 if raw is None else key_seq(raw)
+
+
+def _log_order(txn: ReadTxn, start: bytes) -> Iterator[tuple[bytes, bytes]]:
+    """The log's entries from `start` on, as a follower reads them: a store whose writers commit
+    concurrently (PostgreSQL) gives only its settled entries (`scan_settled`), so that one
+    committed later is never passed over; elsewhere every entry."""
+    settled = getattr(txn, 'scan_settled', None)
+    if settled is None:
+        return txn.scan(Table.ENTRIES, start=start)
+    return cast('Callable[[bytes], Iterator[tuple[bytes, bytes]]]', settled)(start)
 
 
 # --- entries of a run, a conversation, a branch -----------------------------------------------
@@ -115,7 +135,7 @@ def iter_entries(
                 yield to_entry(body, value)
         return
     if conversation_id is None:
-        for key, value in txn.scan(Table.ENTRIES, start=seq_key(after_seq + 1)):
+        for key, value in _log_order(txn, seq_key(after_seq + 1)):
             body = decode_body(key_seq(key), value)
             if kinds is None or body.kind in kinds:
                 yield to_entry(body, value)

@@ -40,7 +40,7 @@ import msgspec
 
 from eventlog._files import open_destination
 from eventlog._keys import HASH_SIZE, Table, ck, decode_conversation, decode_id, key_seq, seq_key
-from eventlog._read import last_seq
+from eventlog._read import assigned_last_seq, last_seq
 from eventlog._storage import ReadTxn, WriteTxn
 from eventlog.entries import VerifyProblem, VerifyReport
 from eventlog.errors import (
@@ -727,7 +727,7 @@ class Comparison:
 
 def compare_store(txn: ReadTxn, checkpoints: Sequence[Checkpoint]) -> list[VerifyProblem]:
     """The findings of comparing the store's entries with `checkpoints` (see `Comparison`)."""
-    check_not_ahead(checkpoints, last_seq(txn))
+    check_not_ahead(checkpoints, assigned_last_seq(txn))
     comparison = Comparison(checkpoints)
     for key, value in txn.scan(Table.ENTRIES):
         header = _header(key_seq(key), value) if len(key) == 8 else None

@@ -150,7 +150,8 @@ class LocalProjections:
         A reader of a local projection checks that it is current with one round trip to the
         log; started first, that round trip overlaps the reader's local work (the search index
         searches its records meanwhile, then catches up and searches again only when the log
-        moved on). Every append committed before this call counts.
+        moved on). Every append committed before this call counts (on PostgreSQL, once the
+        appends in flight before it have ended: the log's settled position).
         """
         return self.log.start_last_seq()
 

@@ -3,15 +3,21 @@
 The engine is the one every backend shares (`_engine`); this module only says how to run it
 inside PostgreSQL transactions (`_pg_kv` maps the storage protocol onto tables).
 
-Order and concurrency (docs/postgres.md):
+Order and concurrency (docs/postgres.md, "Order"):
 
-- A write transaction first takes the schema's writer lock (`LOCK TABLE ... IN EXCLUSIVE
-  MODE` on the `entries` table, which readers never wait for) and holds it until it commits;
-  its snapshot starts after the lock is granted, so it sees every earlier commit.
-  Writers on every machine therefore commit one after another, and `seq` is assigned under
-  the lock as one more than the last committed `seq`. Entry `n + 1` cannot become visible
-  before entry `n`, so a follower that reads by `seq` (projections, `tail --follow`) never
-  skips an entry, and each conversation's hash chain is extended by one writer at a time.
+- An append takes `ROW EXCLUSIVE` on the `entries` table (which appends share) and a
+  transaction advisory lock per conversation and run its batch names, so appends to different
+  conversations commit side by side and each conversation's hash chain is extended by one
+  writer at a time. It claims its seqs from the schema's counter (`claim_seqs`), which hands
+  out seqs and transaction ids in one order; each entry records its writer's id (`tx`).
+- Followers (`entries(after_seq=...)`, `last_seq`, projections) read only the settled entries,
+  those of transactions older than every one still running: always every entry up to some
+  `seq`, so an entry committed late is never skipped (`_pg_kv.settled_sql`).
+- A run's lease is taken, renewed and released under that run's lock (the one its fenced
+  appends hold), never the store-wide one.
+- Store-wide writes (fork, deletion, erasure, import, checkpoints) take the schema's
+  writer lock (`LOCK TABLE ... IN EXCLUSIVE MODE` on `entries`, which readers never wait for),
+  which waits for every append in flight, and move the counter themselves.
 - Readers run in a repeatable-read, read-only transaction: one consistent snapshot, as an
   LMDB read transaction gives.
 - A transaction that fails because the connection broke before its commit was sent is
@@ -64,11 +70,12 @@ from eventlog._pg_kv import (
     fetch_sql,
     flush,
     guard_sql,
-    take_fetched,
+    settled_sql,
 )
 from eventlog._storage import TABLE_NAMES, ReadTxn, Table, TableId, WriteTxn
-from eventlog.entries import Entry, NewEntry, RunRecord
+from eventlog.entries import MAX_SEQ, Entry, NewEntry, RunLease, RunRecord
 from eventlog.errors import (
+    CorruptStoreError,
     EventLogError,
     InvalidArgumentError,
     LogClosedError,
@@ -97,8 +104,13 @@ __all__ = ['SCHEMA_VERSION', 'PendingLastSeq', 'PostgresEventLog', 'redact_dsn']
 
 T = TypeVar('T')
 
-SCHEMA_VERSION: Final = 1
-"""The layout of the PostgreSQL tables this version creates and reads (recorded in `schema_version`)."""
+SCHEMA_VERSION: Final = 2
+"""The layout of the PostgreSQL tables this version creates and reads (recorded in `schema_version`).
+
+Layout 2 (this one) records each entry's writing transaction (`entries.tx`, xid8) and hands out
+seqs from a counter (`seq_counter`, `claim_seqs`) instead of the META `last_seq` record, so that
+appends to different conversations commit concurrently; layout 1 is migrated in place on open
+(`_migrate_layout`)."""
 
 _SCHEMA_NAME = re.compile(r'[a-z_][a-z0-9_]{0,62}')
 _RETRIES: Final = 3
@@ -198,6 +210,8 @@ class PostgresEventLog(EventLogBase):
         self._known_projections: set[str] = set()
         self._catalogued: set[ProjectionSpec] = set()
         self._lock_sql = f'LOCK TABLE {q}.entries IN EXCLUSIVE MODE'.encode()
+        self._append_lock_sql = f'LOCK TABLE {q}.entries IN ROW EXCLUSIVE MODE'.encode()
+        self._lock_class = _schema_lock_id(schema)
         self._projection_lock_sql = f'LOCK TABLE {q}.projection_positions IN EXCLUSIVE MODE'.encode()
         self.read_only_reason = 'opened read-only as asked' if read_only else None
         self._prepare(create and not read_only, detect=read_only is None)
@@ -216,7 +230,7 @@ class PostgresEventLog(EventLogBase):
         self._run_starts: dict[str, int] = {}
         self._seq_conns: list[pq.abc.PGconn] = []
         self._seq_lock = threading.Lock()
-        self._last_seq_sql = f'SELECT v FROM {self._relations[Table.META].table} WHERE k = $1'.encode()
+        self._last_seq_sql = settled_sql(self._relations[Table.ENTRIES].table)[0]
         # One round trip per append (see `_try_one_trip`): the records the last write transaction
         # read and wrote, as they were when it committed.
         self._cache_lock = threading.Lock()
@@ -278,6 +292,16 @@ class PostgresEventLog(EventLogBase):
                     )
                 if detect and self.read_only_reason is None:
                     self.read_only_reason = self._write_blocker(cur)
+                if version < SCHEMA_VERSION:
+                    if self.read_only_reason is not None:
+                        raise ReadOnlyStoreError(
+                            f'{self.location} has schema version {version}, which opening it for writing once '
+                            f'brings to {SCHEMA_VERSION}; opened read-only, nothing may be written'
+                        )
+                    with conn.transaction():
+                        cur.execute('SELECT pg_advisory_xact_lock(%s, %s)', (_LOCK_CLASS, _schema_lock_id(self.schema)))
+                        if (self._read_version(cur) or 0) < SCHEMA_VERSION:
+                            self._migrate_layout(cur)
                 # Most opens find the format current and need no writers' lock: opening never waits
                 # for a writer in the middle of its transaction.
                 found = engine.check_format(PgReadTxn(cur, self._relations))
@@ -289,7 +313,13 @@ class PostgresEventLog(EventLogBase):
                 if found != engine.FORMAT_VERSION:
                     with conn.transaction():
                         cur.execute(self._lock_sql)
-                        engine.init_format(_OneShotWrite(cur, self._relations))
+                        cur.execute(f'SELECT last_value FROM {self._q}.seq_counter'.encode())
+                        row = cur.fetchone()
+                        assert row is not None
+                        txn = _OneShotWrite(cur, self._relations, int(row[0]))
+                        engine.init_format(txn)
+                        if txn.seq_end != txn.seq_base:
+                            cur.execute(b'SELECT setval(%s, %s)', (f'{self._q}.seq_counter', txn.seq_end))
         except psycopg.errors.InsufficientPrivilege as exc:
             raise StoreLocationError(f'{self.location} cannot be created or used: {_said(exc, self.dsn)}') from None
         except psycopg.OperationalError as exc:
@@ -337,9 +367,11 @@ class PostgresEventLog(EventLogBase):
         statements = [
             f'CREATE SCHEMA IF NOT EXISTS {q}',
             *(
-                f'CREATE TABLE IF NOT EXISTS {q}."{name.decode()}" (k bytea PRIMARY KEY, v bytea NOT NULL)'
+                f'CREATE TABLE IF NOT EXISTS {q}."{name.decode()}" (k bytea PRIMARY KEY, v bytea NOT NULL'
+                + (', tx xid8 NOT NULL DEFAULT pg_current_xact_id())' if name == b'entries' else ')')
                 for name in TABLE_NAMES.values()
             ),
+            *self._counter_sql(0),
             f'CREATE TABLE IF NOT EXISTS {q}.projection_records (projection text NOT NULL, tbl text NOT NULL, '
             'k bytea NOT NULL, v bytea NOT NULL, PRIMARY KEY (projection, tbl, k))',
             f'CREATE TABLE IF NOT EXISTS {q}.projection_positions (projection text PRIMARY KEY, position bigint)',
@@ -349,6 +381,93 @@ class PostgresEventLog(EventLogBase):
         for statement in statements:
             cur.execute(statement.encode())
         cur.execute(f'INSERT INTO {q}.schema_version (version) VALUES (%s)'.encode(), (SCHEMA_VERSION,))
+
+    def _counter_sql(self, start: int) -> list[str]:
+        """The statements making the seq counter (at `start`), the functions that move it, and the
+        META `last_seq` record that stops a writer of layout 1 (docs/postgres.md, "Concurrent appends").
+
+        `claim_seqs(expected, n)` hands out the `n` seqs after the counter (returning the counter
+        as it was) and gives the calling transaction its id in the same step, under a session
+        advisory lock held for that step alone: transaction ids and seqs are then handed out in
+        one order, which is what makes a follower's position safe (`_pg_kv.settled_sql`). With
+        `expected` not null it claims only if the counter is `expected` (an append made in one
+        round trip), else fails as a guard does (division_by_zero). `release_seqs(claimed, used)`
+        gives back the seqs after `used` while nobody claimed after `claimed`.
+        """
+        q = self._q
+        key = _counter_lock_key(self.schema)
+        counter = f"'{q}.seq_counter'"
+        return [
+            f'CREATE SEQUENCE IF NOT EXISTS {q}.seq_counter AS bigint MINVALUE 0 START WITH {start}',
+            f"""CREATE OR REPLACE FUNCTION {q}.claim_seqs(expected bigint, n bigint) RETURNS bigint
+            LANGUAGE plpgsql AS $$
+            DECLARE
+                before bigint;
+            BEGIN
+                IF pg_current_xact_id_if_assigned() IS NOT NULL THEN
+                    RAISE EXCEPTION 'eventlog: seqs are claimed before the transaction writes';
+                END IF;
+                PERFORM pg_advisory_lock({key});
+                BEGIN
+                    SELECT last_value INTO before FROM {q}.seq_counter;
+                    IF expected IS NULL OR before = expected THEN
+                        PERFORM pg_current_xact_id();
+                        PERFORM setval({counter}, before + n);
+                    END IF;
+                EXCEPTION WHEN OTHERS THEN
+                    PERFORM pg_advisory_unlock({key});
+                    RAISE;
+                END;
+                PERFORM pg_advisory_unlock({key});
+                IF expected IS NOT NULL AND before <> expected THEN
+                    RAISE EXCEPTION 'eventlog: another append took the seq' USING ERRCODE = 'division_by_zero';
+                END IF;
+                RETURN before;
+            END $$""",
+            f"""CREATE OR REPLACE FUNCTION {q}.release_seqs(claimed bigint, used bigint) RETURNS void
+            LANGUAGE plpgsql AS $$
+            BEGIN
+                PERFORM pg_advisory_lock({key});
+                IF (SELECT last_value FROM {q}.seq_counter) = claimed THEN
+                    PERFORM setval({counter}, used);
+                END IF;
+                PERFORM pg_advisory_unlock({key});
+            END $$""",
+            # An append never rewrites an entry: one that would (a seq claimed twice) fails instead of
+            # overwriting what was committed. Store-wide writes (an erasure) say they may.
+            f"""CREATE OR REPLACE FUNCTION {q}.entries_kept() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                IF current_setting('eventlog.rewrite', true) IS DISTINCT FROM 'on' THEN
+                    RAISE EXCEPTION 'eventlog: an append found entry % written already', OLD.k
+                        USING ERRCODE = 'unique_violation';
+                END IF;
+                RETURN NEW;
+            END $$""",
+            f'CREATE OR REPLACE TRIGGER entries_kept BEFORE UPDATE ON {q}.entries '
+            f'FOR EACH ROW EXECUTE FUNCTION {q}.entries_kept()',
+            f"INSERT INTO {q}.meta (k, v) VALUES (decode('{META_LAST_SEQ.hex()}', 'hex'), "
+            f"decode('{seq_key(_LAYOUT_1_STOP).hex()}', 'hex')) ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v",
+        ]
+
+    def _migrate_layout(self, cur: psycopg.Cursor[Any]) -> None:
+        """Bring a schema of layout 1 (one writer at a time, the last seq in META) to layout 2 in
+        place, in the caller's transaction: entries written before are settled for every follower
+        (their `tx` is older than any transaction), and the counter goes on from the last seq."""
+        q = self._q
+        cur.execute(f'LOCK TABLE {q}.entries IN ACCESS EXCLUSIVE MODE'.encode())
+        cur.execute(f'SELECT v FROM {q}.meta WHERE k = %s'.encode(), (META_LAST_SEQ,))
+        row = cur.fetchone()
+        last = 0 if row is None else key_seq(bytes(row[0]))
+        cur.execute(f'SELECT k FROM {q}.entries ORDER BY k DESC LIMIT 1'.encode())
+        row = cur.fetchone()
+        last = max(last, 0 if row is None else key_seq(bytes(row[0])))
+        # A constant default adds the column without rewriting the table; new rows take their writer's id.
+        cur.execute(f"ALTER TABLE {q}.entries ADD COLUMN IF NOT EXISTS tx xid8 NOT NULL DEFAULT '1'".encode())
+        cur.execute(f'ALTER TABLE {q}.entries ALTER COLUMN tx SET DEFAULT pg_current_xact_id()'.encode())
+        for statement in self._counter_sql(last):
+            cur.execute(statement.encode())
+        cur.execute(b'SELECT setval(%s, %s)', (f'{q}.seq_counter', last))
+        cur.execute(f'UPDATE {q}.schema_version SET version = %s'.encode(), (SCHEMA_VERSION,))
 
     # -- transactions ---------------------------------------------------------------------------
 
@@ -371,14 +490,28 @@ class PostgresEventLog(EventLogBase):
         begin: bytes | None,
         lock: bytes | None,
         last_writes: Callable[[], Pending] | None = None,
+        last_sql: Callable[[], bytes | None] | None = None,
+        lost: Callable[[bool], None] | None = None,
     ) -> T:
-        """Run `fn` in one transaction; retried when the connection broke before the commit."""
+        """Run `fn` in one transaction; retried when the connection broke before the commit.
+
+        `lost(known)` is called when a try did not commit (`known`: it was never sent; not
+        `known`: the connection broke while the COMMIT was in flight)."""
         for attempt in range(_RETRIES):
             try:
-                return self._attempt(fn, begin=begin, lock=lock, last_writes=last_writes)
+                return self._attempt(fn, begin=begin, lock=lock, last_writes=last_writes, last_sql=last_sql)
             except _CommitUnknown as exc:
+                if lost is not None:
+                    lost(False)
                 raise _unknown_outcome(str(exc)) from None
+            except psycopg.IntegrityError as exc:
+                raise CorruptStoreError(
+                    f'{_first_line(exc)}: the seq counter of {self.location} is behind its entries; '
+                    'nothing was written (run verify)'
+                ) from None
             except psycopg.OperationalError as exc:
+                if lost is not None and _retryable(exc):
+                    lost(True)
                 if attempt == _RETRIES - 1 or not _retryable(exc):
                     raise StorageError(f'PostgreSQL failed: {_first_line(exc)}') from None
                 if not isinstance(exc, psycopg.errors.TransactionRollback):
@@ -394,10 +527,12 @@ class PostgresEventLog(EventLogBase):
         begin: bytes | None,
         lock: bytes | None,
         last_writes: Callable[[], Pending] | None = None,
+        last_sql: Callable[[], bytes | None] | None = None,
     ) -> T:
-        """One try of `_run`. The writes `fn` left buffered in `last_writes()` are sent with the
-        COMMIT in one round trip (a pipeline); a connection found broken before they are sent
-        fails the try as retryable, one that breaks after is `_CommitUnknown`."""
+        """One try of `_run`. The writes `fn` left buffered in `last_writes()`, and the statement
+        `last_sql()` (moving the seq counter), are sent with the COMMIT in one round trip (a
+        pipeline); a connection found broken before they are sent fails the try as retryable,
+        one that breaks after is `_CommitUnknown`."""
         with self._connection() as conn, conn.cursor(binary=True) as cur:
             if begin is None:  # one statement on its own: its own snapshot, no BEGIN or COMMIT
                 return fn(cur)
@@ -412,11 +547,15 @@ class PostgresEventLog(EventLogBase):
                         cur.execute('ROLLBACK')
                 raise
             writes = last_writes() if last_writes is not None else None
+            extra = last_sql() if last_sql is not None else None
             try:
-                if writes:
+                if writes or extra:
                     _check_idle(conn)
                     with conn.pipeline():
-                        flush(cur, writes)
+                        if writes:
+                            flush(cur, writes)
+                        if extra:
+                            cur.execute(extra, prepare=False)
                         cur.execute('COMMIT')
                 else:
                     cur.execute('COMMIT')
@@ -462,8 +601,9 @@ class PostgresEventLog(EventLogBase):
 
         The query runs on a connection kept for it alone (a prepared statement, no transaction),
         so a caller can do other work while it travels: a search through a local index searches
-        its records meanwhile (`LocalProjections.start_log_position`). The answer counts every
-        append committed before this call.
+        its records meanwhile (`LocalProjections.start_log_position`). The answer is the last
+        settled `seq` (docs/postgres.md, "Order"): it counts every append committed before this
+        call once the appends that were in flight before it have ended.
         """
         self._check_open()
         with self._seq_lock:
@@ -471,7 +611,7 @@ class PostgresEventLog(EventLogBase):
         try:
             if conn is None:
                 conn = self._connect_seq()
-            conn.send_query_prepared(_LAST_SEQ_STATEMENT, [META_LAST_SEQ], param_formats=[1], result_format=1)
+            conn.send_query_prepared(_LAST_SEQ_STATEMENT, [], result_format=1)
         except psycopg.Error:
             if conn is not None:
                 conn.finish()
@@ -523,59 +663,153 @@ class PostgresEventLog(EventLogBase):
 
     def _write_sync(self, fn: Callable[[WriteTxn], T]) -> T:
         self._refuse_write()
+        plan = _APPENDING.get()
+        scoped = _RUN_SCOPED.get()
+        if plan is None and scoped is not None:
+            # A run's lease: the run's lock, not the store-wide one (a fenced append of the run
+            # checks the lease holding the same lock). The cache may hold the lease: dropped.
+            self._forget()
+            try:
+                return self._write_two_trips(fn, track=False, plan=scoped)[0]
+            finally:
+                self._forget()
         if not self._one_trip:  # switched off: every write as before, no cache kept
             self._forget()
-            return self._write_two_trips(fn, track=False)[0]
-        if not _APPENDING.get():
+            return self._write_two_trips(fn, track=False, plan=plan)[0]
+        if plan is None:
             # Any other write (erasure, deletion, import, retention...) may change what an append
             # reads: the cache is dropped before and after it.
             self._forget()
             try:
-                return self._write_two_trips(fn, track=False)[0]
+                return self._write_two_trips(fn, track=False, plan=None)[0]
             finally:
                 self._forget()
-        done = self._try_one_trip(fn)
+        done = self._try_one_trip(fn, plan)
         if done is not None:
             return done[0]
         with self._cache_lock:
             known, generation = self._known, self._generation
-        result, txn = self._write_two_trips(fn, track=True)
+        result, txn = self._write_two_trips(fn, track=True, plan=plan)
         if txn is not None:
             self._learn(txn, known, generation)
         return result
 
-    def _write_two_trips(self, fn: Callable[[WriteTxn], T], *, track: bool) -> tuple[T, PgWriteTxn | None]:
-        """`fn` in a write transaction of two round trips: BEGIN with the writers' lock and the
-        records it reads first, then its writes with the COMMIT. Returns its result and (with
-        `track`) its transaction, which recorded what it read and wrote."""
-        # The records an append reads first (the last seq, its runs and conversations) are read
-        # in the round trip that begins the transaction and takes the lock.
-        reads = [(self._relations[table], key) for table, key in {(Table.META, META_LAST_SEQ), *_PREFETCH.get()}]
+    def _locks_sql(self, plan: _Plan) -> bytes:
+        """The statement taking an append's locks: the entries table in ROW EXCLUSIVE mode (which
+        every append holds at once, and which the store-wide writes' EXCLUSIVE mode waits for),
+        then the transaction advisory lock of each conversation and run the batch names, in one
+        order (so two batches never wait for each other in a cycle)."""
+        locks = ', '.join(f'pg_advisory_xact_lock({self._lock_class}, {key})' for key in plan.keys)
+        return self._append_lock_sql + (f'; SELECT {locks}'.encode() if locks else b'')
+
+    def _write_two_trips(
+        self, fn: Callable[[WriteTxn], T], *, track: bool, plan: _Plan | None
+    ) -> tuple[T, PgWriteTxn | None]:
+        """`fn` in a write transaction of two round trips: BEGIN with its locks and the records it
+        reads first, then its writes with the COMMIT. Returns its result and (with `track`) its
+        transaction, which recorded what it read and wrote.
+
+        An append (`plan`) takes its conversations' locks and claims as many seqs as its batch
+        has entries in the first round trip (`claim_seqs`); those it did not use are given back
+        with the COMMIT (or when it fails) while nobody has claimed after them. Any other write
+        takes the store-wide lock (EXCLUSIVE on `entries`), under which no append is in flight,
+        and moves the counter itself.
+        """
+        reads = [(self._relations[table], key) for table, key in set(_PREFETCH.get())]
+        q = self._q
+        if plan is not None:
+            claimed = (
+                f'{q}.claim_seqs(NULL, {plan.count})' if plan.count else f'(SELECT last_value FROM {q}.seq_counter)'
+            )
+            head = f'SELECT -1, int8send({claimed})'
+            begin, lock = _BEGIN_APPEND, self._locks_sql(plan)
+        else:
+            head = f'SELECT -1, int8send(last_value) FROM {q}.seq_counter'
+            begin, lock = _BEGIN_WRITE, self._lock_sql + _MAY_REWRITE
+        fetch = head.encode() + (b' UNION ALL ' + fetch_sql(reads) if reads else b'')
 
         last: list[Pending] = [{}]
         used: list[PgWriteTxn | None] = [None]
+        claim: list[tuple[int, int]] = [(0, 0)]
+
+        backend = [0]
 
         def run(cur: psycopg.Cursor[Any]) -> T:
+            backend[0] = cur.connection.info.backend_pid
+            while cur.nextset():
+                pass
+            fetched: Pending = dict.fromkeys(reads, None)
+            base = 0
+            for number, value in cur.fetchall():
+                if number < 0:
+                    base = key_seq(bytes(value))
+                else:
+                    fetched[reads[number]] = value
+            claim[0] = (base, base + (plan.count if plan is not None else 0))
             pending: Pending = {}
             last[0] = pending  # the last writes go with the COMMIT (see `_attempt`)
-            txn = PgWriteTxn(cur, self._relations, pending, take_fetched(cur, reads), track=track)
-            used[0] = txn if track else None
-            return fn(txn)
+            txn = PgWriteTxn(cur, self._relations, pending, fetched, track=track, seq_base=base)
+            used[0] = txn
+            try:
+                return fn(txn)
+            except BaseException:
+                if plan is not None and plan.count and not cur.connection.broken:
+                    with suppress(psycopg.Error):
+                        cur.execute(self._release_sql(claim[0][1], base))  # nothing of it commits
+                        claim[0] = (base, base)
+                raise
 
-        lock = self._lock_sql + b'; ' + fetch_sql(reads)
-        result = self._run(run, begin=_BEGIN_WRITE, lock=lock, last_writes=lambda: last[0])
-        return result, used[0]
+        def counter() -> bytes | None:
+            txn = used[0]
+            if txn is None or txn.seq_end is None:
+                return None
+            base, end = claim[0]
+            if plan is not None:
+                return self._release_sql(end, txn.seq_end) if txn.seq_end < end else None
+            if txn.seq_end != base:
+                return f"SELECT setval('{q}.seq_counter', {txn.seq_end})".encode()
+            return None
+
+        def lost(known: bool) -> None:
+            # A try that did not commit gives its claim back (while nobody claimed after it), so
+            # that the next try takes the same seqs, but only once its server process is gone and
+            # its first entry is not in the log, whatever the error said (`known`): a server
+            # shutting down can report an error after it applied the COMMIT, and seqs given back
+            # from a committed append would be claimed again.
+            del known
+            base, end = claim[0]
+            if plan is None or end == base:
+                return
+            claim[0] = (base, base)
+            entries = self._relations[Table.ENTRIES].table
+            check = (
+                f'WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity WHERE pid = {backend[0]}) '
+                f'AND NOT EXISTS (SELECT 1 FROM {entries} WHERE k = int8send({base + 1}))'
+            )
+            sql = f'SELECT {self._q}.release_seqs({end}, {base}) {check}'.encode()
+            with suppress(EventLogError):
+                self._run(lambda cur: cur.execute(sql), begin=None, lock=None)
+
+        result = self._run(
+            run, begin=begin, lock=lock + b'; ' + fetch, last_writes=lambda: last[0], last_sql=counter, lost=lost
+        )
+        return result, used[0] if track else None
+
+    def _release_sql(self, claimed: int, used: int) -> bytes:
+        """Give back the seqs after `used` of a claim that ended at `claimed` (`release_seqs`)."""
+        return f'SELECT {self._q}.release_seqs({claimed}, {used})'.encode()
 
     # -- one round trip per append --------------------------------------------------------------
 
-    def _try_one_trip(self, fn: Callable[[WriteTxn], T]) -> tuple[T] | None:
+    def _try_one_trip(self, fn: Callable[[WriteTxn], T], plan: _Plan) -> tuple[T] | None:
         """Append in one round trip when this handle's cache holds every record `fn` reads.
 
         `fn` runs against the cache (`CachedWriteTxn`), which never reaches the server. Then one
-        pipeline sends BEGIN, the writers' lock, a guard that fails unless every record `fn` read
-        still has the value it was given (the guard is the transaction's first statement that
-        takes a snapshot, so it sees every commit made before the lock was granted), the writes
-        and the COMMIT. Returns `(result,)`, or `None` when nothing was committed and the
+        pipeline sends BEGIN, the append's locks (`_locks_sql`), a guard that fails unless every
+        record `fn` read still has the value it was given (read committed, after the locks: it
+        sees every commit made before they were granted), the claim of the seqs `fn` used (only
+        if the counter is still at the last `seq` this handle saw; else it fails as the guard
+        does), the writes and the COMMIT. Returns `(result,)`, or `None` when nothing was committed and the
         append is to take the two-round-trip path: the cache could not answer, `fn` raised (the
         two-trip path decides on the server's records), the guard failed, or the connection was
         found broken before anything was sent. A connection that breaks once the pipeline is
@@ -591,8 +825,22 @@ class PostgresEventLog(EventLogBase):
         except Exception:
             self._trips['miss'] += 1
             return None
+        meta = self._relations[Table.META]
+        slot = (meta, META_LAST_SEQ)
+        expected = txn.reads.pop(slot, None)
+        new_last = txn.pending.pop(slot, None)
+        claim = b''
+        if new_last is not None and expected is None:
+            self._trips['miss'] += 1
+            return None
+        if expected is not None and new_last is not None and new_last != expected:
+            # The seqs this append wrote follow the last this handle saw: claimed only if nobody
+            # claimed any since (else it fails as a guard does).
+            count = key_seq(new_last) - key_seq(expected)
+            claim = f'SELECT {self._q}.claim_seqs({key_seq(expected)}, {count})'.encode()
         sql, params = guard_sql(txn.reads)
         written = dict(txn.pending)
+        locks = self._locks_sql(plan)
         with self._connection() as conn, conn.cursor(binary=True) as cur:
             try:
                 _check_idle(conn)
@@ -606,16 +854,20 @@ class PostgresEventLog(EventLogBase):
                 # counting uses is taken for prepared when sent, even if the server skipped it.)
 
                 def send() -> None:
-                    cur.execute(_BEGIN_WRITE, prepare=False)
-                    cur.execute(self._lock_sql, prepare=False)
-                    cur.execute(sql, params, prepare=True)
+                    cur.execute(_BEGIN_APPEND, prepare=False)
+                    for statement in locks.split(b'; '):
+                        cur.execute(statement, prepare=False)
+                    if txn.reads:
+                        cur.execute(sql, params, prepare=True)
+                    if claim:
+                        cur.execute(claim, prepare=False)
                     flush(cur, txn.pending, prepare=True, tag=_ONE_TRIP_TAG)
                     cur.execute(b'COMMIT', prepare=False)
 
                 _in_pipeline(conn, send)
             except psycopg.Error as exc:
                 if conn.broken:
-                    committed = self._outcome(backend, written)
+                    committed = self._outcome(backend, written, expected, new_last if claim else None)
                     if committed is None:
                         raise _unknown_outcome(_first_line(exc)) from None
                     if not committed:
@@ -635,46 +887,53 @@ class PostgresEventLog(EventLogBase):
                         cur.execute(b'ROLLBACK')
                 raise
         self._trips['one'] += 1
+        if expected is not None:
+            txn.reads[slot] = expected
+        if new_last is not None:
+            written[slot] = new_last
         self._remember(known, {**txn.reads, **written}, generation, optimistic=True)
         return (result,)
 
-    def _outcome(self, backend: int, written: Pending) -> bool | None:
+    def _outcome(self, backend: int, written: Pending, expected: bytes | None, claimed: bytes | None) -> bool | None:
         """Whether a one-trip append whose connection broke after its pipeline was sent committed:
         `True` if the first entry it wrote is in the log as it wrote it; `False` if the server
-        process that ran it is gone and the log's last `seq` is still below that entry's (so it
-        never committed and never can); `None` when that cannot be told (the process still runs,
-        another append took the `seq` meanwhile, the append wrote no entry, or the server cannot
-        be asked), and the outcome stays unknown.
+        process that ran it is gone and that entry is not in the log (it never committed and
+        never can: the seqs it may have claimed, `expected`..`claimed`, are given back while
+        nobody claimed after them); `None` when that cannot be told (the process still runs,
+        the append wrote no entry, or the server cannot be asked), and the outcome stays unknown.
 
         Everything the append did was in flight at once, so without this a connection lost while
-        it waited for the writers' lock would leave its outcome as unknown as one lost in COMMIT.
+        it waited for a lock would leave its outcome as unknown as one lost in COMMIT.
         """
         entries = self._relations[Table.ENTRIES]
         ours = sorted((key, value) for (relation, key), value in written.items() if relation is entries and value)
         if not ours:
             return None
         key, value = ours[0]
-        meta = self._relations[Table.META].table
         sql = (
             'SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity WHERE pid = %s), '
-            f'(SELECT v FROM {entries.table} WHERE k = %s), (SELECT v FROM {meta} WHERE k = %s)'
+            f'(SELECT v FROM {entries.table} WHERE k = %s)'
         ).encode()
 
-        def ask(cur: psycopg.Cursor[Any]) -> tuple[bool, bytes | None, int]:
-            cur.execute(sql, (backend, key, META_LAST_SEQ))
+        def ask(cur: psycopg.Cursor[Any]) -> tuple[bool, bytes | None]:
+            cur.execute(sql, (backend, key))
             row = cur.fetchone()
             assert row is not None
-            return bool(row[0]), None if row[1] is None else bytes(row[1]), 0 if row[2] is None else key_seq(row[2])
+            return bool(row[0]), None if row[1] is None else bytes(row[1])
 
         try:
-            running, stored, last = self._run(ask, begin=None, lock=None)
+            running, stored = self._run(ask, begin=None, lock=None)
         except EventLogError:
             return None
         if stored == value:
             return True
-        if not running and last < key_seq(key):
-            return False
-        return None
+        if running or stored is not None:
+            return None
+        if expected is not None and claimed is not None:
+            release = self._release_sql(key_seq(claimed), key_seq(expected))
+            with suppress(EventLogError):
+                self._run(lambda cur: cur.execute(release), begin=None, lock=None)
+        return False
 
     def _guard_failed(self) -> None:
         """Another writer changed a record since this handle's last write: drop the cache and try
@@ -752,7 +1011,7 @@ class PostgresEventLog(EventLogBase):
     async def append(self, entry: NewEntry) -> int:
         """Append one entry in its own transaction; return its `seq`."""
         token = _PREFETCH.set(self._records_read(entry) + self._fence_read())
-        appending = _APPENDING.set(True)
+        appending = _APPENDING.set(_Plan.of((entry,)))
         try:
             seq = await super().append(entry)
         finally:
@@ -768,7 +1027,7 @@ class PostgresEventLog(EventLogBase):
             tuple({read for entry in batch[:_PREFETCH_ENTRIES] for read in self._records_read(entry)})
             + self._fence_read()
         )
-        appending = _APPENDING.set(True)
+        appending = _APPENDING.set(_Plan.of(batch))
         try:
             seqs = await super().append_many(batch)
         finally:
@@ -815,6 +1074,36 @@ class PostgresEventLog(EventLogBase):
                 if len(starts) >= _RUN_STARTS:
                     starts.clear()
                 starts[entry.run_id] = seq
+
+    async def take_run_lease(self, run_id: str, owner: str, seconds: float) -> RunLease:
+        """Take run `run_id`'s lease (see `EventLogBase.take_run_lease`), under the run's lock."""
+        if not isinstance(run_id, str):  # pyright: ignore[reportUnnecessaryIsInstance]
+            return await super().take_run_lease(run_id, owner, seconds)  # the base names the error
+        token = _RUN_SCOPED.set(_Plan.for_run(run_id))
+        try:
+            return await super().take_run_lease(run_id, owner, seconds)
+        finally:
+            _RUN_SCOPED.reset(token)
+
+    async def renew_run_lease(self, lease: RunLease, seconds: float) -> RunLease:
+        """Renew `lease` (see `EventLogBase.renew_run_lease`), under its run's lock."""
+        if not isinstance(lease, RunLease) or not isinstance(lease.run_id, str):  # pyright: ignore[reportUnnecessaryIsInstance]
+            return await super().renew_run_lease(lease, seconds)
+        token = _RUN_SCOPED.set(_Plan.for_run(lease.run_id))
+        try:
+            return await super().renew_run_lease(lease, seconds)
+        finally:
+            _RUN_SCOPED.reset(token)
+
+    async def release_run_lease(self, lease: RunLease) -> bool:
+        """Release `lease` (see `EventLogBase.release_run_lease`), under its run's lock."""
+        if not isinstance(lease, RunLease) or not isinstance(lease.run_id, str):  # pyright: ignore[reportUnnecessaryIsInstance]
+            return await super().release_run_lease(lease)
+        token = _RUN_SCOPED.set(_Plan.for_run(lease.run_id))
+        try:
+            return await super().release_run_lease(lease)
+        finally:
+            _RUN_SCOPED.reset(token)
 
     async def get_entry(self, seq: int) -> Entry | None:
         """One entry by `seq`, or `None` (one statement: one round trip)."""
@@ -1033,7 +1322,7 @@ class PendingLastSeq:
         self._value = value
 
     def result(self) -> int:
-        """The last `seq` committed when the query was sent (waits for the answer the first time)."""
+        """The last settled `seq` when the query ran (waits for the answer the first time)."""
         conn, self._conn = self._conn, None
         if conn is not None:
             self._value = self._log._finish_last_seq(conn)  # pyright: ignore[reportPrivateUsage]
@@ -1052,8 +1341,8 @@ _LAST_SEQ_STATEMENT: Final = b'eventlog_last_seq'
 class _OneShotWrite(PgWriteTxn):
     """A write transaction whose buffered writes are sent as they are made (used once, at open)."""
 
-    def __init__(self, cur: psycopg.Cursor[Any], relations: dict[TableId, PgRelation]) -> None:
-        super().__init__(cur, relations, {})
+    def __init__(self, cur: psycopg.Cursor[Any], relations: dict[TableId, PgRelation], seq_base: int) -> None:
+        super().__init__(cur, relations, {}, seq_base=seq_base)
 
     def put(self, table: TableId, key: bytes, value: bytes) -> None:
         super().put(table, key, value)
@@ -1063,8 +1352,39 @@ class _OneShotWrite(PgWriteTxn):
 _PREFETCH: ContextVar[tuple[tuple[TableId, bytes], ...]] = ContextVar('eventlog_pg_prefetch', default=())
 """Records the append being made will read (set around `append`; `asyncio.to_thread` carries it)."""
 _ONE_TRIP_TAG: Final = '/* one trip */ '
-_APPENDING: ContextVar[bool] = ContextVar('eventlog_pg_appending', default=False)
+
+
+class _Plan:
+    """What an append takes before it runs: the advisory lock keys of the conversations and runs
+    its batch names (sorted), and how many seqs it may use (one per entry)."""
+
+    __slots__ = ('count', 'keys')
+
+    def __init__(self, count: int, keys: tuple[int, ...]) -> None:
+        self.count = count
+        self.keys = keys
+
+    @classmethod
+    def of(cls, batch: Sequence[NewEntry]) -> _Plan:
+        names: set[bytes] = set()
+        for entry in batch:
+            if isinstance(entry, NewEntry):  # pyright: ignore[reportUnnecessaryIsInstance]
+                if isinstance(entry.conversation_id, str):  # pyright: ignore[reportUnnecessaryIsInstance]
+                    names.add(b'c' + entry.conversation_id.encode(errors='replace'))
+                if isinstance(entry.run_id, str):
+                    names.add(b'r' + entry.run_id.encode(errors='replace'))
+        return cls(len(batch), tuple(sorted({_signed32(zlib.crc32(name)) for name in names})))
+
+    @classmethod
+    def for_run(cls, run_id: str) -> _Plan:
+        """The lock of one run, and no seq (a write of the run's lease)."""
+        return cls(0, (_signed32(zlib.crc32(b'r' + run_id.encode(errors='replace'))),))
+
+
+_APPENDING: ContextVar[_Plan | None] = ContextVar('eventlog_pg_appending', default=None)
 """Set around `append`/`append_many`: the write may take one round trip and keeps the cache."""
+_RUN_SCOPED: ContextVar[_Plan | None] = ContextVar('eventlog_pg_run_scoped', default=None)
+"""Set around the writes of a run's lease: they take the run's lock instead of the store-wide one."""
 _CACHE_RECORDS: Final = 256
 """Most records the one-round-trip cache keeps (a larger transaction, a bulk one, leaves it empty)."""
 _CACHE_ENTRIES: Final = 16
@@ -1086,12 +1406,29 @@ _BEGIN_WRITE: Final = b'BEGIN ISOLATION LEVEL REPEATABLE READ'
 """Writers take their table lock first: a repeatable-read snapshot starts at the first query, after
 the lock, so it holds every commit made before the lock was granted."""
 _BEGIN_REGISTER: Final = b'BEGIN ISOLATION LEVEL READ COMMITTED'
+_BEGIN_APPEND: Final = b'BEGIN ISOLATION LEVEL READ COMMITTED'
+_MAY_REWRITE: Final = b"; SET LOCAL eventlog.rewrite = 'on'"
+"""Said by a store-wide write: it may rewrite entries (an erasure); an append never does (`entries_kept`)."""
+"""Appends read committed: each statement sees every commit made before it, and what an append
+reads of its conversation and runs cannot change under it while it holds their locks."""
+_LAYOUT_1_STOP: Final = MAX_SEQ
+"""The META `last_seq` a migrated schema keeps: a writer of layout 1 still running finds the log
+full (`LogFullError`) and writes nothing."""
 _LOCK_CLASS: Final = 0x6576  # 'ev': the advisory lock class of schema creation
 
 
-def _schema_lock_id(schema: str) -> int:
-    value = zlib.crc32(schema.encode())
+def _signed32(value: int) -> int:
     return value - (1 << 32) if value >= 1 << 31 else value
+
+
+def _schema_lock_id(schema: str) -> int:
+    """The advisory lock class of a schema (its creation, and its appends' conversation locks)."""
+    return _signed32(zlib.crc32(schema.encode()))
+
+
+def _counter_lock_key(schema: str) -> int:
+    """The session advisory lock (one bigint: never equal to a two-int key) of a schema's counter."""
+    return (0x6576 << 32) | zlib.crc32(schema.encode())
 
 
 def _retryable(exc: psycopg.OperationalError) -> bool:

@@ -12,6 +12,7 @@ import multiprocessing
 import queue
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterator
 
 import pg_worker
@@ -114,10 +115,13 @@ class Worker:
 
 
 def lock_waiters(dsn: str, schema: str) -> list[int]:
-    """Backends waiting for a lock on the schema's entries table (the writers' lock)."""
+    """Backends waiting for a writers' lock of the schema: the entries table (the store-wide
+    lock), or a conversation's or run's advisory lock (an append's)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         rows = conn.execute(
-            'SELECT pid FROM pg_locks WHERE relation = to_regclass(%s) AND NOT granted', (f'"{schema}".entries',)
+            'SELECT pid FROM pg_locks WHERE NOT granted AND (relation = to_regclass(%s) OR '
+            "(locktype = 'advisory' AND objsubid = 2 AND classid::bigint = %s))",
+            (f'"{schema}".entries', zlib.crc32(schema.encode())),
         ).fetchall()
     return [int(row[0]) for row in rows]
 

@@ -18,7 +18,7 @@ from pg_worker import message, message_text
 from pgworkers import Worker, check_entry, lock_waiters, schema_fixture, wait_until, workers_fixture
 
 from eventlog import message_entry, run_started_entry
-from eventlog.postgres_log import PostgresEventLog
+from eventlog.postgres_log import SCHEMA_VERSION, PostgresEventLog
 from search import SearchEngine, SearchOptions
 from search.lmdb_index import LmdbIndex
 
@@ -186,7 +186,7 @@ async def test_processes_opening_a_fresh_schema_at_once_create_it_once(
     seqs = sorted(proc.acks()[0][0] for proc in procs if proc.finish())
     assert seqs == list(range(1, 7))
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        assert conn.execute(f'SELECT version FROM "{schema}".schema_version').fetchall() == [(1,)]
+        assert conn.execute(f'SELECT version FROM "{schema}".schema_version').fetchall() == [(SCHEMA_VERSION,)]
         # Everything was created by one transaction: one creator, however many raced.
         creators = conn.execute(
             'SELECT DISTINCT c.xmin::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace '

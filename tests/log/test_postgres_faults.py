@@ -30,7 +30,7 @@ from eventlog.errors import (
     StoreLocationError,
     StoreVersionError,
 )
-from eventlog.postgres_log import PostgresEventLog
+from eventlog.postgres_log import SCHEMA_VERSION, PostgresEventLog
 from search.lmdb_index import LmdbIndex
 
 __all__ = ['schema_fixture', 'workers_fixture']  # fixtures used by the tests below
@@ -282,7 +282,9 @@ async def test_writers_lose_no_acknowledged_append_through_fast_and_immediate_re
             report = await log.verify()
             assert report.ok, report.problems
             entries = await log.entries()
-            assert [e.seq for e in entries] == list(range(1, len(entries) + 1))
+            # Appends commit concurrently and claim their seqs first: one cut by a restart may
+            # leave its seqs unused (a gap), never an entry twice or out of order.
+            assert [e.seq for e in entries] == sorted({e.seq for e in entries})
             assert sorted(acked) == [e.seq for e in entries]
             for entry in entries:
                 check_entry(entry, *acked[entry.seq], 'shared')
@@ -356,7 +358,7 @@ def test_a_newer_schema_version_is_a_version_error(pg_dsn: str, schema: str) -> 
         conn.execute(f'UPDATE "{schema}".schema_version SET version = version + 1')  # type: ignore[arg-type]
     with pytest.raises(StoreVersionError) as caught:
         PostgresEventLog(pg_dsn, schema=schema)
-    assert 'schema version 2' in one_line(caught.value)
+    assert f'schema version {SCHEMA_VERSION + 1}' in one_line(caught.value)
 
 
 def test_a_user_without_privileges_gets_a_location_error(pg_dsn: str, schema: str, pg_schemas: list[str]) -> None:

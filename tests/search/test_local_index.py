@@ -127,7 +127,7 @@ async def test_a_search_sees_what_another_process_committed_before_it(
                 async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as admin:
                     cursor = await admin.execute(
                         'SELECT pg_terminate_backend(pid) FROM pg_stat_activity '
-                        "WHERE query LIKE 'SELECT v FROM %meta% WHERE k = $1' AND pid <> pg_backend_pid()"
+                        "WHERE query LIKE 'SELECT k FROM %entries% WHERE tx < %' AND pid <> pg_backend_pid()"
                     )
                     assert (await cursor.fetchall()) != []
     finally:

@@ -1,0 +1,110 @@
+"""A writer or follower process of `bench_postgres.py --rtt-ms N` (run with the code under test
+first on PYTHONPATH: this tree's, or an older checkout's for the old scheme).
+
+    python _pg_net_worker.py writer DSN SCHEMA NAME
+    python _pg_net_worker.py follower DSN SCHEMA
+
+Both print `ready`, then take commands on stdin, one a line, and answer each with one JSON line:
+
+- writer `round CONV START SECONDS`: start a run of its own in conversation CONV, append one
+  message (warm-up), wait until the wall clock reaches START, then append single messages until
+  START + SECONDS. Answers {appends, cpu, latencies (ms, sampled), acks: [[seq, time], ...]}.
+- follower `round START SECONDS`: from the log's last settled position just before START, read
+  `entries(after_seq=position)` every 2 ms until START + SECONDS + 1, then once more after the
+  writers are done (the next line, `catch-up`). Answers {seen: [[seq, time], ...], backwards}.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import resource
+import sys
+import time
+
+from pydantic_ai.messages import ModelRequest, UserPromptPart
+
+from eventlog import PostgresEventLog, message_entry, run_started_entry
+
+
+def cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def message(text: str) -> ModelRequest:
+    return ModelRequest(parts=[UserPromptPart(text)])
+
+
+async def writer(dsn: str, schema: str, name: str) -> None:
+    log = PostgresEventLog(dsn, schema=schema, pool_size=1)
+    print('ready', flush=True)
+    rounds = 0
+    try:
+        while line := sys.stdin.readline().split():
+            _, conv, start, seconds = line
+            rounds += 1
+            run_id = f'{name}-{rounds}'
+            await log.append(run_started_entry(conversation_id=conv, run_id=run_id))
+            entry = message_entry(message(f'{name} says hello'), conversation_id=conv, run_id=run_id)
+            await log.append(entry)
+            await asyncio.sleep(max(0.0, float(start) - time.time()))
+            end = float(start) + float(seconds)
+            acks: list[tuple[int, float]] = []
+            latencies: list[float] = []
+            spent = cpu()
+            while (began := time.time()) < end:
+                seq = await log.append(entry)
+                done = time.time()
+                acks.append((seq, done))
+                latencies.append((done - began) * 1000)
+            spent = cpu() - spent
+            print(json.dumps({'appends': len(acks), 'cpu': spent, 'latencies': latencies, 'acks': acks}), flush=True)
+    finally:
+        log.close()
+
+
+async def follower(dsn: str, schema: str) -> None:
+    log = PostgresEventLog(dsn, schema=schema, pool_size=1)
+    print('ready', flush=True)
+    try:
+        while line := sys.stdin.readline().split():
+            _, start, seconds = line
+            # The position a little before the window: every append acknowledged in it began
+            # after, so it comes after that position (the warm-ups are read too, and not counted).
+            await asyncio.sleep(max(0.0, float(start) - 0.2 - time.time()))
+            position = await log.last_seq()
+            seen: list[tuple[int, float]] = []
+            backwards = 0
+            end = float(start) + float(seconds) + 1
+            spent = cpu()
+            caught_up = False
+            while True:
+                for entry in await log.entries(after_seq=position):
+                    if entry.seq <= position:
+                        backwards += 1
+                    seen.append((entry.seq, time.time()))
+                    position = entry.seq
+                if caught_up:
+                    break
+                if time.time() >= end:
+                    spent = cpu() - spent
+                    sys.stdin.readline()  # catch-up: the writers are done
+                    caught_up = True
+                    continue
+                await asyncio.sleep(0.002)
+            print(json.dumps({'seen': seen, 'backwards': backwards, 'cpu': spent}), flush=True)
+    finally:
+        log.close()
+
+
+def main() -> None:
+    role, *args = sys.argv[1:]
+    if role == 'writer':
+        asyncio.run(writer(*args))
+    else:
+        asyncio.run(follower(*args))
+
+
+if __name__ == '__main__':
+    main()
