@@ -41,15 +41,21 @@ def _use_measured_tree() -> None:
         sys.path.insert(0, tree)
 
 
+def export(ref: str, into: Path, packages: tuple[str, ...] = PACKAGES) -> Path:
+    """Write `packages` as they are at git ref `ref` of this repository under `into`; returns `into`."""
+    into.mkdir(parents=True, exist_ok=True)
+    archive = subprocess.run(['git', '-C', str(HERE), 'archive', ref, *packages], capture_output=True, check=False)
+    if archive.returncode:
+        raise SystemExit(f'git archive {ref} failed: {archive.stderr.decode(errors="replace").strip()}')
+    subprocess.run(['tar', '-x', '-C', str(into)], input=archive.stdout, check=True)
+    return into
+
+
 @contextlib.contextmanager
 def exported(ref: str) -> Iterator[Path]:
     """The packages of git ref `ref` of this repository, in a temporary directory."""
     with tempfile.TemporaryDirectory(prefix='bench-baseline-') as tmp:
-        archive = subprocess.run(['git', '-C', str(HERE), 'archive', ref, *PACKAGES], capture_output=True, check=False)
-        if archive.returncode:
-            raise SystemExit(f'git archive {ref} failed: {archive.stderr.decode(errors="replace").strip()}')
-        subprocess.run(['tar', '-x', '-C', tmp], input=archive.stdout, check=True)
-        yield Path(tmp)
+        yield export(ref, Path(tmp))
 
 
 def _check_module(tree: Path, found: dict[str, Any]) -> None:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import psycopg
+from _baseline import export  # pyright: ignore[reportMissingImports]
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 HERE = Path(__file__).resolve().parent
@@ -128,14 +129,6 @@ class Row:
         return self.cpu_writers + self.cpu_server + self.cpu_proxy
 
 
-def old_code(rev: str, into: Path) -> Path:
-    """The `eventlog` package of `rev`, extracted under `into` (the old scheme's code)."""
-    into.mkdir(parents=True, exist_ok=True)
-    archive = subprocess.run(['git', '-C', str(REPO), 'archive', rev, 'eventlog'], check=True, capture_output=True)
-    subprocess.run(['tar', '-x', '-C', str(into)], input=archive.stdout, check=True)
-    return into
-
-
 def create_schema(code: Path, dsn: str, schema: str) -> None:
     env = {**os.environ, 'PYTHONPATH': str(code)}
     script = (
@@ -225,7 +218,7 @@ def bench_network(
     port = int(proxy.stdout.readline().split()[1])
     far = through(dsn, port)
     postmaster = postmaster_pid(dsn)
-    codes = {'old': old_code(old_rev, tmp / 'old-code'), 'new': REPO}
+    codes = {'old': export(old_rev, tmp / 'old-code', ('eventlog',)), 'new': REPO}
     children: list[Child] = []
     rows: list[Row] = []
     try:
