@@ -207,7 +207,7 @@ def fuse_rankings(rankings: Sequence[Sequence[Hit]], *, k: int = RRF_K, depth: i
 def _standardised(scores: NDArray[np.float64], count: int) -> NDArray[np.float64]:
     """`scores` as deviations from their mean in standard deviations, where `count - len(scores)` more
     documents score 0; all zeros when every document scores the same."""
-    flat: NDArray[np.float64] = np.zeros(scores.shape[0], dtype=np.float64)
+    flat: NDArray[np.float64] = np.zeros(len(scores), dtype=np.float64)
     if count == 0 or scores.shape[0] == 0:
         return flat
     mean = float(scores.sum()) / count
