@@ -31,14 +31,29 @@ class StoredSet:
     conversations: list[Conversation]
     embed_seconds: float
     embedded: int
+    english: InMemoryEventLog | None = None
+    """The same conversations in a second log whose search index uses the english analyzer (a store
+    keeps one analyzer's index), with its own vectors; `None` unless asked for."""
 
     @property
     def questions(self) -> list[Question]:
         return [question for conversation in self.conversations for question in conversation.questions]
 
 
-async def store(conversations: Sequence[Conversation], embedder: Embedder) -> StoredSet:
-    """The conversations appended to a fresh in-memory log (one run per session), indexed and embedded."""
+async def store(conversations: Sequence[Conversation], embedder: Embedder, *, english: bool = False) -> StoredSet:
+    """The conversations appended to a fresh in-memory log (one run per session), indexed and embedded;
+    with `english`, also to a second log indexed with the english analyzer."""
+    log = await _log_of(conversations, 'default')
+    began = time.perf_counter()
+    embedded = await VectorIndex.for_log(log, embedder).catch_up()
+    stored = StoredSet(log, list(conversations), time.perf_counter() - began, embedded)
+    if english:
+        stored.english = await _log_of(conversations, 'english')
+        await VectorIndex.for_log(stored.english, embedder).catch_up()
+    return stored
+
+
+async def _log_of(conversations: Sequence[Conversation], analyzer: str) -> InMemoryEventLog:
     log = InMemoryEventLog()
     for conversation in conversations:
         for run_id, messages in conversation.runs:
@@ -47,17 +62,17 @@ async def store(conversations: Sequence[Conversation], embedder: Embedder) -> St
             await log.append_many(
                 [message_entry(m, conversation_id=conversation.conversation_id, run_id=run_id) for m in messages]
             )
-    PersistentIndex.for_log(log).catch_up()
-    began = time.perf_counter()
-    embedded = await VectorIndex.for_log(log, embedder).catch_up()
-    return StoredSet(log, list(conversations), time.perf_counter() - began, embedded)
+    PersistentIndex.for_log(log, analyzer).catch_up()
+    return log
 
 
 def engine(stored: StoredSet, options: SearchOptions) -> SearchEngine:
-    """A search engine over the stored set: its persistent index for the default analyzer, else the log
-    replayed and indexed per search (a store keeps one analyzer's index)."""
+    """A search engine over the stored set: the persistent index of the log with the options' analyzer,
+    or when there is none, the log replayed and indexed per search (slower, same ranking)."""
     if options.analyzer.name == 'default':
         return SearchEngine(PersistentIndex.for_log(stored.log), options)
+    if options.analyzer.name == 'english' and stored.english is not None:
+        return SearchEngine(PersistentIndex.for_log(stored.english, 'english'), options)
     return SearchEngine(ReplayHistorySource(stored.log), options)
 
 
