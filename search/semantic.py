@@ -218,6 +218,16 @@ def _standardised(scores: NDArray[np.float64], count: int) -> NDArray[np.float64
     return standardised
 
 
+def _union(lexical: NDArray[np.int64], semantic: NDArray[np.int64]) -> NDArray[np.int64]:
+    """The sorted document ids of both rankings. The semantic ranking usually holds every document in
+    corpus order and BM25's matches among them: then it is the union as it is, with no sort."""
+    if semantic.shape[0] and bool((semantic[1:] > semantic[:-1]).all()):
+        at = np.searchsorted(semantic, lexical).clip(max=semantic.shape[0] - 1)
+        if bool((semantic[at] == lexical).all()):
+            return semantic
+    return np.union1d(lexical, semantic).astype(np.int64)
+
+
 def fuse_scores(
     lexical: Sequence[Hit], semantic: Sequence[Hit], *, lexical_weight: float = HYBRID_LEXICAL_WEIGHT
 ) -> RankedHits:
@@ -241,10 +251,11 @@ def fuse_scores(
     lex_ids, lex_scores = lexical.scored()
     sem_ids, sem_scores = semantic.scored()
     locate = semantic.locate
-    union = np.unique(np.concatenate([lex_ids, sem_ids]))
+    union = _union(lex_ids, sem_ids)
     count = int(union.shape[0])
     fused = np.zeros(count, dtype=np.float64)
-    np.add.at(fused, np.searchsorted(union, lex_ids), lexical_weight * _standardised(lex_scores, count))
+    # each ranking holds a document once, so plain indexed assignment is exact
+    fused[np.searchsorted(union, lex_ids)] = lexical_weight * _standardised(lex_scores, count)
     sem_z = np.zeros(count, dtype=np.float64)
     if sem_ids.shape[0]:
         # documents without an embedding sit at the semantic mean: standardise over those that have one
