@@ -79,7 +79,7 @@ def test_equal_fused_scores_go_to_the_semantically_closer_and_nothing_fuses_to_n
     assert order(fused) == [7, 9, 5]
     assert len(fuse_scores(ranking({}), ranking({}))) == 0
     # a BM25 match without an embedding (not yet embedded) is still a candidate, at the semantic mean
-    assert order(fuse_scores(ranking({11: 3.0, 7: 1.0}), ranking({7: 0.4, 9: 0.3}))) == [11, 7, 9]
+    assert order(fuse_scores(ranking({11: 3.0, 7: 1.0}), ranking({7: 0.4, 9: 0.3}))) == [7, 11, 9]
     with pytest.raises(ValueError, match='fusion'):
         SearchOptions(fusion='mean')  # pyright: ignore[reportArgumentType]
 
