@@ -76,12 +76,12 @@ def engine(stored: StoredSet, options: SearchOptions) -> SearchEngine:
     return SearchEngine(ReplayHistorySource(stored.log), options)
 
 
-async def ranking(search: SearchEngine, question: Question) -> list[Hit]:
-    """The question's ranked hits, less the turn that asked it."""
+async def ranking(search: SearchEngine, question: Question, *, keep_asked: bool = False) -> list[Hit]:
+    """The question's ranked hits, less the turn that asked it (unless `keep_asked`)."""
     result = await search.find(
         question.text, scope='conversation', conversation_id=question.conversation_id, entry_numbers=False
     )
-    return [hit for hit in result.ranked if (hit.run_id, hit.position) != question.asked]
+    return [hit for hit in result.ranked if keep_asked or (hit.run_id, hit.position) != question.asked]
 
 
 def recalled(hits: Sequence[Hit], question: Question) -> bool:
