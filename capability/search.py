@@ -181,7 +181,7 @@ class ConversationSearch(AbstractCapability[AgentDepsT]):
 
     mode: SearchMode = 'bm25'
     """How results are ranked: `'bm25'` (lexical; answers unchanged), `'semantic'` (embeddings, via the
-    log's `VectorIndex` or in memory) or `'hybrid'` (reciprocal-rank fusion of both); docs/semantic.md."""
+    log's `VectorIndex` or in memory) or `'hybrid'` (both, fused by standardised scores); docs/semantic.md."""
 
     embedder: Embedder | None = None
     """The pydantic-ai `Embedder` for `'semantic'` and `'hybrid'` (required there)."""

@@ -23,7 +23,7 @@ from search.backend import Corpus, Hit, NumberedCorpus, PayloadCorpus, RunSpan, 
 from search.bm25 import unique_terms
 from search.options import MAX_QUERY_TERMS, AnswerStyle, SearchOptions, validate_mode, validate_search_options
 from search.result import SearchHit, SearchOutcome, SearchResult, SearchTimings, WindowMessage
-from search.semantic import SearchMode, TextVectors, fuse_rankings, semantic_ranking
+from search.semantic import SearchMode, TextVectors, fuse_rankings, fuse_scores, semantic_ranking
 from search.source import HistorySource
 
 if TYPE_CHECKING:
@@ -205,7 +205,10 @@ class SearchEngine:
                 hits = semantic
             else:
                 lexical = await corpus.rank(terms, k1=options.bm25_k1, b=options.bm25_b)
-                hits = fuse_rankings([lexical, semantic])
+                if options.fusion == 'rrf':
+                    hits = fuse_rankings([lexical, semantic])
+                else:
+                    hits = fuse_scores(lexical, semantic)
         facts = partial(facts, pending=pending)
         # A corpus may learn while ranking that the store moved on, and rank again: count after it.
         total = corpus.document_count

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Literal
 
 from search.analyzers import Analyzer, DefaultAnalyzer
 from search.bm25 import DEFAULT_B, DEFAULT_K1
-from search.semantic import SEARCH_MODES, SearchMode
+from search.semantic import HYBRID_FUSIONS, SEARCH_MODES, HybridFusion, SearchMode
 
 if TYPE_CHECKING:
     from pydantic_ai.embeddings import Embedder
@@ -78,7 +78,11 @@ class SearchOptions:
 
     mode: SearchMode = 'bm25'
     """How results are ranked (`search.semantic`): `'bm25'` (lexical; answers unchanged), `'semantic'`
-    (cosine similarity of embeddings) or `'hybrid'` (reciprocal-rank fusion of both)."""
+    (cosine similarity of embeddings) or `'hybrid'` (both, fused as `fusion` says)."""
+
+    fusion: HybridFusion = 'zscore'
+    """How `'hybrid'` fuses BM25 and semantic rankings: `'zscore'` (standardised scores, weighted;
+    `search.semantic.fuse_scores`) or `'rrf'` (reciprocal ranks, the former default)."""
 
     embedder: Embedder | None = field(default=None, compare=False)
     """The pydantic-ai `Embedder` that embeds messages and queries; required by `'semantic'` and `'hybrid'`."""
@@ -94,6 +98,8 @@ class SearchOptions:
         if self.answer_style not in ('reference', 'explained'):
             raise ValueError(f"answer_style must be 'reference' or 'explained', got {self.answer_style!r}.")
         validate_mode(self.mode, self.embedder)
+        if self.fusion not in HYBRID_FUSIONS:
+            raise ValueError(f"fusion must be 'zscore' or 'rrf', got {self.fusion!r}.")
 
 
 def validate_mode(mode: object, embedder: object) -> None:

@@ -98,7 +98,7 @@ class SearchHit:
     """1 for the best hit shown, then 2, 3, ..."""
 
     score: float
-    """Its BM25 score, above zero."""
+    """Its score: BM25 (above zero), cosine similarity (`'semantic'`) or fused (`'hybrid'`)."""
 
     run_id: str
     """The run whose record holds the message."""
@@ -171,7 +171,7 @@ class SearchResult:
     """With `outcome='failed'`: the name of the exception."""
 
     mode: SearchMode = 'bm25'
-    """How the hits were ranked (`score` is a BM25 score, a cosine similarity, or a fused RRF score)."""
+    """How the hits were ranked (`score` is a BM25 score, a cosine similarity, or a hybrid's fused score)."""
     pending: int = 0
     """With `'semantic'` or `'hybrid'`: how many log entries the vector index had not applied yet
     (messages among them could not be found by meaning); 0 when it was current."""

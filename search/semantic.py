@@ -3,11 +3,14 @@
 - `'bm25'` (the default): lexical ranking, unchanged.
 - `'semantic'`: every document of the corpus that has an embedding, ranked by the cosine
   similarity of its embedding to the query's (exact: one matrix-vector product with numpy).
-- `'hybrid'`: reciprocal-rank fusion of the two rankings. A document ranked `r` (from 1) by a
-  ranking gets `1 / (RRF_K + r)` from it when `r <= RRF_DEPTH` (50); its fused score is the sum
-  over both rankings (BM25 ranks only documents with a positive score). `RRF_K = 60`, the
-  constant of the original RRF paper: large enough that the very first ranks do not drown
-  everything else. Equal fused scores go to the semantically closer document.
+- `'hybrid'`: both rankings fused (`HybridFusion`). By default (`'zscore'`) each ranking's scores
+  are standardised over the documents searched (`(score - mean) / std`; a message BM25 does not
+  match scores 0), so a ranking counts as much as its best documents stand out from the rest for
+  this query: a rare word that only a few messages contain lifts them far above BM25's mean, while
+  a query whose words are everywhere (or nowhere) leaves BM25 flat and the semantic ranking
+  decides. The fused score is `HYBRID_LEXICAL_WEIGHT * z_bm25 + (1 - HYBRID_LEXICAL_WEIGHT) *
+  z_semantic` (`fuse_scores`). `'rrf'` is the former reciprocal-rank fusion (`fuse_rankings`).
+  Equal fused scores go to the semantically closer document.
 
 Both rank the same corpus the BM25 search opens, so scope rules, `run_id` confinement and the
 exclusion of the searching run apply identically in every mode. Embeddings come from the log's
@@ -17,6 +20,7 @@ otherwise from embedding the corpus's texts, remembered per engine.
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final, Literal
@@ -33,13 +37,41 @@ if TYPE_CHECKING:
     from search.backend import Corpus
     from search.vector_index import VectorIndex
 
-__all__ = ['RRF_DEPTH', 'RRF_K', 'SEARCH_MODES', 'SearchMode', 'TextVectors', 'fuse_rankings', 'semantic_ranking']
+__all__ = [
+    'HYBRID_FUSIONS',
+    'HYBRID_LEXICAL_WEIGHT',
+    'RRF_DEPTH',
+    'RRF_K',
+    'SEARCH_MODES',
+    'HybridFusion',
+    'SearchMode',
+    'TextVectors',
+    'fuse_rankings',
+    'fuse_scores',
+    'semantic_ranking',
+]
 
 SearchMode = Literal['bm25', 'semantic', 'hybrid']
 """How a search ranks: `'bm25'` (lexical, the default), `'semantic'` (embeddings) or `'hybrid'` (both, fused)."""
 
 SEARCH_MODES: Final[tuple[SearchMode, ...]] = ('bm25', 'semantic', 'hybrid')
 """Every search mode."""
+
+HybridFusion = Literal['zscore', 'rrf']
+"""How `'hybrid'` fuses its two rankings: standardised scores, weighted (`'zscore'`, the default,
+`fuse_scores`) or reciprocal ranks (`'rrf'`, the former default, `fuse_rankings`)."""
+
+HYBRID_FUSIONS: Final[tuple[HybridFusion, ...]] = ('zscore', 'rrf')
+"""Every hybrid fusion."""
+
+HYBRID_LEXICAL_WEIGHT: Final = 0.15
+"""The weight of BM25's standardised scores in `'zscore'` fusion (the semantic ranking's is 1 minus it).
+
+Tuned on the development half of the realistic set only (`bench/tune_fusion.py`): weights from
+0.125 to 0.2 recalled most there, with either analyzer; 0.15 is the middle of that plateau
+(docs/semantic.md). BM25's standardised scores over a conversation are sparse (most messages score
+0), so a message that alone holds a rare query word stands many deviations above the mean and
+still wins at this weight."""
 
 RRF_K: Final = 60
 """The `k` of reciprocal-rank fusion: a document ranked `r` scores `1 / (RRF_K + r)` per ranking."""
@@ -170,4 +202,66 @@ def fuse_rankings(rankings: Sequence[Sequence[Hit]], *, k: int = RRF_K, depth: i
         tie = np.zeros(union.shape[0], dtype=np.float64)
         tie[np.searchsorted(union, ids)] = (depth + 1 - ranks) / (depth + 1)
         fused += tie * 1e-12
+    return RankedHits(union.astype(np.int64), fused, locate, ranked=False)
+
+
+def _standardised(scores: NDArray[np.float64], count: int) -> NDArray[np.float64]:
+    """`scores` as deviations from their mean in standard deviations, where `count - len(scores)` more
+    documents score 0; all zeros when every document scores the same."""
+    flat: NDArray[np.float64] = np.zeros(len(scores), dtype=np.float64)
+    if count == 0 or scores.shape[0] == 0:
+        return flat
+    mean = float(scores.sum()) / count
+    variance = float(np.square(scores).sum()) / count - mean * mean
+    if not variance > 1e-18:
+        return flat
+    standardised: NDArray[np.float64] = (scores - mean) / math.sqrt(variance)
+    return standardised
+
+
+def _union(lexical: NDArray[np.int64], semantic: NDArray[np.int64]) -> NDArray[np.int64]:
+    """The sorted document ids of both rankings. The semantic ranking usually holds every document in
+    corpus order and BM25's matches among them: then it is the union as it is, with no sort."""
+    if semantic.shape[0] and bool((semantic[1:] > semantic[:-1]).all()):
+        at = np.searchsorted(semantic, lexical).clip(max=semantic.shape[0] - 1)
+        if bool((semantic[at] == lexical).all()):
+            return semantic
+    return np.union1d(lexical, semantic).astype(np.int64)
+
+
+def fuse_scores(
+    lexical: Sequence[Hit], semantic: Sequence[Hit], *, lexical_weight: float = HYBRID_LEXICAL_WEIGHT
+) -> RankedHits:
+    """Fusion of a BM25 ranking and a semantic ranking of one corpus (each a `RankedHits`) by
+    standardised scores: `lexical_weight * z_lexical + (1 - lexical_weight) * z_semantic`.
+
+    Each ranking's scores are standardised over every document either ranking holds (the semantic
+    one holds every document with an embedding); a document BM25 does not match counts as a BM25
+    score of 0, and one without an embedding gets the semantic mean (z = 0). A ranking whose scores
+    are all equal contributes nothing. Equal fused scores go to the semantically closer document,
+    then to corpus order.
+
+    Raises:
+        InvalidArgumentError: a ranking is not a `RankedHits`, or `lexical_weight` is not from 0 to 1.
+    """
+    if not 0.0 <= lexical_weight <= 1.0:
+        raise InvalidArgumentError(f'lexical_weight must be from 0.0 to 1.0, got {lexical_weight!r}')
+    if not isinstance(lexical, RankedHits) or not isinstance(semantic, RankedHits):
+        wrong = lexical if not isinstance(lexical, RankedHits) else semantic
+        raise InvalidArgumentError(f'hybrid search needs ranked document ids; got {type(wrong).__name__}')
+    lex_ids, lex_scores = lexical.scored()
+    sem_ids, sem_scores = semantic.scored()
+    locate = semantic.locate
+    union = _union(lex_ids, sem_ids)
+    count = int(union.shape[0])
+    fused = np.zeros(count, dtype=np.float64)
+    # each ranking holds a document once, so plain indexed assignment is exact
+    fused[np.searchsorted(union, lex_ids)] = lexical_weight * _standardised(lex_scores, count)
+    sem_z = np.zeros(count, dtype=np.float64)
+    if sem_ids.shape[0]:
+        # documents without an embedding sit at the semantic mean: standardise over those that have one
+        sem_z[np.searchsorted(union, sem_ids)] = _standardised(sem_scores, int(sem_ids.shape[0]))
+    fused += (1.0 - lexical_weight) * sem_z
+    # a tie-break far below any real difference: the semantically closer first
+    fused += sem_z * 1e-12
     return RankedHits(union.astype(np.int64), fused, locate, ranked=False)
