@@ -68,17 +68,25 @@ class Acks:
         self.incarnation = incarnation
         self.previous = self.read(path)
         self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        if os.fstat(self.fd).st_size and not path.read_bytes().endswith(b'\n'):
+            # A kill can cut a write short where the line crosses a page boundary; end that line
+            # so this incarnation's first record does not run on from it.
+            os.write(self.fd, b'\n')
 
     @staticmethod
     def read(path: Path) -> list[dict[str, Any]]:
+        """The complete records on file, in order; a line a kill cut short is left out (a cut
+        intent's call never started, and a cut acknowledgement was never acknowledged)."""
         if not path.exists():
             return []
-        records = []
-        for line in path.read_text().splitlines():
+        records: list[dict[str, Any]] = []
+        for line in path.read_bytes().splitlines():
             try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                break  # a line cut short by a kill: nothing after it was written
+                record = json.loads(line)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                continue
+            if isinstance(record, dict):
+                records.append(record)  # pyright: ignore[reportUnknownArgumentType]
         return records
 
     def intent(self, **record: Any) -> None:

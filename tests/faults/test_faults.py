@@ -17,8 +17,10 @@ minutes. `EVENTLOG_FAULTS_KEEP=1` keeps the temporary directory (acks, effects, 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
+from _fault_worker import Acks
 from faultdriver import Spec, run_mix, seed_from_env
 
 LONG = bool(os.environ.get('EVENTLOG_LONG'))
@@ -53,3 +55,26 @@ def test_many_lmdb_processes_racing_keep_every_acknowledged_append() -> None:
     print(result.summary())
     assert not result.violations, result.failure()
     assert result.counts.get('append', 0) > 0, result.summary()
+
+
+def test_a_line_cut_by_a_kill_hides_no_later_record(tmp_path: Path) -> None:
+    """A SIGKILL can cut a write short where the line crosses a page boundary; the records a
+    later incarnation appends after it must still reach the checker (they once did not, and the
+    checker reported that incarnation's appends as phantoms)."""
+    path = tmp_path / 'a0.jsonl'
+    first = Acks(path, 'a0', 0)
+    first.intent(kind='message', token='tk-1')
+    first.ack(op='append', token='tk-1', seq=1)
+    os.write(first.fd, b'{"op": "intent", "kind": "mess')  # what the kill left
+    os.close(first.fd)
+    second = Acks(path, 'a0', 1)
+    assert [r['token'] for r in second.previous] == ['tk-1', 'tk-1']
+    second.intent(kind='message', token='tk-2')
+    second.ack(op='append', token='tk-2', seq=2)
+    os.close(second.fd)
+    assert [(r['op'], r['token'], r['inc']) for r in Acks.read(path)] == [
+        ('intent', 'tk-1', 0),
+        ('append', 'tk-1', 0),
+        ('intent', 'tk-2', 1),
+        ('append', 'tk-2', 1),
+    ]
