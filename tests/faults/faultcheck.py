@@ -54,6 +54,9 @@ class Checker:
         self.acks: dict[str, list[dict[str, Any]]] = {}
         for path in sorted((workdir / 'acks').glob('*.jsonl')):
             self.acks[path.stem] = Acks.read(path)
+            lines = path.read_bytes().count(b'\n')
+            if lines > len(self.acks[path.stem]):  # lines a kill cut short (the reader skips them)
+                self.counts[f'cut ack lines ({path.stem})'] += lines - len(self.acks[path.stem])
 
     def violate(self, invariant: str, worker: str | None, record: Any, detail: str) -> None:
         self.violations.append({'invariant': invariant, 'worker': worker, 'record': record, 'detail': detail})
