@@ -37,6 +37,7 @@ from eventlog._keys import (
 from eventlog._lease import check_fence
 from eventlog._read import get_body, get_conversation, get_run, last_seq
 from eventlog._storage import WriteTxn
+from eventlog.encryption import seal_body
 from eventlog.entries import (
     KINDS,
     MAX_SEQ,
@@ -88,6 +89,7 @@ def append_entries(
     if fence is not None:
         check_fence(txn, fence)
     batch = _Batch(txn)
+    refuse_shredded = getattr(txn, 'refuse_shredded', None)  # an encrypted store's (`SealedTxn`)
     now = utcnow()
     seqs: list[int] = []
     for index, entry in enumerate(checked):
@@ -113,6 +115,8 @@ def append_entries(
                     recorded[index] = b'' if held is None else held.payload
                 continue
         ts = entry.timestamp or now
+        if refuse_shredded is not None and entry.kind != 'deleted':
+            refuse_shredded(entry.conversation_id)
         parent = _APPLY[entry.kind](batch, entry, seq, ts, allow_internal)
         conv = batch.conv(entry.conversation_id)
         assert conv is not None
@@ -231,6 +235,7 @@ def _idem_key(batch: _Batch, entry: NewEntry, key: str, seq: int) -> bytes:
 
 def _write_entry(batch: _Batch, body: StoredBody, conv: ConversationRecord, idem_key: bytes | None) -> bytes:
     txn = batch.txn
+    body = seal_body(txn, body)
     body_bytes = encode_body(body)
     digest = chain_hash(conv.head_hash, body_bytes)
     skey = seq_key(body.seq)
@@ -245,6 +250,9 @@ def _write_entry(batch: _Batch, body: StoredBody, conv: ConversationRecord, idem
     conv.entry_count += 1
     conv.payload_bytes += len(body.payload)
     batch.next_seq = body.seq + 1
+    note = getattr(txn, 'note_appended', None)
+    if note is not None:
+        note(body.conversation_id, body.seq, body.kind)
     return digest
 
 
@@ -421,6 +429,14 @@ def _erasure(batch: _Batch, entry: NewEntry, seq: int, ts: datetime, allow_inter
     return None
 
 
+def _shred(batch: _Batch, entry: NewEntry, seq: int, ts: datetime, allow_internal: bool) -> int | None:
+    if not allow_internal:
+        raise InvalidArgumentError('use shred() to shred a conversation')
+    _live_conversation(batch, entry)
+    _payload(entry, b'{}')
+    return None
+
+
 def _title(batch: _Batch, entry: NewEntry, seq: int, ts: datetime, allow_internal: bool) -> int | None:
     conv = _live_conversation(batch, entry)
     info: TitleInfo = _payload(entry)
@@ -486,5 +502,6 @@ _APPLY: Final[dict[Kind, _Rule]] = {
     'archived': _archived,
     'unarchived': _unarchived,
     'erasure': _erasure,
+    'shred': _shred,
 }
 """Each kind's rule: the one place the write path tells kinds apart."""

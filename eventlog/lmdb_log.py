@@ -34,6 +34,7 @@ from eventlog._storage import (
     prefix_end,
 )
 from eventlog._threads import to_thread
+from eventlog.encryption import KeyProvider
 from eventlog.entries import VerifyProblem, VerifyReport
 from eventlog.errors import (
     CorruptEntryError,
@@ -407,6 +408,11 @@ class LmdbEventLog(EventLogBase):
             creates nothing and writes nothing, not even at open (no pending scrub finished, no
             catalogue entry, no lock file): every read works, including `verify` and searches of
             the store's index, and every call that would write raises `ReadOnlyStoreError`.
+        keys: A `KeyProvider` (e.g. `FileKeyProvider`): the store's content payloads are sealed
+            under a data key per conversation that the provider holds (docs/encryption.md). An empty
+            store opened with keys becomes encrypted for good; an encrypted store opened for
+            writing needs them (`EncryptionSetupError`); read-only, it reads records and verifies
+            without them.
 
     Opened read-only, the store is opened with LMDB's `readonly`; where LMDB's lock file cannot be
     opened for writing (read-only media, files of another user), without its lock file. That
@@ -429,6 +435,7 @@ class LmdbEventLog(EventLogBase):
         map_size: int = DEFAULT_MAP_SIZE,
         retention: RetentionPolicy | None = None,
         read_only: bool | None = False,
+        keys: KeyProvider | None = None,
     ) -> None:
         if not isinstance(path, (str, os.PathLike)):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise StoreLocationError(f'the store path must be a string or a path, got {type(path).__name__}')
@@ -453,6 +460,11 @@ class LmdbEventLog(EventLogBase):
         self._closed = False
         self._projection_handles: dict[ProjectionSpec, lmdb_projection.ProjectionHandles] = {}
         self._catalogued: set[ProjectionSpec] = set()
+        try:
+            self._setup_encryption(keys)
+        except BaseException:
+            self.close()
+            raise
         self._retain_on_open(retention)
         if reason is None:
             self._finish_pending_scrub()

@@ -38,7 +38,7 @@ import zlib
 from collections.abc import Callable, Generator, Sequence
 from contextlib import contextmanager, suppress
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeVar, cast
 
 import psycopg
 import psycopg.errors
@@ -73,6 +73,7 @@ from eventlog._pg_kv import (
     settled_sql,
 )
 from eventlog._storage import TABLE_NAMES, ReadTxn, Table, TableId, WriteTxn
+from eventlog.encryption import KeyProvider
 from eventlog.entries import MAX_SEQ, Entry, NewEntry, RunLease, RunRecord
 from eventlog.errors import (
     CorruptStoreError,
@@ -160,6 +161,11 @@ class PostgresEventLog(EventLogBase):
             registers and locks nothing, every read works (searches of an existing index
             included), and every call that would write raises `ReadOnlyStoreError`. With
             `projections_dir`, the projections there are still kept (that directory is local).
+        keys: A `KeyProvider` (e.g. `FileKeyProvider`): the store's content payloads are sealed
+            under a data key per conversation that the provider holds (docs/encryption.md). An empty
+            store opened with keys becomes encrypted for good; an encrypted store opened for
+            writing needs them (`EncryptionSetupError`); read-only, it reads records and verifies
+            without them.
     """
 
     persistent: ClassVar[bool] = True
@@ -174,6 +180,7 @@ class PostgresEventLog(EventLogBase):
         projections_dir: str | os.PathLike[str] | None = None,
         retention: RetentionPolicy | None = None,
         read_only: bool | None = False,
+        keys: KeyProvider | None = None,
     ) -> None:
         if not isinstance(dsn, str) or not dsn.strip():  # pyright: ignore[reportUnnecessaryIsInstance]
             raise InvalidArgumentError('PostgresEventLog needs a connection string, e.g. postgresql://user@host/db')
@@ -257,6 +264,11 @@ class PostgresEventLog(EventLogBase):
             except BaseException:
                 self._pool.close()
                 raise
+        try:
+            self._setup_encryption(keys)
+        except BaseException:
+            self.close()
+            raise
         self._retain_on_open(retention)
 
     # -- opening --------------------------------------------------------------------------------
@@ -1118,17 +1130,18 @@ class PostgresEventLog(EventLogBase):
     async def _read_one(self, fn: Callable[[ReadTxn], T]) -> T:
         """`fn`, which reads one record, as a single statement outside a transaction."""
         self._check_open()
+        fn = self._sealed(fn)
         return await asyncio.to_thread(
             self._run, lambda cur: fn(PgReadTxn(cur, self._relations)), begin=None, lock=None
         )
 
     async def _read(self, fn: Callable[[ReadTxn], T], *, bulk: bool = False) -> T:
         self._check_open()
-        return await asyncio.to_thread(self._read_sync, fn)
+        return await asyncio.to_thread(self._read_sync, self._sealed(fn))
 
     async def _write(self, fn: Callable[[WriteTxn], T], *, bulk: bool = False) -> T:
         self._check_open()
-        return await asyncio.to_thread(self._write_sync, fn)
+        return await asyncio.to_thread(self._write_sync, cast('Callable[[WriteTxn], T]', self._sealed(fn)))
 
     # -- projections ----------------------------------------------------------------------------
 
