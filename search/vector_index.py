@@ -42,6 +42,7 @@ import msgspec
 import numpy as np
 from numpy.typing import NDArray
 
+from eventlog.encryption import refuse_stored_projection
 from eventlog.entries import ErasureInfo
 from eventlog.errors import CorruptStoreError, InvalidArgumentError, VectorIndexMismatch
 from eventlog.projection import (
@@ -180,6 +181,7 @@ class VectorIndex:
     ) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:  # pyright: ignore[reportUnnecessaryIsInstance]
             raise InvalidArgumentError(f'batch_size must be a positive integer, got {batch_size!r}')
+        refuse_stored_projection(log, 'the vector index')
         self.log = log
         self.embedder = embedder
         self.model_name: str = model_name if model_name is not None else embedder_name(embedder)
