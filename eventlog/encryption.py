@@ -18,6 +18,7 @@ through (payloads opened on the way out, placeholders for shredded conversations
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -34,10 +35,12 @@ from eventlog._keys import (
     StoredBody,
     Table,
     TableId,
+    chain_hash,
     conv_key,
     decode_body,
     decode_conversation,
     encode_body,
+    encode_conversation,
     encode_erased_body,
     is_erased_value,
     key_seq,
@@ -70,6 +73,7 @@ __all__ = [
     'KeyProvider',
     'SealedTxn',
     'Sealer',
+    'encrypt_entries',
     'is_sealed',
     'refuse_stored_projection',
     'seal_body',
@@ -317,8 +321,8 @@ class Sealer:
             return found
         if self.provider is None:
             raise KeyMissingError(
-                f'conversation {conversation_id!r} is encrypted and this store was opened without a key '
-                'provider (keys=...)'
+                f'conversation {conversation_id!r} is encrypted and this store was opened without its keys '
+                '(keys=..., or --keys on the command line)'
             )
         key = self.provider.data_key(self.store_id, conversation_id, create=create)
         if key is None:
@@ -410,6 +414,58 @@ def mark_encrypted(txn: WriteTxn) -> str:
     store_id = secrets.token_hex(16)
     txn.put(Table.META, META_ENCRYPTION, json.dumps({'scheme': SCHEME, 'store_id': store_id}).encode())
     return store_id
+
+
+def encrypt_entries(txn: WriteTxn, provider: KeyProvider) -> tuple[str, int]:
+    """Make a plain store encrypted inside one write transaction (`eventlog encrypt`): record it
+    encrypted, seal every content payload in place and recompute every chain over the sealed bytes
+    and every conversation's head and size. Returns the new store id and how many payloads were
+    sealed. All or nothing: the caller's transaction aborts on any error, the store then unchanged.
+
+    An erased entry keeps its stored bytes and hash (its placeholder holds no content; its original
+    hash cannot be recomputed); the chain goes on from it as `verify` checks it.
+    """
+    from eventlog._admin import mark_scrub_pending
+    from eventlog._read import last_seq
+
+    if read_store_id(txn) is not None:
+        raise EncryptionSetupError('the store is encrypted already')
+    store_id = mark_encrypted(txn)
+    sealer = Sealer(store_id, provider)
+    heads: dict[str, bytes] = {}
+    grown: dict[str, int] = {}
+    sealed = 0
+    updates: list[tuple[bytes, bytes]] = []
+    for key, value in txn.scan(Table.ENTRIES):
+        seq = key_seq(key)
+        body = decode_body(seq, value)
+        conv_id = body.conversation_id
+        prev = b'' if body.kind == 'deleted' else heads.get(conv_id, b'')
+        hashed, stored_hash = split_value(value)
+        if is_erased_value(value):
+            heads[conv_id] = stored_hash
+            continue
+        if body.kind in SEALED_KINDS:
+            body = msgspec.structs.replace(body, payload=sealer.seal(seq, conv_id, body.kind, body.payload))
+            hashed = encode_body(body)
+            grown[conv_id] = grown.get(conv_id, 0) + SEAL_OVERHEAD
+            sealed += 1
+        digest = chain_hash(prev, hashed)
+        heads[conv_id] = digest
+        if digest != stored_hash:
+            updates.append((key, hashed + digest))
+    for key, value in updates:
+        txn.put(Table.ENTRIES, key, value)
+    for key, raw in list(txn.scan(Table.CONVS)):
+        conv_id = key.decode()
+        conv = decode_conversation(conv_id, raw)
+        conv.head_hash = heads.get(conv_id, conv.head_hash)
+        if not conv.deleted:
+            conv.payload_bytes += grown.get(conv_id, 0)
+        txn.put(Table.CONVS, key, encode_conversation(conv))
+    if sealed:
+        mark_scrub_pending(txn, last_seq(txn))  # the clear payloads stay in the files until rewritten
+    return store_id, sealed
 
 
 # --- reading through the seal -----------------------------------------------------------------
@@ -509,6 +565,7 @@ class SealedTxn:
         cast('WriteTxn', self.raw).delete(table, key)
 
 
+@functools.lru_cache(maxsize=64)
 def shredded_payload(kind: str, role: bytes, shred_seq: int) -> bytes:
     """What a shredded conversation's sealed payload reads as: a placeholder of its kind. A message
     keeps its role (request or response, stored in clear beside the sealed bytes); nothing else of

@@ -29,7 +29,7 @@ from eventlog._files import open_destination
 from eventlog._ids import IdKind
 from eventlog._storage import ReadTxn, WriteTxn
 from eventlog._threads import to_thread
-from eventlog.encryption import KeyProvider, SealedTxn, Sealer, mark_encrypted, read_store_id
+from eventlog.encryption import KeyProvider, SealedTxn, Sealer, encrypt_entries, mark_encrypted, read_store_id
 from eventlog.entries import (
     ConversationRecord,
     Entry,
@@ -312,6 +312,32 @@ class EventLogBase(ABC):
                 'records and verify without keys)'
             )
         self._sealer = Sealer(store_id, keys)
+
+    async def encrypt(self, keys: KeyProvider) -> int:
+        """Make this plain store encrypted (`eventlog encrypt`, docs/encryption.md): every content
+        payload sealed under a new data key of its conversation held by `keys`, every chain
+        recomputed over the sealed bytes, in one write transaction (all or nothing: on any error the
+        store is unchanged). Then projections are cleared and the store's files rewritten (`scrub`)
+        so the clear payloads leave them; a rewrite that cannot be done now stays pending, as after
+        `erase`. Returns how many payloads were sealed.
+
+        Signed checkpoints made before no longer match the recomputed chains: make a new one.
+        Raises `EncryptionSetupError` when the store is encrypted already.
+        """
+        if not isinstance(keys, KeyProvider):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise InvalidArgumentError(f'keys must be a KeyProvider (e.g. FileKeyProvider), got {type(keys).__name__}')
+        self._check_open()
+        self._refuse_write()
+        if self._sealer is not None:
+            raise EncryptionSetupError(f'{self._store_name()} is encrypted already')
+
+        def work() -> int:
+            store_id, sealed = self._write_sync(lambda txn: encrypt_entries(txn, keys))
+            self._sealer = Sealer(store_id, keys)
+            self._scrub_sync()
+            return sealed
+
+        return await to_thread(work)
 
     def _sealed(self, fn: Callable[[SealedTxn], T]) -> Callable[[ReadTxn], T]:
         """`fn` reading through the seal of an encrypted store (`SealedTxn`); unchanged when plain."""

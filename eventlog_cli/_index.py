@@ -35,7 +35,10 @@ def index_analyzer(log: IndexedLog) -> str | None:
 
 
 def index_state(log: IndexedLog) -> dict[str, object]:
-    """Where the persistent index of `log` stands, for `eventlog stats`."""
+    """Where the persistent index of `log` stands, for `eventlog stats` (an encrypted store keeps
+    none: `kind` is then `memory`)."""
+    if getattr(log, 'encrypted', False) is True:
+        return {'kind': 'memory', 'analyzer': None, 'documents': 0, 'position': 0, 'log_position': 0, 'current': True}
     state = _existing_index(log).state()
     return {
         'kind': 'persistent',

@@ -108,7 +108,7 @@ async def test_lmdb_marker_never_reaches_the_store_files_and_reads_back(tmp_path
         assert report.entries_checked == 8
         conv = await evidence.get_conversation('c')
         assert conv is not None and conv.message_count == 6
-        with pytest.raises(KeyMissingError, match='opened without a key provider'):
+        with pytest.raises(KeyMissingError, match='opened without its keys'):
             await evidence.transcript('c')
     finally:
         evidence.close()
