@@ -401,3 +401,56 @@ async def test_a_kill_between_destroying_the_key_and_recording_the_shred(tmp_pat
         assert (await log.verify()).ok
     finally:
         log.close()
+
+
+class _FailingKeys(FileKeyProvider):
+    """A keyring that fails when asked for its third new data key (a KMS outage mid-migration)."""
+
+    made = 0
+
+    def data_key(self, store_id: str, conversation_id: str, *, create: bool) -> bytes | None:
+        if create:
+            self.made += 1
+            if self.made == 3:
+                raise OSError('the key service is unreachable')
+        return super().data_key(store_id, conversation_id, create=create)
+
+
+@pytest.mark.parametrize('backend', ['lmdb', 'postgres'])
+async def test_encrypt_migrates_all_or_nothing(tmp_path: Path, backend: str) -> None:
+    marker = _marker()
+    log = make_log(backend, tmp_path)
+    try:
+        for conv in ('a', 'b', 'c'):
+            await add_run(log, conv, f'r{conv}', exchange(1, marker) + tool_exchange(2))
+        await log.erase('a', where=lambda e: e.kind == 'message' and marker.encode() in e.payload)
+        await log.delete_conversation('b')
+        await add_run(log, 'b', 'rb2', exchange(3, marker))  # the id reused after its tombstone
+        before = [(e.seq, e.hash, e.payload) for e in await log.entries()]
+        transcripts = {conv: await log.transcript_json(conv) for conv in ('a', 'b', 'c')}
+        failing = _FailingKeys(FileKeyProvider.create(tmp_path / 'failing').path)
+        with pytest.raises(OSError, match='unreachable'):
+            await log.encrypt(failing)
+        assert not log.encrypted
+        assert [(e.seq, e.hash, e.payload) for e in await log.entries()] == before
+        assert (await log.verify()).ok
+        sealed = await log.encrypt(keyring_for(tmp_path))
+        assert sealed > 0 and log.encrypted
+        assert {conv: await log.transcript_json(conv) for conv in ('a', 'b', 'c')} == transcripts
+        report = await log.verify()
+        assert report.ok, report
+        await add_run(log, 'c', 'rc2', exchange(4, marker))
+        assert (await log.verify()).ok
+    finally:
+        log.close()
+    if backend == 'lmdb':
+        assert _files_holding(tmp_path / 'store.lmdb', marker.encode()) == []
+        reopened = make_log('lmdb-encrypted', tmp_path)
+        try:
+            assert marker.encode() in await reopened.transcript_json('c')
+        finally:
+            reopened.close()
+    else:
+        from pgserver import drop_schema
+
+        drop_schema(postgres_dsn(), schema_for(tmp_path / 'store.lmdb'))
