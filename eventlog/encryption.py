@@ -75,7 +75,6 @@ __all__ = [
     'Sealer',
     'encrypt_entries',
     'is_sealed',
-    'refuse_stored_projection',
     'seal_body',
 ]
 
@@ -380,17 +379,6 @@ def seal_body(txn: ReadTxn, body: StoredBody) -> StoredBody:
     if body.kind not in SEALED_KINDS:
         return body
     return msgspec.structs.replace(body, payload=sealer.seal(body.seq, body.conversation_id, body.kind, body.payload))
-
-
-def refuse_stored_projection(log: object, what: str) -> None:
-    """`EncryptionSetupError` when `log` is an encrypted store: a projection kept in its storage
-    (the search index's terms and payloads, the vector index's embeddings) would hold its content
-    in clear. Searches of an encrypted store index it in memory instead (docs/encryption.md)."""
-    if getattr(log, 'encrypted', False) is True:
-        raise EncryptionSetupError(
-            f'{what} is not kept for an encrypted store (it would hold the content in clear); '
-            'searches of an encrypted store index it in memory'
-        )
 
 
 def read_store_id(txn: ReadTxn) -> str | None:

@@ -567,13 +567,18 @@ class LmdbEventLog(EventLogBase):
 
     def read_projection(self, spec: ProjectionSpec, fn: Callable[[ProjectionRecords, LogReader], T]) -> T:
         """Run `fn` with the projection's records and the log in one read transaction (see
-        `eventlog.projection`); the projection's tables are created on first use."""
+        `eventlog.projection`); the projection's tables are created on first use. An encrypted
+        store's projections are kept in memory (docs/encryption.md)."""
+        if self._memory_projections is not None:
+            return self._memory_projection(spec, fn, write=False)  # pyright: ignore[reportArgumentType]
         return self._run_projection(spec, fn, write=False)
 
     def write_projection(self, spec: ProjectionSpec, fn: Callable[[ProjectionWriter, LogReader], T]) -> T:
         """Run `fn` in one write transaction: the projection's writes and position commit together
         when it returns, none when it raises; retried after the map grows, as appends are. The
         first write of `spec` through this handle records it in the store's catalogue."""
+        if self._memory_projections is not None:
+            return self._memory_projection(spec, fn, write=True)
         self._refuse_write()
         if spec not in self._catalogued:
             self._write_sync(lambda txn: record_in_catalogue(txn, spec))
@@ -586,16 +591,23 @@ class LmdbEventLog(EventLogBase):
 
     def present_projections(self) -> set[str]:
         """The names of the projections the store holds tables or a position of."""
+        if self._memory_projections is not None:
+            return self._memory_projections.names()
         return self.run_in_txn(lmdb_projection.present_projections, write=False)
 
     def clear_projection(self, name: str) -> None:
         """Empty every table of the projection `name` and forget its position."""
+        if self._memory_projections is not None:
+            self._memory_projections.begin(name).clear()
+            return
         self._refuse_write()
         tables = self.run_in_txn(lambda txn: lmdb_projection.projection_tables(txn, name), write=False)
         self._run_projection(ProjectionSpec(name, tables), lambda records, _: records.clear(), write=True)
 
     def has_projection(self, name: str) -> bool:
         """Whether the projection called `name` was ever opened in this store; asking creates nothing."""
+        if self._memory_projections is not None:
+            return self._memory_projections.has(name)
         return self.run_in_txn(lambda txn: lmdb_projection.has_projection(txn, name), write=False)
 
     def _run_projection(

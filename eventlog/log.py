@@ -9,6 +9,7 @@ verification, deletes) runs in a worker thread so the event loop never waits on 
 
 from __future__ import annotations
 
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterator, Sequence
@@ -55,6 +56,7 @@ from eventlog.errors import (
 if TYPE_CHECKING:
     from pydantic_ai.messages import ModelMessage
 
+    from eventlog._memory_projection import MemoryProjections
     from eventlog.checkpoint import Checkpoint, CheckpointSource, PublicKeySource, SignerSource
     from eventlog.projection import LogReader, ProjectionRecords, ProjectionSpec, ProjectionWriter
     from eventlog.retention import RetentionPolicy, RetentionReport
@@ -312,6 +314,7 @@ class EventLogBase(ABC):
                 'records and verify without keys)'
             )
         self._sealer = Sealer(store_id, keys)
+        self._keep_projections_in_memory()
 
     async def encrypt(self, keys: KeyProvider) -> int:
         """Make this plain store encrypted (`eventlog encrypt`, docs/encryption.md): every content
@@ -332,12 +335,57 @@ class EventLogBase(ABC):
             raise EncryptionSetupError(f'{self._store_name()} is encrypted already')
 
         def work() -> int:
+            from eventlog.projection import CataloguedStore
+
             store_id, sealed = self._write_sync(lambda txn: encrypt_entries(txn, keys))
+            if isinstance(self, CataloguedStore):  # an index at rest holds the clear text: dropped
+                for name in sorted(self.present_projections()):
+                    self.clear_projection(name)
+            pending = self._read_sync(engine.scrub_pending)
+            try:
+                problem = self._rewrite_sync()
+            except EventLogError as exc:
+                problem = str(exc)
+            if problem is None and pending is not None:
+                self._write_sync(lambda txn: engine.clear_scrub_pending(txn, pending))
             self._sealer = Sealer(store_id, keys)
-            self._scrub_sync()
+            self._keep_projections_in_memory()
             return sealed
 
         return await to_thread(work)
+
+    _memory_projections: MemoryProjections | None = None
+    """An encrypted store's projections (the search and vector indexes), kept in this process's
+    memory only: nothing derived from its content is ever written at rest (docs/encryption.md)."""
+
+    def _memory_projection(
+        self, spec: ProjectionSpec, fn: Callable[[ProjectionWriter, LogReader], T], *, write: bool
+    ) -> T:
+        """Run `fn` with an encrypted store's in-memory projection `spec` and the log read through
+        the seal, in one read transaction of the log; a write that raises is undone."""
+        from eventlog.projection import LogReader
+
+        projections, sealer = self._memory_projections, self._sealer
+        assert projections is not None
+        assert sealer is not None
+        with self._memory_lock:
+            txn = projections.begin(spec.name)
+
+            def run(log_txn: ReadTxn) -> T:
+                return fn(txn, LogReader(cast('ReadTxn', SealedTxn(log_txn, sealer))))
+
+            try:
+                return self._read_sync(run)
+            except BaseException:
+                if write:
+                    txn.rollback()
+                raise
+
+    def _keep_projections_in_memory(self) -> None:
+        from eventlog._memory_projection import MemoryProjections
+
+        self._memory_lock = threading.RLock()
+        self._memory_projections = MemoryProjections()
 
     def _sealed(self, fn: Callable[[SealedTxn], T]) -> Callable[[ReadTxn], T]:
         """`fn` reading through the seal of an encrypted store (`SealedTxn`); unchanged when plain."""

@@ -1147,6 +1147,8 @@ class PostgresEventLog(EventLogBase):
 
     def read_projection(self, spec: ProjectionSpec, fn: Callable[[ProjectionRecords, LogReader], T]) -> T:
         """Run `fn` with the projection's records and the log in one snapshot (see `eventlog.projection`)."""
+        if self._memory_projections is not None:  # an encrypted store's: in memory only
+            return self._memory_projection(spec, fn, write=False)  # pyright: ignore[reportArgumentType]
         if self._local is not None:
             return self._local.read_projection(spec, fn)
         if self.read_only_reason is None:  # read-only: an unregistered projection reads as empty
@@ -1163,6 +1165,8 @@ class PostgresEventLog(EventLogBase):
         """Run `fn` in one transaction holding the projections' writer lock: its writes and
         position commit together, and two processes catching a projection up take turns. The
         first write of `spec` through this handle records it in the store's catalogue."""
+        if self._memory_projections is not None:
+            return self._memory_projection(spec, fn, write=True)
         if self._local is None:
             self._refuse_write()
         self._forget()
@@ -1201,6 +1205,8 @@ class PostgresEventLog(EventLogBase):
 
     def has_projection(self, name: str) -> bool:
         """Whether the projection called `name` was ever opened in this store; asking creates nothing."""
+        if self._memory_projections is not None:
+            return self._memory_projections.has(name)
         if self._local is not None:
             return self._local.has_projection(name)
 
@@ -1218,6 +1224,8 @@ class PostgresEventLog(EventLogBase):
 
     def present_projections(self) -> set[str]:
         """The names of the projections the store (or `projections_dir`) holds records or a position of."""
+        if self._memory_projections is not None:
+            return self._memory_projections.names()
         if self._local is not None:
             return self._local.present_projections()
 
@@ -1233,6 +1241,9 @@ class PostgresEventLog(EventLogBase):
 
     def clear_projection(self, name: str) -> None:
         """Delete every record of the projection `name` and forget its position."""
+        if self._memory_projections is not None:
+            self._memory_projections.begin(name).clear()
+            return
         if self._local is not None:
             self._local.clear_projection(name)
             return

@@ -274,7 +274,7 @@ def stats_rows(data: dict[str, Any]) -> list[Row]:
     current = 'current' if index['current'] else f'behind (at #{index["position"]}; catches up at the next search)'
     built = f'{index["documents"]} documents, {index["analyzer"]} analyzer, {current}'
     if index['kind'] == 'memory':
-        built = 'none at rest (an encrypted store is indexed in memory at each search)'
+        built = 'none at rest (an encrypted store is indexed in memory, by each process that searches it)'
     return [
         ('store', clean(data['store']), ''),
         ('conversations', f'{data["conversations"]} ({data["archived"]} archived)', ''),

@@ -40,7 +40,6 @@ from typing import TYPE_CHECKING, Final, TypeVar, cast
 import msgspec
 
 from eventlog._threads import to_thread
-from eventlog.encryption import refuse_stored_projection
 from eventlog.errors import EventLogError, InvalidArgumentError
 from eventlog.lmdb_log import LmdbEventLog
 from eventlog.projection import LogReader, ProjectionRecords, ProjectionSpec, ProjectionWriter
@@ -124,7 +123,6 @@ class PersistentIndex:
     """
 
     def __init__(self, log: IndexedLog, analyzer: str | Analyzer = 'default') -> None:
-        refuse_stored_projection(log, 'the persistent search index')
         self.log = log
         self.analyzer: Analyzer = resolve_analyzer(analyzer)
         self.apart: bool = getattr(log, 'projections_apart', False) is True
@@ -436,9 +434,8 @@ def backend_for(
     """Where searches with `analyzer` read `source`: the one policy of the capability and the CLI.
 
     The persistent index when `source` replays a log whose store outlives the process (LMDB,
-    PostgreSQL; searches then read only the postings of the query's terms) and is not encrypted;
-    otherwise `source` itself, indexed in memory per search (an encrypted store keeps no index at
-    rest: docs/encryption.md).
+    PostgreSQL; searches then read only the postings of the query's terms; an encrypted store keeps
+    it in memory only: docs/encryption.md); otherwise `source` itself, indexed in memory per search.
     When the store's index was built with another analyzer, it raises `IndexAnalyzerMismatch`,
     or with `fallback` returns `source` read through an in-memory corpus rebuilt per search
     (slower, same ranking; `eventlog reindex --analyzer NAME` rebuilds the index).
@@ -448,7 +445,7 @@ def backend_for(
 
     if isinstance(source, EventLogBase):
         source = ReplayHistorySource(source)
-    if isinstance(source, ReplayHistorySource) and source.log.persistent and not source.log.encrypted:
+    if isinstance(source, ReplayHistorySource) and source.log.persistent:
         try:
             return PersistentIndex.for_log(source.log, analyzer)
         except IndexAnalyzerMismatch:

@@ -42,7 +42,6 @@ import msgspec
 import numpy as np
 from numpy.typing import NDArray
 
-from eventlog.encryption import refuse_stored_projection
 from eventlog.entries import ErasureInfo
 from eventlog.errors import CorruptStoreError, InvalidArgumentError, VectorIndexMismatch
 from eventlog.projection import (
@@ -181,7 +180,6 @@ class VectorIndex:
     ) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:  # pyright: ignore[reportUnnecessaryIsInstance]
             raise InvalidArgumentError(f'batch_size must be a positive integer, got {batch_size!r}')
-        refuse_stored_projection(log, 'the vector index')
         self.log = log
         self.embedder = embedder
         self.model_name: str = model_name if model_name is not None else embedder_name(embedder)
@@ -277,10 +275,10 @@ class VectorIndex:
         scanned = 0
         for entry in reader.entries_after(position, limit=_SCAN_LIMIT):
             scanned += 1  # noqa: SIM113
-            if entry.kind in ('deleted', 'erasure'):
+            if entry.kind in ('deleted', 'erasure', 'shred'):
                 if items:
                     break  # the messages before it go first, in their own write
-                if entry.kind == 'deleted':
+                if entry.kind in ('deleted', 'shred'):  # a shred leaves nothing to embed
                     removals.append((entry.conversation_id, None))
                 else:
                     removals.append((entry.conversation_id, _erasure_dec.decode(entry.payload).seqs))
@@ -428,7 +426,7 @@ def maintain_vectors(store: ProjectionStore) -> None:
             return  # never built: no vector to remove
         removed = False
         for entry in reader.entries_after(records.position() or 0):
-            if entry.kind == 'deleted':
+            if entry.kind in ('deleted', 'shred'):
                 _remove(records, entry.conversation_id, None)
             elif entry.kind == 'erasure':
                 _remove(records, entry.conversation_id, _erasure_dec.decode(entry.payload).seqs)

@@ -137,12 +137,12 @@ async def _search(
             run = await views.run_record(log, run_id)
             if conversation_id is not None and run.conversation_id != conversation_id:
                 raise views.CliError(f'no run {run_id!r} in conversation {conversation_id!r}')
-        built = None if log.encrypted else index_analyzer(log)  # an encrypted store keeps no index
+        built = index_analyzer(log)
         if analyzer_ is None:
             analyzer_ = analyzer(built or 'default')
         backend = backend_for(log, analyzer_, fallback=True)
         note = None
-        if not isinstance(backend, PersistentIndex) and not log.encrypted:
+        if not isinstance(backend, PersistentIndex):
             note = (
                 f'the search index was built with the {built!r} analyzer, so this search rebuilt a corpus in '
                 f'memory with {analyzer_.name!r} (slower); `eventlog reindex --analyzer {analyzer_.name}` '

@@ -1,21 +1,30 @@
-"""Searching an encrypted store (docs/encryption.md): no index is kept at rest, searches index the
-log in memory (payloads opened), and a shredded conversation drops out of them at once."""
+"""Searching an encrypted store (docs/encryption.md): its search and vector indexes are kept in
+the process's memory only (built from the log, payloads opened), never at rest, and a shredded
+conversation drops out of them at once."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
+import lmdb
 from backends import make_log
 from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
 
 from eventlog import message_entry, run_finished_entry, run_started_entry
-from eventlog.errors import EncryptionSetupError
 from eventlog.log import EventLogBase
 from search import SearchEngine, SearchOptions
 from search.analyzers import resolve_analyzer
 from search.persistent_index import PersistentIndex, backend_for
-from search.vector_index import VectorIndex
+
+
+def _tables(store: Path) -> set[bytes]:
+    """The named databases of an LMDB store."""
+    env = lmdb.open(str(store), max_dbs=64, readonly=True, lock=False)
+    try:
+        with env.begin() as txn:
+            return {bytes(key) for key, _ in txn.cursor()}
+    finally:
+        env.close()
 
 
 async def add_run(log: EventLogBase, conversation_id: str, run_id: str, text: str) -> None:
@@ -28,26 +37,59 @@ async def add_run(log: EventLogBase, conversation_id: str, run_id: str, text: st
     await log.append(run_finished_entry(conversation_id=conversation_id, run_id=run_id, status='completed'))
 
 
-async def _conversations_found(log: object, query: str) -> set[str]:
-    backend = backend_for(log, resolve_analyzer('default'))  # type: ignore[arg-type]
+async def _conversations_found(log: EventLogBase, query: str) -> set[str]:
+    backend = backend_for(log, resolve_analyzer('default'))
+    assert isinstance(backend, PersistentIndex)  # the index, kept in memory for an encrypted store
     result = await SearchEngine(backend, SearchOptions()).find(query, scope='all', conversation_id=None)
     return {hit.conversation_id for hit in result.hits if hit.conversation_id is not None}
 
 
-async def test_search_reads_in_memory_and_a_shred_drops_the_conversation(tmp_path: Path) -> None:
+async def test_the_index_lives_in_memory_and_a_shred_drops_the_conversation(tmp_path: Path) -> None:
     log = make_log('lmdb-encrypted', tmp_path)
     try:
         await add_run(log, 'c', 'r1', 'zebrafinch migration')
         await add_run(log, 'd', 'r2', 'zebrafinch courtship')
         assert await _conversations_found(log, 'zebrafinch') == {'c', 'd'}
-        with pytest.raises(EncryptionSetupError, match='not kept for an encrypted store'):
-            PersistentIndex(log)
-        with pytest.raises(EncryptionSetupError, match='vector index'):
-            VectorIndex(log, object())  # type: ignore[arg-type]
-        assert not log.has_projection('ix')
+        assert log.has_projection('ix')
+        await add_run(log, 'e', 'r3', 'zebrafinch song')  # caught up incrementally
+        assert await _conversations_found(log, 'zebrafinch') == {'c', 'd', 'e'}
         await log.shred('c')
-        assert await _conversations_found(log, 'zebrafinch') == {'d'}
+        assert await _conversations_found(log, 'zebrafinch') == {'d', 'e'}
+        assert await _conversations_found(log, 'migration') == set()
+        assert PersistentIndex(log).verify() == []  # the index matches one rebuilt from the log
     finally:
         log.close()
-    for path in (tmp_path / 'store.lmdb').iterdir():
+    store = tmp_path / 'store.lmdb'
+    for path in store.iterdir():
         assert b'zebrafinch' not in path.read_bytes()
+    assert _tables(store) == {b'entries', b'index'}  # no projection tables at rest
+    reopened = make_log('lmdb-encrypted', tmp_path)
+    try:
+        assert not reopened.has_projection('ix')  # a new process builds its own at its first search
+        assert await _conversations_found(reopened, 'zebrafinch') == {'d', 'e'}
+    finally:
+        reopened.close()
+
+
+async def test_the_vector_index_lives_in_memory_and_forgets_a_shredded_conversation(tmp_path: Path) -> None:
+    from pydantic_ai.embeddings import Embedder
+    from semtools import HashingEmbeddingModel
+
+    from search.vector_index import VectorIndex
+
+    log = make_log('lmdb-encrypted', tmp_path)
+    try:
+        await add_run(log, 'c', 'r1', 'my vault code is 4711')
+        await add_run(log, 'd', 'r2', 'lunch at noon')
+        vectors = VectorIndex(log, Embedder(HashingEmbeddingModel()))
+        await vectors.catch_up()
+        messages = {e.seq: e.conversation_id for e in await log.entries(kinds=['message'])}
+        assert set(vectors.seqs_with_vectors()) == set(messages)
+        await log.shred('c')
+        await vectors.catch_up()
+        assert set(vectors.seqs_with_vectors()) == {seq for seq, conv in messages.items() if conv == 'd'}
+    finally:
+        log.close()
+    assert _tables(tmp_path / 'store.lmdb') == {b'entries', b'index'}
+    for path in (tmp_path / 'store.lmdb').iterdir():
+        assert b'4711' not in path.read_bytes()
