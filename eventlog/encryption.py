@@ -470,6 +470,8 @@ class SealedTxn:
         self._shredded: dict[str, int | None] = {}
 
     def __getattr__(self, name: str) -> Any:
+        """Any other method of the transaction underneath; those that return ENTRIES values
+        (`scan_settled`, `get_many`) open them too."""
         attr = getattr(self.raw, name)
         if name == 'scan_settled':
             settled = cast('Callable[[bytes], Iterator[tuple[bytes, bytes]]]', attr)
@@ -478,6 +480,16 @@ class SealedTxn:
                 return self._opened(settled(start))
 
             return scan_settled
+        if name == 'get_many':  # PostgreSQL: several keys in one round trip
+            many = cast('Callable[[TableId, list[bytes]], list[bytes | None]]', attr)
+
+            def get_many(table: TableId, keys: list[bytes]) -> list[bytes | None]:
+                values = many(table, keys)
+                if table != Table.ENTRIES:
+                    return values
+                return [None if v is None else self.open_value(k, v) for k, v in zip(keys, values, strict=True)]
+
+            return get_many
         return attr
 
     def shredded_by(self, conversation_id: str) -> int | None:

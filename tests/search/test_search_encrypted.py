@@ -7,7 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import lmdb
-from backends import make_log
+import pytest
+from backends import make_log, postgres_dsn, schema_for
 from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
 
 from eventlog import message_entry, run_finished_entry, run_started_entry
@@ -44,8 +45,9 @@ async def _conversations_found(log: EventLogBase, query: str) -> set[str]:
     return {hit.conversation_id for hit in result.hits if hit.conversation_id is not None}
 
 
-async def test_the_index_lives_in_memory_and_a_shred_drops_the_conversation(tmp_path: Path) -> None:
-    log = make_log('lmdb-encrypted', tmp_path)
+@pytest.mark.parametrize('backend', ['lmdb-encrypted', 'postgres-encrypted'])
+async def test_the_index_lives_in_memory_and_a_shred_drops_the_conversation(tmp_path: Path, backend: str) -> None:
+    log = make_log(backend, tmp_path)
     try:
         await add_run(log, 'c', 'r1', 'zebrafinch migration')
         await add_run(log, 'd', 'r2', 'zebrafinch courtship')
@@ -59,16 +61,28 @@ async def test_the_index_lives_in_memory_and_a_shred_drops_the_conversation(tmp_
         assert PersistentIndex(log).verify() == []  # the index matches one rebuilt from the log
     finally:
         log.close()
-    store = tmp_path / 'store.lmdb'
-    for path in store.iterdir():
-        assert b'zebrafinch' not in path.read_bytes()
-    assert _tables(store) == {b'entries', b'index'}  # no projection tables at rest
-    reopened = make_log('lmdb-encrypted', tmp_path)
+    if backend == 'lmdb-encrypted':
+        store = tmp_path / 'store.lmdb'
+        for path in store.iterdir():
+            assert b'zebrafinch' not in path.read_bytes()
+        assert _tables(store) == {b'entries', b'index'}  # no projection tables at rest
+    else:
+        import psycopg
+
+        with psycopg.connect(postgres_dsn(), autocommit=True) as conn:
+            schema = schema_for(tmp_path / 'store.lmdb')
+            rows = conn.execute(f'SELECT count(*) FROM "{schema}".projection_records').fetchone()
+            assert rows == (0,)  # no projection records at rest
+    reopened = make_log(backend, tmp_path)
     try:
         assert not reopened.has_projection('ix')  # a new process builds its own at its first search
         assert await _conversations_found(reopened, 'zebrafinch') == {'d', 'e'}
     finally:
         reopened.close()
+        if backend == 'postgres-encrypted':
+            from pgserver import drop_schema
+
+            drop_schema(postgres_dsn(), schema_for(tmp_path / 'store.lmdb'))
 
 
 async def test_the_vector_index_lives_in_memory_and_forgets_a_shredded_conversation(tmp_path: Path) -> None:
