@@ -333,6 +333,8 @@ class EventLogBase(ABC):
         self._refuse_write()
         if self._sealer is not None:
             raise EncryptionSetupError(f'{self._store_name()} is encrypted already')
+        if not self.persistent:
+            raise EncryptionSetupError('an in-memory store keeps nothing at rest: there is nothing to encrypt')
 
         def work() -> int:
             from eventlog.projection import CataloguedStore

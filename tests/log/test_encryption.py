@@ -454,3 +454,30 @@ async def test_encrypt_migrates_all_or_nothing(tmp_path: Path, backend: str) -> 
         from pgserver import drop_schema
 
         drop_schema(postgres_dsn(), schema_for(tmp_path / 'store.lmdb'))
+
+
+async def test_signed_checkpoints_and_exports_are_checked_without_any_key(tmp_path: Path) -> None:
+    from eventlog.checkpoint import verify_export, write_key_pair
+
+    marker = _marker()
+    _, public, signer = write_key_pair(tmp_path / 'signing')
+    log = make_log('lmdb-encrypted', tmp_path)
+    try:
+        await add_run(log, 'c', 'r', exchange(1, marker))
+        await log.checkpoint(signer, path=tmp_path / 'one.checkpoint')
+        await add_run(log, 'd', 'r2', exchange(2, marker))
+        await log.shred('c')
+        await log.export(tmp_path / 'signed.jsonl', signed=True)
+    finally:
+        log.close()
+    assert marker.encode() not in (tmp_path / 'signed.jsonl').read_bytes()
+    exported = verify_export(tmp_path / 'signed.jsonl', public)  # the sealed export, checked with no key
+    assert exported.ok, exported
+    auditor = LmdbEventLog(tmp_path / 'store.lmdb', read_only=True)  # no key at all
+    try:
+        report = await auditor.verify(checkpoints=[tmp_path / 'one.checkpoint'], public_key=public)
+        assert report.ok, report
+    finally:
+        auditor.close()
+    with pytest.raises(EncryptionSetupError, match='nothing at rest'):
+        await InMemoryEventLog().encrypt(keyring_for(tmp_path))
