@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
 import msgspec
 
@@ -59,6 +59,9 @@ from eventlog.entries import (
 )
 from eventlog.errors import ConversationNotFound, InvalidArgumentError, InvalidPayloadError, LogFullError, RunNotFound
 
+if TYPE_CHECKING:
+    from eventlog.encryption import SealedTxn
+
 
 def utcnow() -> datetime:
     """The current time, timezone-aware (UTC)."""
@@ -89,7 +92,7 @@ def append_entries(
     if fence is not None:
         check_fence(txn, fence)
     batch = _Batch(txn)
-    refuse_shredded = getattr(txn, 'refuse_shredded', None)  # an encrypted store's (`SealedTxn`)
+    refuse_shredded = cast('SealedTxn', txn).refuse_shredded if batch.sealed else None
     now = utcnow()
     seqs: list[int] = []
     for index, entry in enumerate(checked):
@@ -180,6 +183,8 @@ class _Batch:
         self.convs: dict[str, ConversationRecord] = {}
         self.idem: dict[bytes, int] = {}
         self.prefixes: dict[str, bytes] = {}
+        self.sealed = getattr(txn, 'sealer', None) is not None
+        """Whether the store is encrypted (`txn` is an `encryption.SealedTxn`): bodies are sealed."""
         self.next_seq = last_seq(txn) + 1
         self.first_seq = self.next_seq
         """The first `seq` this transaction can assign: a run starting at or after it started here."""
@@ -235,7 +240,8 @@ def _idem_key(batch: _Batch, entry: NewEntry, key: str, seq: int) -> bytes:
 
 def _write_entry(batch: _Batch, body: StoredBody, conv: ConversationRecord, idem_key: bytes | None) -> bytes:
     txn = batch.txn
-    body = seal_body(txn, body)
+    if batch.sealed:
+        body = seal_body(txn, body)
     body_bytes = encode_body(body)
     digest = chain_hash(conv.head_hash, body_bytes)
     skey = seq_key(body.seq)
@@ -250,9 +256,8 @@ def _write_entry(batch: _Batch, body: StoredBody, conv: ConversationRecord, idem
     conv.entry_count += 1
     conv.payload_bytes += len(body.payload)
     batch.next_seq = body.seq + 1
-    note = getattr(txn, 'note_appended', None)
-    if note is not None:
-        note(body.conversation_id, body.seq, body.kind)
+    if batch.sealed:
+        cast('SealedTxn', txn).note_appended(body.conversation_id, body.seq, body.kind)
     return digest
 
 
