@@ -481,3 +481,81 @@ async def test_signed_checkpoints_and_exports_are_checked_without_any_key(tmp_pa
         auditor.close()
     with pytest.raises(EncryptionSetupError, match='nothing at rest'):
         await InMemoryEventLog().encrypt(keyring_for(tmp_path))
+
+
+_APPEND_WORKER = """
+import asyncio, sys, time
+from pydantic_ai.messages import ModelRequest, UserPromptPart
+from eventlog import LmdbEventLog, message_entry, run_started_entry
+from eventlog.encryption import FileKeyProvider
+
+async def main():
+    store, ring, name, start = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+    if store.startswith('postgresql://'):
+        from eventlog.postgres_log import PostgresEventLog
+        dsn, schema = store.split('#')
+        log = PostgresEventLog(dsn, schema=schema, keys=FileKeyProvider(ring))
+    else:
+        log = LmdbEventLog(store, keys=FileKeyProvider(ring))
+    while time.time() < start:
+        time.sleep(0.001)
+    await log.append(run_started_entry(conversation_id='shared', run_id=name))
+    for i in range(20):
+        message = ModelRequest(parts=[UserPromptPart(f'{name} says {i}')])
+        await log.append(message_entry(message, conversation_id='shared', run_id=name))
+        print(i, flush=True)
+    log.close()
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize('backend', ['lmdb-encrypted', 'postgres-encrypted'])
+async def test_processes_starting_one_conversation_at_once_agree_on_its_key(tmp_path: Path, backend: str) -> None:
+    """Four processes make the first entries of one conversation at the same moment (on PostgreSQL
+    they seal before they lock): the keyring holds one data key for it and every acknowledged
+    message reads back with it."""
+    make_log(backend, tmp_path).close()  # the store and keyring exist, the conversation not
+    store = str(tmp_path / 'store.lmdb')
+    if backend == 'postgres-encrypted':
+        store = f'{postgres_dsn()}#{schema_for(tmp_path / "store.lmdb")}'
+    env = {**os.environ, 'PYTHONPATH': os.pathsep.join([str(Path.cwd()), *sys.path])}
+    start = time.time() + 2
+    workers = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                '-c',
+                _APPEND_WORKER,
+                store,
+                str(tmp_path / 'keyring'),
+                f'w{n}',
+                str(start),
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for n in range(4)
+    ]
+    acknowledged: dict[str, int] = {}
+    for n, worker in enumerate(workers):
+        out, _ = worker.communicate(timeout=120)
+        assert worker.returncode == 0
+        acknowledged[f'w{n}'] = len(out.split())
+    assert acknowledged == {f'w{n}': 20 for n in range(4)}
+    ring = keyring_for(tmp_path)
+    assert [conv for _, conv, _ in ring.held()] == ['shared']
+    log = make_log(backend, tmp_path)
+    try:
+        text = await log.transcript_json('shared')
+        for n in range(4):
+            for i in range(20):
+                assert f'w{n} says {i}'.encode() in text
+        assert (await log.verify()).ok
+    finally:
+        log.close()
+        if backend == 'postgres-encrypted':
+            from pgserver import drop_schema
+
+            drop_schema(postgres_dsn(), schema_for(tmp_path / 'store.lmdb'))
