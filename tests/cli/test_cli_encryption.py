@@ -55,6 +55,8 @@ def test_encrypt_read_search_and_shred_from_the_command_line(fresh: Store, tmp_p
     verify = run('verify', store=fresh.path)
     assert verify.returncode == 0, verify.stdout + verify.stderr
     assert run('conversations', store=fresh.path).returncode == 0
+    stats = run('stats', store=fresh.path)
+    assert stats.returncode == 0 and 'none at rest' in stats.stdout
     shown = run('show', 'beta', store=fresh.path)
     assert shown.returncode == 1 and '--keys' in shown.stderr and len(shown.stderr.splitlines()) == 1
     titled = run('title', 'beta', 'New', store=fresh.path)
