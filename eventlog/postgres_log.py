@@ -671,7 +671,9 @@ class PostgresEventLog(EventLogBase):
         """With `projections_dir`, start reading the log's last `seq` for a projection kept
         locally (see `LocalProjections.start_log_position`); `None` when projections live in the
         database (they read the log's position in their own transaction)."""
-        return None if self._local is None else self._local.start_log_position()
+        if self._local is None or self._memory_projections is not None:  # encrypted: projections in memory
+            return None
+        return self._local.start_log_position()
 
     def _write_sync(self, fn: Callable[[WriteTxn], T]) -> T:
         self._refuse_write()
@@ -1200,8 +1202,9 @@ class PostgresEventLog(EventLogBase):
     @property
     def projections_apart(self) -> bool:
         """Whether projections are kept in a local directory (`projections_dir`) rather than in the
-        database: a projection then keeps there what its readers show (`LocalProjections`)."""
-        return self._local is not None
+        database: a projection then keeps there what its readers show (`LocalProjections`). An
+        encrypted store keeps its projections in memory instead (docs/encryption.md)."""
+        return self._local is not None and self._memory_projections is None
 
     def has_projection(self, name: str) -> bool:
         """Whether the projection called `name` was ever opened in this store; asking creates nothing."""

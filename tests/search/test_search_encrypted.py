@@ -107,3 +107,25 @@ async def test_the_vector_index_lives_in_memory_and_forgets_a_shredded_conversat
     assert _tables(tmp_path / 'store.lmdb') == {b'entries', b'index'}
     for path in (tmp_path / 'store.lmdb').iterdir():
         assert b'4711' not in path.read_bytes()
+
+
+async def test_an_encrypted_postgres_store_keeps_nothing_in_its_projections_dir(tmp_path: Path) -> None:
+    from backends import keyring_for
+
+    from eventlog.postgres_log import PostgresEventLog
+
+    schema = schema_for(tmp_path / 'store.lmdb')
+    local = tmp_path / 'local'
+    log = PostgresEventLog(postgres_dsn(), schema=schema, projections_dir=local, keys=keyring_for(tmp_path))
+    try:
+        await add_run(log, 'c', 'r1', 'zebrafinch migration')
+        assert not log.projections_apart and log.start_log_position() is None
+        assert await _conversations_found(log, 'zebrafinch') == {'c'}
+    finally:
+        log.close()
+        from pgserver import drop_schema
+
+        drop_schema(postgres_dsn(), schema)
+    for path in local.rglob('*'):
+        if path.is_file():
+            assert b'zebrafinch' not in path.read_bytes()
