@@ -354,7 +354,7 @@ class Sealer:
         if stored[4 : 4 + _FINGERPRINT] != fingerprint:
             raise WrongKeyError(
                 f'entry {seq} was sealed with another data key than the one the provider holds for '
-                f'conversation {conversation_id!r}'
+                f'conversation {conversation_id!r} (another keyring, or a payload moved from another conversation)'
             )
         nonce = stored[_HEADER - _NONCE : _HEADER]
         try:
