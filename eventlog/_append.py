@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
 import msgspec
 
@@ -37,6 +37,7 @@ from eventlog._keys import (
 from eventlog._lease import check_fence
 from eventlog._read import get_body, get_conversation, get_run, last_seq
 from eventlog._storage import WriteTxn
+from eventlog.encryption import seal_body
 from eventlog.entries import (
     KINDS,
     MAX_SEQ,
@@ -57,6 +58,9 @@ from eventlog.entries import (
     TitleInfo,
 )
 from eventlog.errors import ConversationNotFound, InvalidArgumentError, InvalidPayloadError, LogFullError, RunNotFound
+
+if TYPE_CHECKING:
+    from eventlog.encryption import SealedTxn
 
 
 def utcnow() -> datetime:
@@ -88,6 +92,7 @@ def append_entries(
     if fence is not None:
         check_fence(txn, fence)
     batch = _Batch(txn)
+    refuse_shredded = cast('SealedTxn', txn).refuse_shredded if batch.sealed else None
     now = utcnow()
     seqs: list[int] = []
     for index, entry in enumerate(checked):
@@ -113,6 +118,8 @@ def append_entries(
                     recorded[index] = b'' if held is None else held.payload
                 continue
         ts = entry.timestamp or now
+        if refuse_shredded is not None and entry.kind != 'deleted':
+            refuse_shredded(entry.conversation_id)
         parent = _APPLY[entry.kind](batch, entry, seq, ts, allow_internal)
         conv = batch.conv(entry.conversation_id)
         assert conv is not None
@@ -176,6 +183,8 @@ class _Batch:
         self.convs: dict[str, ConversationRecord] = {}
         self.idem: dict[bytes, int] = {}
         self.prefixes: dict[str, bytes] = {}
+        self.sealed = getattr(txn, 'sealer', None) is not None
+        """Whether the store is encrypted (`txn` is an `encryption.SealedTxn`): bodies are sealed."""
         self.next_seq = last_seq(txn) + 1
         self.first_seq = self.next_seq
         """The first `seq` this transaction can assign: a run starting at or after it started here."""
@@ -231,6 +240,8 @@ def _idem_key(batch: _Batch, entry: NewEntry, key: str, seq: int) -> bytes:
 
 def _write_entry(batch: _Batch, body: StoredBody, conv: ConversationRecord, idem_key: bytes | None) -> bytes:
     txn = batch.txn
+    if batch.sealed:
+        body = seal_body(txn, body)
     body_bytes = encode_body(body)
     digest = chain_hash(conv.head_hash, body_bytes)
     skey = seq_key(body.seq)
@@ -245,6 +256,8 @@ def _write_entry(batch: _Batch, body: StoredBody, conv: ConversationRecord, idem
     conv.entry_count += 1
     conv.payload_bytes += len(body.payload)
     batch.next_seq = body.seq + 1
+    if batch.sealed:
+        cast('SealedTxn', txn).note_appended(body.conversation_id, body.seq, body.kind)
     return digest
 
 
@@ -421,6 +434,14 @@ def _erasure(batch: _Batch, entry: NewEntry, seq: int, ts: datetime, allow_inter
     return None
 
 
+def _shred(batch: _Batch, entry: NewEntry, seq: int, ts: datetime, allow_internal: bool) -> int | None:
+    if not allow_internal:
+        raise InvalidArgumentError('use shred() to shred a conversation')
+    _live_conversation(batch, entry)
+    _payload(entry, b'{}')
+    return None
+
+
 def _title(batch: _Batch, entry: NewEntry, seq: int, ts: datetime, allow_internal: bool) -> int | None:
     conv = _live_conversation(batch, entry)
     info: TitleInfo = _payload(entry)
@@ -486,5 +507,6 @@ _APPLY: Final[dict[Kind, _Rule]] = {
     'archived': _archived,
     'unarchived': _unarchived,
     'erasure': _erasure,
+    'shred': _shred,
 }
 """Each kind's rule: the one place the write path tells kinds apart."""

@@ -23,6 +23,7 @@ from eventlog._checks import check_id
 from eventlog._keys import StoredBody, Table, conv_key, encode_conversation, encode_erased_body, seq_key
 from eventlog._read import conv_or_raise, get_run, iter_entries, last_seq
 from eventlog._storage import WriteTxn
+from eventlog.encryption import seal_body
 from eventlog.entries import (
     ERASABLE_KINDS,
     CompactionInfo,
@@ -130,6 +131,8 @@ def erase(
             entry.inherited,
             placeholder,
         )
+        # An encrypted store seals the placeholder too (its role and tool names are content).
+        body = seal_body(txn, body)
         txn.put(Table.ENTRIES, seq_key(entry.seq), encode_erased_body(body) + entry.hash)
         removed += len(entry.payload)
         delta += len(placeholder) - len(entry.payload)

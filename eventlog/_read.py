@@ -134,20 +134,31 @@ def iter_entries(
             if kinds is None or body.kind in kinds:
                 yield to_entry(body, value)
         return
+    # An encrypted store's transaction (`encryption.SealedTxn`) opens payloads as they are read:
+    # entries are read raw here and only those of the wanted kinds opened.
+    raw: ReadTxn = getattr(txn, 'raw', txn)
+    opened: Callable[[bytes, bytes], bytes] | None = getattr(txn, 'open_value', None)
     if conversation_id is None:
-        for key, value in _log_order(txn, seq_key(after_seq + 1)):
+        for key, value in _log_order(raw, seq_key(after_seq + 1)):
             body = decode_body(key_seq(key), value)
             if kinds is None or body.kind in kinds:
+                if opened is not None:
+                    value = opened(key, value)
+                    body = decode_body(body.seq, value)
                 yield to_entry(body, value)
         return
     first = by_conv_key(conversation_id, after_seq + 1)
-    for key, _ in txn.scan(Table.BY_CONV, prefix=ck(conversation_id), start=first):
+    for key, _ in raw.scan(Table.BY_CONV, prefix=ck(conversation_id), start=first):
         seq = key_seq(key)
-        value = txn.get(Table.ENTRIES, seq_key(seq))
+        skey = seq_key(seq)
+        value = raw.get(Table.ENTRIES, skey)
         if value is None:
             continue
         body = decode_body(seq, value)
         if kinds is None or body.kind in kinds:
+            if opened is not None:
+                value = opened(skey, value)
+                body = decode_body(seq, value)
             yield to_entry(body, value)
 
 

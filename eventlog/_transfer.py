@@ -2,7 +2,8 @@
 
 The first line is a header naming the format and its version; every other line but the
 last is one entry with its payload embedded as JSON (every payload the log accepts is JSON,
-or empty) and its chain hash in hex; the last line closes the export with the number of
+or empty; an encrypted store's sealed payloads are carried as `"sealed:<base64>"` strings, checked
+but never imported) and its chain hash in hex; the last line closes the export with the number of
 entries and the last hash of each conversation, so an export cut short is refused instead
 of imported as a shorter log. Importing re-checks each conversation's chain while it reads,
 so an edited export is refused too. docs/transfer.md describes the format and the rules.
@@ -10,6 +11,7 @@ so an edited export is refused too. docs/transfer.md describes the format and th
 
 from __future__ import annotations
 
+import base64
 import bisect
 import tempfile
 from array import array
@@ -26,6 +28,7 @@ from eventlog._files import open_export_file
 from eventlog._keys import chain_hash, encode_body_of
 from eventlog._read import get_conversation, get_entry, iter_entries, list_runs
 from eventlog._storage import ReadTxn, WriteTxn
+from eventlog.encryption import is_sealed
 from eventlog.entries import CompactionInfo, Entry, ForkInfo, Kind, NewEntry
 from eventlog.errors import ConversationNotFound, InvalidArgumentError
 
@@ -170,7 +173,7 @@ def _exported(entry: Entry, *, detached: bool) -> ExportedEntry:
         parent=entry.parent,
         idempotency_key=entry.idempotency_key,
         inherited=entry.inherited,
-        payload=msgspec.Raw(entry.payload or b'null'),
+        payload=msgspec.Raw(_exported_payload(entry.payload)),
         hash=entry.hash.hex(),
         detached=detached,
         erased=entry.erased,
@@ -333,9 +336,25 @@ def _check_line(number: int, line: ExportedEntry, last: int) -> None:
         raise InvalidArgumentError(f'line {number}: entries are out of order (seq {line.seq} after {last})')
 
 
+_SEALED_PREFIX: Final = b'"sealed:'
+"""How an export line carries a sealed payload (an encrypted store's, which is not JSON): a JSON
+string of this prefix and the payload's base64."""
+
+
+def _exported_payload(payload: bytes) -> bytes:
+    if is_sealed(payload):
+        return _SEALED_PREFIX + base64.b64encode(payload) + b'"'
+    return payload or b'null'
+
+
 def payload_of(line: ExportedEntry) -> bytes:
     """The stored payload bytes an export line carries."""
     raw = bytes(line.payload)
+    if raw.startswith(_SEALED_PREFIX) and raw.endswith(b'"'):
+        try:
+            return base64.b64decode(raw[len(_SEALED_PREFIX) : -1], validate=True)
+        except ValueError:
+            return raw
     return b'' if raw == b'null' else raw
 
 
@@ -396,6 +415,11 @@ def import_lines(txn: WriteTxn, lines: Iterable[tuple[int, ExportedEntry]]) -> i
             raise InvalidArgumentError(
                 f'line {number} (seq {line.seq}) {what} in the source store: an export holding erasures '
                 'can be checked but not imported (erased hashes cannot be recomputed here); nothing was imported'
+            )
+        if line.kind == 'shred' or is_sealed(payload_of(line)):
+            raise InvalidArgumentError(
+                f'line {number} (seq {line.seq}) holds a sealed payload: an export of an encrypted store can be '
+                'checked but not imported (its payloads open only in their own store); nothing was imported'
             )
         if conv_id not in seen:
             check_id(conv_id, f'line {number}: conversation_id')

@@ -43,6 +43,7 @@ __all__ = [
     'RunRecord',
     'RunStartedInfo',
     'RunStatus',
+    'ShredInfo',
     'TitleInfo',
     'ToolEffectInfo',
     'ToolEffectStatus',
@@ -75,6 +76,7 @@ Kind = Literal[
     'forked_from',
     'deleted',
     'erasure',
+    'shred',
 ]
 """Every kind of entry the log knows."""
 
@@ -86,7 +88,7 @@ RUN_KINDS: Final[frozenset[Kind]] = frozenset(
 """Kinds that belong to a run: they carry a `run_id` and sit on the run's branch."""
 
 CONVERSATION_KINDS: Final[frozenset[Kind]] = frozenset(
-    {'title', 'archived', 'unarchived', 'forked_from', 'deleted', 'erasure'}
+    {'title', 'archived', 'unarchived', 'forked_from', 'deleted', 'erasure', 'shred'}
 )
 """Kinds that describe a conversation as a whole and carry no `run_id`."""
 
@@ -310,6 +312,15 @@ class ErasureInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
     """Who asked for it, as the caller gave it."""
 
 
+class ShredInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Payload of a `shred` entry: the conversation's data key was destroyed (docs/encryption.md)."""
+
+    reason: str | None = None
+    """Why, as the caller gave it."""
+    by: str | None = None
+    """Who asked for it, as the caller gave it."""
+
+
 PAYLOAD_TYPES: Final[Mapping[Kind, type[msgspec.Struct] | None]] = {
     'message': None,
     'run_started': RunStartedInfo,
@@ -324,6 +335,7 @@ PAYLOAD_TYPES: Final[Mapping[Kind, type[msgspec.Struct] | None]] = {
     'forked_from': ForkInfo,
     'deleted': None,
     'erasure': ErasureInfo,
+    'shred': ShredInfo,
 }
 """The payload struct of each kind (JSON), or None: a `message` holds one pydantic-ai message,
 `archived`, `unarchived` and `deleted` hold nothing."""

@@ -19,20 +19,25 @@ __all__ = [
     'CheckpointFormatError',
     'CheckpointSignatureError',
     'ConversationNotFound',
+    'ConversationShreddedError',
     'CorruptEntryError',
     'CorruptStoreError',
     'DestinationError',
     'DurableDeterminismError',
     'DurableError',
     'DurableRunFailedError',
+    'EncryptionError',
+    'EncryptionSetupError',
     'EventLogError',
     'InvalidArgumentError',
     'InvalidPayloadError',
     'KeyFileError',
+    'KeyMissingError',
     'LogClosedError',
     'LogFullError',
     'MissingExtraError',
     'NotFoundError',
+    'PayloadMovedError',
     'ReadOnlyStoreError',
     'RunLeaseError',
     'RunNotFound',
@@ -43,6 +48,7 @@ __all__ = [
     'StoreReplacedError',
     'StoreVersionError',
     'VectorIndexMismatch',
+    'WrongKeyError',
 ]
 
 
@@ -198,3 +204,31 @@ class RunLeaseError(DurableError):
 
 class DurableRunFailedError(DurableError):
     """The run ended failed or cancelled, so resuming it cannot return a result."""
+
+
+class EncryptionError(EventLogError):
+    """Base class of the errors about an encrypted store and its keys (docs/encryption.md)."""
+
+
+class EncryptionSetupError(EncryptionError, InvalidArgumentError):
+    """A store and its key provider do not fit: an encrypted store opened for writing without
+    one, a plain store holding entries opened with one, or a keyring that cannot be used."""
+
+
+class KeyMissingError(EncryptionError):
+    """A payload of an encrypted store was read without the key that opens it: the store was
+    opened without a key provider, or the provider does not hold the conversation's data key."""
+
+
+class WrongKeyError(EncryptionError):
+    """A key does not fit: the key-encryption key cannot unwrap a data key, or the data key the
+    provider gave is not the one the payload was sealed with."""
+
+
+class PayloadMovedError(EncryptionError, CorruptEntryError):
+    """A sealed payload fails authentication under its entry's identity: it was moved from
+    another entry (or another store) or its bytes were altered."""
+
+
+class ConversationShreddedError(EncryptionError):
+    """The conversation was shredded (its data key destroyed): nothing can be appended to it."""

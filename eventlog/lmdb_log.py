@@ -34,6 +34,7 @@ from eventlog._storage import (
     prefix_end,
 )
 from eventlog._threads import to_thread
+from eventlog.encryption import KeyProvider
 from eventlog.entries import VerifyProblem, VerifyReport
 from eventlog.errors import (
     CorruptEntryError,
@@ -407,6 +408,11 @@ class LmdbEventLog(EventLogBase):
             creates nothing and writes nothing, not even at open (no pending scrub finished, no
             catalogue entry, no lock file): every read works, including `verify` and searches of
             the store's index, and every call that would write raises `ReadOnlyStoreError`.
+        keys: A `KeyProvider` (e.g. `FileKeyProvider`): the store's content payloads are sealed
+            under a data key per conversation that the provider holds (docs/encryption.md). An empty
+            store opened with keys becomes encrypted for good; an encrypted store opened for
+            writing needs them (`EncryptionSetupError`); read-only, it reads records and verifies
+            without them.
 
     Opened read-only, the store is opened with LMDB's `readonly`; where LMDB's lock file cannot be
     opened for writing (read-only media, files of another user), without its lock file. That
@@ -429,6 +435,7 @@ class LmdbEventLog(EventLogBase):
         map_size: int = DEFAULT_MAP_SIZE,
         retention: RetentionPolicy | None = None,
         read_only: bool | None = False,
+        keys: KeyProvider | None = None,
     ) -> None:
         if not isinstance(path, (str, os.PathLike)):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise StoreLocationError(f'the store path must be a string or a path, got {type(path).__name__}')
@@ -453,6 +460,11 @@ class LmdbEventLog(EventLogBase):
         self._closed = False
         self._projection_handles: dict[ProjectionSpec, lmdb_projection.ProjectionHandles] = {}
         self._catalogued: set[ProjectionSpec] = set()
+        try:
+            self._setup_encryption(keys)
+        except BaseException:
+            self.close()
+            raise
         self._retain_on_open(retention)
         if reason is None:
             self._finish_pending_scrub()
@@ -555,13 +567,18 @@ class LmdbEventLog(EventLogBase):
 
     def read_projection(self, spec: ProjectionSpec, fn: Callable[[ProjectionRecords, LogReader], T]) -> T:
         """Run `fn` with the projection's records and the log in one read transaction (see
-        `eventlog.projection`); the projection's tables are created on first use."""
+        `eventlog.projection`); the projection's tables are created on first use. An encrypted
+        store's projections are kept in memory (docs/encryption.md)."""
+        if self._memory_projections is not None:
+            return self._memory_projection(spec, fn, write=False)  # pyright: ignore[reportArgumentType]
         return self._run_projection(spec, fn, write=False)
 
     def write_projection(self, spec: ProjectionSpec, fn: Callable[[ProjectionWriter, LogReader], T]) -> T:
         """Run `fn` in one write transaction: the projection's writes and position commit together
         when it returns, none when it raises; retried after the map grows, as appends are. The
         first write of `spec` through this handle records it in the store's catalogue."""
+        if self._memory_projections is not None:
+            return self._memory_projection(spec, fn, write=True)
         self._refuse_write()
         if spec not in self._catalogued:
             self._write_sync(lambda txn: record_in_catalogue(txn, spec))
@@ -574,16 +591,23 @@ class LmdbEventLog(EventLogBase):
 
     def present_projections(self) -> set[str]:
         """The names of the projections the store holds tables or a position of."""
+        if self._memory_projections is not None:
+            return self._memory_projections.names()
         return self.run_in_txn(lmdb_projection.present_projections, write=False)
 
     def clear_projection(self, name: str) -> None:
         """Empty every table of the projection `name` and forget its position."""
+        if self._memory_projections is not None:
+            self._memory_projections.begin(name).clear()
+            return
         self._refuse_write()
         tables = self.run_in_txn(lambda txn: lmdb_projection.projection_tables(txn, name), write=False)
         self._run_projection(ProjectionSpec(name, tables), lambda records, _: records.clear(), write=True)
 
     def has_projection(self, name: str) -> bool:
         """Whether the projection called `name` was ever opened in this store; asking creates nothing."""
+        if self._memory_projections is not None:
+            return self._memory_projections.has(name)
         return self.run_in_txn(lambda txn: lmdb_projection.has_projection(txn, name), write=False)
 
     def _run_projection(

@@ -9,6 +9,7 @@ verification, deletes) runs in a worker thread so the event loop never waits on 
 
 from __future__ import annotations
 
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterator, Sequence
@@ -18,7 +19,7 @@ from datetime import datetime
 from functools import partial
 from pathlib import Path
 from types import TracebackType
-from typing import IO, TYPE_CHECKING, ClassVar, Protocol, Self, TypeVar, runtime_checkable
+from typing import IO, TYPE_CHECKING, ClassVar, Protocol, Self, TypeVar, cast, runtime_checkable
 
 from eventlog import _engine as engine
 from eventlog import _erase as erasure
@@ -29,6 +30,7 @@ from eventlog._files import open_destination
 from eventlog._ids import IdKind
 from eventlog._storage import ReadTxn, WriteTxn
 from eventlog._threads import to_thread
+from eventlog.encryption import KeyProvider, SealedTxn, Sealer, encrypt_entries, mark_encrypted, read_store_id
 from eventlog.entries import (
     ConversationRecord,
     Entry,
@@ -36,12 +38,14 @@ from eventlog.entries import (
     RunLease,
     RunRecord,
     RunStatus,
+    ShredInfo,
     TitleInfo,
     VerifyReport,
     encode_info,
 )
 from eventlog.errors import (
     ConversationNotFound,
+    EncryptionSetupError,
     EventLogError,
     InvalidArgumentError,
     LogClosedError,
@@ -52,6 +56,7 @@ from eventlog.errors import (
 if TYPE_CHECKING:
     from pydantic_ai.messages import ModelMessage
 
+    from eventlog._memory_projection import MemoryProjections
     from eventlog.checkpoint import Checkpoint, CheckpointSource, PublicKeySource, SignerSource
     from eventlog.projection import LogReader, ProjectionRecords, ProjectionSpec, ProjectionWriter
     from eventlog.retention import RetentionPolicy, RetentionReport
@@ -268,8 +273,132 @@ class EventLogBase(ABC):
         if self._closed:
             raise LogClosedError(f'{type(self).__name__} is closed')
 
+    # -- encryption ---------------------------------------------------------------------------
+
+    _sealer: Sealer | None = None
+    """The sealing state of an encrypted store (`eventlog.encryption`); `None` for a plain one."""
+
+    @property
+    def encrypted(self) -> bool:
+        """Whether the store is encrypted (its content payloads sealed under per-conversation keys)."""
+        return self._sealer is not None
+
+    @property
+    def store_id(self) -> str | None:
+        """An encrypted store's id (part of every sealed payload's associated data); `None` when plain."""
+        return None if self._sealer is None else self._sealer.store_id
+
+    def _setup_encryption(self, keys: KeyProvider | None) -> None:
+        """Read whether the store is encrypted and fit it with `keys` (called by each backend as it
+        opens, before anything else reads). An empty store opened with `keys` becomes encrypted."""
+        if keys is not None and not isinstance(keys, KeyProvider):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise InvalidArgumentError(f'keys must be a KeyProvider (e.g. FileKeyProvider), got {type(keys).__name__}')
+        store_id = self._read_sync(read_store_id)
+        if store_id is None and keys is not None:
+            if self.read_only_reason is not None:
+                raise EncryptionSetupError(f'{self._store_name()} is not encrypted; it was opened read-only with keys')
+
+            def create(txn: WriteTxn) -> str:
+                if engine.last_seq(txn) != 0:
+                    raise EncryptionSetupError(
+                        f'{self._store_name()} is a plain store holding entries; migrate it with: eventlog encrypt'
+                    )
+                return read_store_id(txn) or mark_encrypted(txn)
+
+            store_id = self._write_sync(create)
+        if store_id is None:
+            return
+        if keys is None and self.read_only_reason is None:
+            raise EncryptionSetupError(
+                f'{self._store_name()} is encrypted: open it with keys=... to write (or read-only, to read '
+                'records and verify without keys)'
+            )
+        self._sealer = Sealer(store_id, keys)
+        self._keep_projections_in_memory()
+
+    async def encrypt(self, keys: KeyProvider) -> int:
+        """Make this plain store encrypted (`eventlog encrypt`, docs/encryption.md): every content
+        payload sealed under a new data key of its conversation held by `keys`, every chain
+        recomputed over the sealed bytes, in one write transaction (all or nothing: on any error the
+        store is unchanged). Then projections are cleared and the store's files rewritten (`scrub`)
+        so the clear payloads leave them; a rewrite that cannot be done now stays pending, as after
+        `erase`. Returns how many payloads were sealed.
+
+        Signed checkpoints made before no longer match the recomputed chains: make a new one.
+        Raises `EncryptionSetupError` when the store is encrypted already.
+        """
+        if not isinstance(keys, KeyProvider):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise InvalidArgumentError(f'keys must be a KeyProvider (e.g. FileKeyProvider), got {type(keys).__name__}')
+        self._check_open()
+        self._refuse_write()
+        if self._sealer is not None:
+            raise EncryptionSetupError(f'{self._store_name()} is encrypted already')
+        if not self.persistent:
+            raise EncryptionSetupError('an in-memory store keeps nothing at rest: there is nothing to encrypt')
+
+        def work() -> int:
+            from eventlog.projection import CataloguedStore
+
+            store_id, sealed = self._write_sync(lambda txn: encrypt_entries(txn, keys))
+            if isinstance(self, CataloguedStore):  # an index at rest holds the clear text: dropped
+                for name in sorted(self.present_projections()):
+                    self.clear_projection(name)
+            pending = self._read_sync(engine.scrub_pending)
+            try:
+                problem = self._rewrite_sync()
+            except EventLogError as exc:
+                problem = str(exc)
+            if problem is None and pending is not None:
+                self._write_sync(lambda txn: engine.clear_scrub_pending(txn, pending))
+            self._sealer = Sealer(store_id, keys)
+            self._keep_projections_in_memory()
+            return sealed
+
+        return await to_thread(work)
+
+    _memory_projections: MemoryProjections | None = None
+    """An encrypted store's projections (the search and vector indexes), kept in this process's
+    memory only: nothing derived from its content is ever written at rest (docs/encryption.md)."""
+
+    def _memory_projection(
+        self, spec: ProjectionSpec, fn: Callable[[ProjectionWriter, LogReader], T], *, write: bool
+    ) -> T:
+        """Run `fn` with an encrypted store's in-memory projection `spec` and the log read through
+        the seal, in one read transaction of the log; a write that raises is undone."""
+        from eventlog.projection import LogReader
+
+        projections, sealer = self._memory_projections, self._sealer
+        assert projections is not None
+        assert sealer is not None
+        with self._memory_lock:
+            txn = projections.begin(spec.name)
+
+            def run(log_txn: ReadTxn) -> T:
+                return fn(txn, LogReader(cast('ReadTxn', SealedTxn(log_txn, sealer))))
+
+            try:
+                return self._read_sync(run)
+            except BaseException:
+                if write:
+                    txn.rollback()
+                raise
+
+    def _keep_projections_in_memory(self) -> None:
+        from eventlog._memory_projection import MemoryProjections
+
+        self._memory_lock = threading.RLock()
+        self._memory_projections = MemoryProjections()
+
+    def _sealed(self, fn: Callable[[SealedTxn], T]) -> Callable[[ReadTxn], T]:
+        """`fn` reading through the seal of an encrypted store (`SealedTxn`); unchanged when plain."""
+        sealer = self._sealer
+        if sealer is None:
+            return cast('Callable[[ReadTxn], T]', fn)
+        return lambda txn: fn(SealedTxn(txn, sealer))
+
     async def _read(self, fn: Callable[[ReadTxn], T], *, bulk: bool = False) -> T:
         self._check_open()
+        fn = self._sealed(fn)
         if bulk:
             return await to_thread(self._read_sync, fn)
         return self._read_sync(fn)
@@ -277,6 +406,7 @@ class EventLogBase(ABC):
     async def _write(self, fn: Callable[[WriteTxn], T], *, bulk: bool = False) -> T:
         self._check_open()
         self._refuse_write()
+        fn = cast('Callable[[WriteTxn], T]', self._sealed(fn))
         if bulk:
             return await to_thread(self._write_sync, fn)
         return self._write_sync(fn)
@@ -427,7 +557,7 @@ class EventLogBase(ABC):
             return _decode_in_batches(entry.payload for entry in found)
 
         def work() -> list[ModelMessage]:
-            return self._read_sync(read)
+            return self._read_sync(self._sealed(read))
 
         if size > _BULK_THRESHOLD:
             self._check_open()
@@ -701,6 +831,45 @@ class EventLogBase(ABC):
             return replace(done, scrubbed=problem is None, scrub_error=problem)
         return done
 
+    async def shred(self, conversation_id: str, *, reason: str | None = None, by: str | None = None) -> int:
+        """Destroy the conversation's data key (crypto-shredding) and record it in a `shred` entry;
+        return that entry's `seq` (docs/encryption.md).
+
+        Its sealed payloads become unreadable in the store and in every copy of it (backups,
+        replicas, PostgreSQL's WAL) at once; replay returns placeholders that keep each message's
+        role; `verify` still passes; nothing more can be appended to the conversation. The key is
+        destroyed before the entry is appended (and again after, for a key made meanwhile), so a
+        crash never leaves a conversation recorded as shredded whose content can still be read.
+
+        Raises `EncryptionSetupError` (a plain store, or one opened without keys),
+        `ConversationNotFound`, or `ConversationShreddedError` (shredded already).
+        """
+        engine.check_id(conversation_id, 'conversation_id')
+        reason = erasure.check_text(reason, 'reason')
+        by = erasure.check_text(by, 'by')
+        self._check_open()
+        self._refuse_write()
+        sealer = self._sealer
+        if sealer is None or sealer.provider is None:
+            raise EncryptionSetupError(f'{self._store_name()} is not encrypted with a key provider; nothing to shred')
+        provider = sealer.provider
+
+        def check(txn: SealedTxn) -> None:
+            conv = engine.get_conversation(txn, conversation_id)
+            if conv is None or conv.deleted:
+                raise ConversationNotFound(f'no conversation {conversation_id!r} in this log')
+            txn.refuse_shredded(conversation_id)
+
+        await self._read(cast('Callable[[ReadTxn], None]', check))
+        sealer.forget(conversation_id)
+        await to_thread(provider.destroy, sealer.store_id, conversation_id)
+        payload = encode_info(ShredInfo(reason=reason, by=by))
+        new = NewEntry(conversation_id=conversation_id, kind='shred', payload=payload)
+        seq = (await self._write(lambda txn: engine.append_entries(txn, [new], allow_internal=True)))[0]
+        sealer.forget(conversation_id)
+        await to_thread(provider.destroy, sealer.store_id, conversation_id)
+        return seq
+
     async def scrub(self) -> str | None:
         """Purge removed content (erased entries, deleted conversations) from everything that may
         still hold a copy: every projection in the store's catalogue is brought up to date by its
@@ -885,13 +1054,17 @@ class EventLogBase(ABC):
         in one transaction, holding a bounded number of lines in memory; a conversation that
         already exists here, a reference to an entry the export does not carry, or any other
         problem anywhere aborts it, so nothing is written unless everything is accepted.
-        Exports of format 1 (no closing line) are refused unless `allow_version_1`.
+        Exports of format 1 (no closing line) are refused unless `allow_version_1`. An encrypted
+        store seals what it imports; an export of an encrypted store (sealed payloads) is refused.
         """
 
         from eventlog import _transfer as transfer
 
+        def write(fn: Callable[[WriteTxn], T]) -> T:
+            return self._write_sync(cast('Callable[[WriteTxn], T]', self._sealed(fn)))
+
         def work() -> int:
-            return transfer.import_from(self._write_sync, source, allow_version_1=allow_version_1)
+            return transfer.import_from(write, source, allow_version_1=allow_version_1)
 
         self._check_open()
         self._refuse_write()

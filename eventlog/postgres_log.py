@@ -38,7 +38,7 @@ import zlib
 from collections.abc import Callable, Generator, Sequence
 from contextlib import contextmanager, suppress
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeVar, cast
 
 import psycopg
 import psycopg.errors
@@ -73,6 +73,7 @@ from eventlog._pg_kv import (
     settled_sql,
 )
 from eventlog._storage import TABLE_NAMES, ReadTxn, Table, TableId, WriteTxn
+from eventlog.encryption import KeyProvider
 from eventlog.entries import MAX_SEQ, Entry, NewEntry, RunLease, RunRecord
 from eventlog.errors import (
     CorruptStoreError,
@@ -160,6 +161,11 @@ class PostgresEventLog(EventLogBase):
             registers and locks nothing, every read works (searches of an existing index
             included), and every call that would write raises `ReadOnlyStoreError`. With
             `projections_dir`, the projections there are still kept (that directory is local).
+        keys: A `KeyProvider` (e.g. `FileKeyProvider`): the store's content payloads are sealed
+            under a data key per conversation that the provider holds (docs/encryption.md). An empty
+            store opened with keys becomes encrypted for good; an encrypted store opened for
+            writing needs them (`EncryptionSetupError`); read-only, it reads records and verifies
+            without them.
     """
 
     persistent: ClassVar[bool] = True
@@ -174,6 +180,7 @@ class PostgresEventLog(EventLogBase):
         projections_dir: str | os.PathLike[str] | None = None,
         retention: RetentionPolicy | None = None,
         read_only: bool | None = False,
+        keys: KeyProvider | None = None,
     ) -> None:
         if not isinstance(dsn, str) or not dsn.strip():  # pyright: ignore[reportUnnecessaryIsInstance]
             raise InvalidArgumentError('PostgresEventLog needs a connection string, e.g. postgresql://user@host/db')
@@ -257,6 +264,11 @@ class PostgresEventLog(EventLogBase):
             except BaseException:
                 self._pool.close()
                 raise
+        try:
+            self._setup_encryption(keys)
+        except BaseException:
+            self.close()
+            raise
         self._retain_on_open(retention)
 
     # -- opening --------------------------------------------------------------------------------
@@ -659,7 +671,9 @@ class PostgresEventLog(EventLogBase):
         """With `projections_dir`, start reading the log's last `seq` for a projection kept
         locally (see `LocalProjections.start_log_position`); `None` when projections live in the
         database (they read the log's position in their own transaction)."""
-        return None if self._local is None else self._local.start_log_position()
+        if self._local is None or self._memory_projections is not None:  # encrypted: projections in memory
+            return None
+        return self._local.start_log_position()
 
     def _write_sync(self, fn: Callable[[WriteTxn], T]) -> T:
         self._refuse_write()
@@ -1118,22 +1132,25 @@ class PostgresEventLog(EventLogBase):
     async def _read_one(self, fn: Callable[[ReadTxn], T]) -> T:
         """`fn`, which reads one record, as a single statement outside a transaction."""
         self._check_open()
+        fn = self._sealed(fn)
         return await asyncio.to_thread(
             self._run, lambda cur: fn(PgReadTxn(cur, self._relations)), begin=None, lock=None
         )
 
     async def _read(self, fn: Callable[[ReadTxn], T], *, bulk: bool = False) -> T:
         self._check_open()
-        return await asyncio.to_thread(self._read_sync, fn)
+        return await asyncio.to_thread(self._read_sync, self._sealed(fn))
 
     async def _write(self, fn: Callable[[WriteTxn], T], *, bulk: bool = False) -> T:
         self._check_open()
-        return await asyncio.to_thread(self._write_sync, fn)
+        return await asyncio.to_thread(self._write_sync, cast('Callable[[WriteTxn], T]', self._sealed(fn)))
 
     # -- projections ----------------------------------------------------------------------------
 
     def read_projection(self, spec: ProjectionSpec, fn: Callable[[ProjectionRecords, LogReader], T]) -> T:
         """Run `fn` with the projection's records and the log in one snapshot (see `eventlog.projection`)."""
+        if self._memory_projections is not None:  # an encrypted store's: in memory only
+            return self._memory_projection(spec, fn, write=False)  # pyright: ignore[reportArgumentType]
         if self._local is not None:
             return self._local.read_projection(spec, fn)
         if self.read_only_reason is None:  # read-only: an unregistered projection reads as empty
@@ -1150,6 +1167,8 @@ class PostgresEventLog(EventLogBase):
         """Run `fn` in one transaction holding the projections' writer lock: its writes and
         position commit together, and two processes catching a projection up take turns. The
         first write of `spec` through this handle records it in the store's catalogue."""
+        if self._memory_projections is not None:
+            return self._memory_projection(spec, fn, write=True)
         if self._local is None:
             self._refuse_write()
         self._forget()
@@ -1183,11 +1202,14 @@ class PostgresEventLog(EventLogBase):
     @property
     def projections_apart(self) -> bool:
         """Whether projections are kept in a local directory (`projections_dir`) rather than in the
-        database: a projection then keeps there what its readers show (`LocalProjections`)."""
-        return self._local is not None
+        database: a projection then keeps there what its readers show (`LocalProjections`). An
+        encrypted store keeps its projections in memory instead (docs/encryption.md)."""
+        return self._local is not None and self._memory_projections is None
 
     def has_projection(self, name: str) -> bool:
         """Whether the projection called `name` was ever opened in this store; asking creates nothing."""
+        if self._memory_projections is not None:
+            return self._memory_projections.has(name)
         if self._local is not None:
             return self._local.has_projection(name)
 
@@ -1205,6 +1227,8 @@ class PostgresEventLog(EventLogBase):
 
     def present_projections(self) -> set[str]:
         """The names of the projections the store (or `projections_dir`) holds records or a position of."""
+        if self._memory_projections is not None:
+            return self._memory_projections.names()
         if self._local is not None:
             return self._local.present_projections()
 
@@ -1220,6 +1244,9 @@ class PostgresEventLog(EventLogBase):
 
     def clear_projection(self, name: str) -> None:
         """Delete every record of the projection `name` and forget its position."""
+        if self._memory_projections is not None:
+            self._memory_projections.begin(name).clear()
+            return
         if self._local is not None:
             self._local.clear_projection(name)
             return

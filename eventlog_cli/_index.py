@@ -35,10 +35,11 @@ def index_analyzer(log: IndexedLog) -> str | None:
 
 
 def index_state(log: IndexedLog) -> dict[str, object]:
-    """Where the persistent index of `log` stands, for `eventlog stats`."""
+    """Where the persistent index of `log` stands, for `eventlog stats` (`kind` is `memory` for an
+    encrypted store, which keeps its index in the process's memory only)."""
     state = _existing_index(log).state()
     return {
-        'kind': 'persistent',
+        'kind': 'memory' if getattr(log, 'encrypted', False) is True else 'persistent',
         'analyzer': state.analyzer,
         'documents': state.documents,
         'position': state.position,

@@ -29,14 +29,16 @@ from typing import TYPE_CHECKING, TypeAlias
 from urllib.parse import parse_qsl, urlsplit
 
 from eventlog._dsn import hide_secrets
-from eventlog.errors import EventLogError, InvalidArgumentError, StoreLocationError
+from eventlog.errors import EncryptionSetupError, EventLogError, InvalidArgumentError, StoreLocationError
 
 if TYPE_CHECKING:
+    from eventlog.encryption import FileKeyProvider
     from eventlog.lmdb_log import LmdbEventLog
     from eventlog.postgres_log import PostgresEventLog
 
 __all__ = [
     'DEFAULT_SCHEMA',
+    'KEYS_ENV',
     'READ_ONLY_ENV',
     'PostgresStore',
     'StoreLocation',
@@ -44,6 +46,7 @@ __all__ = [
     'describe',
     'drop_schema',
     'is_postgres',
+    'keys_wanted',
     'open_store',
     'parse_store',
     'read_only_wanted',
@@ -53,6 +56,9 @@ __all__ = [
 
 DEFAULT_SCHEMA = 'eventlog'
 """The schema used when a PostgreSQL URL names none after `#` (`PostgresEventLog`'s default)."""
+
+KEYS_ENV = 'EVENTLOG_KEYS'
+"""The environment variable naming the keyring of an encrypted store (`--keys` sets it; docs/encryption.md)."""
 
 READ_ONLY_ENV = 'EVENTLOG_READ_ONLY'
 """The environment variable that opens every store read-only when set to `1` (`--read-only` sets it)."""
@@ -158,7 +164,19 @@ def read_only_wanted() -> bool | None:
     raise InvalidArgumentError(f'{READ_ONLY_ENV} must be 1 (open stores read-only) or 0, not {raw[:20]!r}')
 
 
-def _postgres(store: PostgresStore, *, create: bool, read_only: bool | None = None) -> PostgresEventLog:
+def keys_wanted() -> FileKeyProvider | None:
+    """The keyring `$EVENTLOG_KEYS` names (`--keys`), or `None`."""
+    path = os.environ.get(KEYS_ENV, '').strip()
+    if not path:
+        return None
+    from eventlog.encryption import FileKeyProvider
+
+    return FileKeyProvider(path)
+
+
+def _postgres(
+    store: PostgresStore, *, create: bool, read_only: bool | None = None, keys: FileKeyProvider | None = None
+) -> PostgresEventLog:
     """Open the PostgreSQL store; a missing schema is `StoreLocationError` (`no store at ...`)
     unless `create`; every message leaves the password out."""
     try:
@@ -168,7 +186,9 @@ def _postgres(store: PostgresStore, *, create: bool, read_only: bool | None = No
             f"a PostgreSQL store needs the optional dependencies of 'pydantic-ai-eventlog[postgres]' ({exc})"
         ) from None
     try:
-        return PostgresEventLog(store.dsn, schema=store.schema, create=create, pool_size=2, read_only=read_only)
+        return PostgresEventLog(
+            store.dsn, schema=store.schema, create=create, pool_size=2, read_only=read_only, keys=keys
+        )
     except StoreLocationError as exc:
         if create or 'holds no event log' not in str(exc):
             raise StoreLocationError(_scrub(str(exc), store)) from None
@@ -189,30 +209,45 @@ def _check_directory(store: Path) -> None:
 
 @asynccontextmanager
 async def open_store(
-    store: StoreLocation | str, *, create: bool = False, read_only: bool | None = None
+    store: StoreLocation | str, *, create: bool = False, read_only: bool | None = None, with_keys: bool = True
 ) -> AsyncGenerator[StoreLog]:
     """The store `store` names, closed afterwards; unless `create`, refuse one that does not exist yet.
 
     `read_only`: `True` opens it read-only; `None` (the default) does so when `$EVENTLOG_READ_ONLY`
     asks (`read_only_wanted`) or when this process cannot write the store, so that reading
     commands work on a write-protected copy and writing ones refuse it with one line
-    (`ReadOnlyStoreError`, naming why); `False` opens it for writing or fails."""
+    (`ReadOnlyStoreError`, naming why); `False` opens it for writing or fails.
+
+    The keyring `$EVENTLOG_KEYS` names (`--keys`) opens an encrypted store; without one, an
+    encrypted store is opened read-only (its records and `verify` need no key). `with_keys=False`
+    opens the store as plain whatever `$EVENTLOG_KEYS` says (`eventlog encrypt`)."""
     where = parse_store(store) if isinstance(store, str) else store
     if read_only is None:
         read_only = read_only_wanted()
-    log: StoreLog
-    if isinstance(where, PostgresStore):
-        log = _postgres(where, create=create and read_only is not True, read_only=read_only)
-    else:
-        from eventlog.lmdb_log import LmdbEventLog
-
-        if not create or read_only is True:
-            _check_directory(where)
-        log = LmdbEventLog(where, read_only=read_only)
+    keys = keys_wanted() if with_keys else None
+    try:
+        log = _open(where, create=create, read_only=read_only, keys=keys)
+    except EncryptionSetupError as exc:
+        # An encrypted store named without its keyring: opened read-only, so that reading
+        # commands show its records and verify it, and writing ones say why they cannot.
+        if keys is not None or read_only is not None or not with_keys or 'is encrypted' not in str(exc):
+            raise
+        log = _open(where, create=False, read_only=True, keys=None)
+        log.read_only_reason = 'it is encrypted and no keyring was given (--keys)'
     try:
         yield log
     finally:
         log.close()
+
+
+def _open(store: StoreLocation, *, create: bool, read_only: bool | None, keys: FileKeyProvider | None) -> StoreLog:
+    if isinstance(store, PostgresStore):
+        return _postgres(store, create=create and read_only is not True, read_only=read_only, keys=keys)
+    from eventlog.lmdb_log import LmdbEventLog
+
+    if not create or read_only is True:
+        _check_directory(store)
+    return LmdbEventLog(store, read_only=read_only, keys=keys)
 
 
 def store_exists(store: StoreLocation) -> bool:

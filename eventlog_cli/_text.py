@@ -298,6 +298,7 @@ HEADLINES: dict[Kind, Callable[[Entry, int], str]] = {
     'unarchived': lambda _entry, _limit: 'listed again',
     'deleted': lambda _entry, _limit: 'entries removed; this tombstone remains',
     'erasure': _erasure_headline,
+    'shred': lambda _entry, _limit: "data key destroyed: the conversation's content is unreadable everywhere",
 }
 """One line per kind of entry, for `tail` and `replay`."""
 

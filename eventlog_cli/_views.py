@@ -273,6 +273,8 @@ def stats_rows(data: dict[str, Any]) -> list[Row]:
     index = data['index']
     current = 'current' if index['current'] else f'behind (at #{index["position"]}; catches up at the next search)'
     built = f'{index["documents"]} documents, {index["analyzer"]} analyzer, {current}'
+    if index['kind'] == 'memory':
+        built = 'none at rest (an encrypted store is indexed in memory, by each process that searches it)'
     return [
         ('store', clean(data['store']), ''),
         ('conversations', f'{data["conversations"]} ({data["archived"]} archived)', ''),
@@ -284,7 +286,11 @@ def stats_rows(data: dict[str, Any]) -> list[Row]:
         *([('scrub', scrub_note(data['scrub_pending']), 'yellow')] if data.get('scrub_pending') is not None else []),
         (
             'search index',
-            clean(built if index['analyzer'] is not None else 'not built yet (built at the first search)'),
+            clean(
+                built
+                if index['analyzer'] is not None or index['kind'] == 'memory'
+                else 'not built yet (built at the first search)'
+            ),
             '',
         ),
     ]
@@ -307,7 +313,7 @@ async def read_verify(
         report = await log.verify(checkpoints=checkpoints, public_key=public_key)
     else:
         report = await log.verify()
-    if not any(p.code == 'structure' for p in report.problems):
+    if not log.encrypted and not any(p.code == 'structure' for p in report.problems):
         index = PersistentIndex.open_existing(log)
         found = await to_thread(index.verify)
         report = report_of(

@@ -158,8 +158,9 @@ def build_parser() -> argparse.ArgumentParser:
         help='The store (a directory, or postgresql://user@host/db#schema), for any command '
         '(as if given after it, where it can also go).',
     )
-    from eventlog_cli.commands._common import read_only_option
+    from eventlog_cli.commands._common import keys_option, read_only_option
 
+    keys_option(parser, dest='global_keys')
     read_only_option(parser, dest='global_read_only')
     parser.options.add_argument('--version', action=_Version, nargs=0, help='Print the version and exit.')
     subparsers = parser.add_subparsers(
@@ -193,6 +194,9 @@ def run(argv: Sequence[str]) -> int:
         args = parser.parse_args(argv)
         if args.command is None:
             parser.error('name a command')
+        keys = getattr(args, 'keys', None) or args.global_keys
+        if keys is not None:
+            return _with_keys(args, keys)
         if getattr(args, 'read_only', False) or args.global_read_only:
             return _read_only(args)
         return args.handler(args) or 0
@@ -200,6 +204,24 @@ def run(argv: Sequence[str]) -> int:
         return _status(exc.code, sys.stderr)
     except KeyboardInterrupt:
         return 130
+
+
+def _with_keys(args: argparse.Namespace, keys: str) -> int:
+    """Run the command with every store it opens opened with the keyring `keys` (`--keys`), through
+    the variable `eventlog_cli._store.open_store` reads, restored afterwards."""
+    from eventlog_cli._store import KEYS_ENV
+
+    before = os.environ.get(KEYS_ENV)
+    os.environ[KEYS_ENV] = keys
+    try:
+        if getattr(args, 'read_only', False) or args.global_read_only:
+            return _read_only(args)
+        return args.handler(args) or 0
+    finally:
+        if before is None:
+            del os.environ[KEYS_ENV]
+        else:
+            os.environ[KEYS_ENV] = before
 
 
 def _read_only(args: argparse.Namespace) -> int:

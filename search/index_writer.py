@@ -151,7 +151,7 @@ class IndexWriter:
         elif entry.kind == 'deleted':
             self.drop_conversation(entry.conversation_id, reindex_before=entry.seq)
             self.records.put('meta', DROPPED, seq_key(entry.seq))
-        elif entry.kind == 'erasure':
+        elif entry.kind in ('erasure', 'shred'):  # a shred: the conversation reads as placeholders now
             self.reindex_conversation(entry.conversation_id, before=entry.seq)
             self.records.put('meta', DROPPED, seq_key(entry.seq))
 
@@ -161,7 +161,7 @@ class IndexWriter:
         only their placeholders are indexed."""
         self.drop_conversation(conversation_id, reindex_before=before)
         for entry in self.reader.conversation_entries(conversation_id, before=before):
-            if entry.kind != 'erasure':  # an earlier erasure's entries are erased already
+            if entry.kind not in ('erasure', 'shred'):  # an earlier erasure's entries are erased already
                 self.apply(entry)
 
     def start_run(self, entry: Entry) -> None:

@@ -434,8 +434,8 @@ def backend_for(
     """Where searches with `analyzer` read `source`: the one policy of the capability and the CLI.
 
     The persistent index when `source` replays a log whose store outlives the process (LMDB,
-    PostgreSQL; searches then read only the postings of the query's terms); otherwise `source`
-    itself, indexed in memory per search.
+    PostgreSQL; searches then read only the postings of the query's terms; an encrypted store keeps
+    it in memory only: docs/encryption.md); otherwise `source` itself, indexed in memory per search.
     When the store's index was built with another analyzer, it raises `IndexAnalyzerMismatch`,
     or with `fallback` returns `source` read through an in-memory corpus rebuilt per search
     (slower, same ranking; `eventlog reindex --analyzer NAME` rebuilds the index).

@@ -275,10 +275,10 @@ class VectorIndex:
         scanned = 0
         for entry in reader.entries_after(position, limit=_SCAN_LIMIT):
             scanned += 1  # noqa: SIM113
-            if entry.kind in ('deleted', 'erasure'):
+            if entry.kind in ('deleted', 'erasure', 'shred'):
                 if items:
                     break  # the messages before it go first, in their own write
-                if entry.kind == 'deleted':
+                if entry.kind in ('deleted', 'shred'):  # a shred leaves nothing to embed
                     removals.append((entry.conversation_id, None))
                 else:
                     removals.append((entry.conversation_id, _erasure_dec.decode(entry.payload).seqs))
@@ -426,7 +426,7 @@ def maintain_vectors(store: ProjectionStore) -> None:
             return  # never built: no vector to remove
         removed = False
         for entry in reader.entries_after(records.position() or 0):
-            if entry.kind == 'deleted':
+            if entry.kind in ('deleted', 'shred'):
                 _remove(records, entry.conversation_id, None)
             elif entry.kind == 'erasure':
                 _remove(records, entry.conversation_id, _erasure_dec.decode(entry.payload).seqs)

@@ -16,12 +16,17 @@ from collections.abc import Callable
 from pathlib import Path
 
 from eventlog import InMemoryEventLog, LmdbEventLog
+from eventlog.encryption import FileKeyProvider
 from eventlog.log import EventLogBase
 
 LogFactory = Callable[[], EventLogBase]
 
 BACKENDS = ['memory', 'lmdb', 'postgres']
 """Adding a backend means adding its name here and a branch in `make_log`."""
+
+ENCRYPTED_BACKENDS = ['lmdb-encrypted', 'postgres-encrypted']
+"""The persistent backends opened with a key provider (docs/encryption.md): the conformance suite
+runs on them too. Their keyring is `keyring` beside the store, made on first use."""
 
 _server_dsn: str | None = None
 _opened_schemas: set[str] = set()
@@ -49,7 +54,24 @@ def schema_for(path: Path) -> str:
     return 't_' + hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:20]
 
 
+def keyring_for(tmp_path: Path) -> FileKeyProvider:
+    """The keyring of the encrypted store of `tmp_path` (made on first use)."""
+    where = tmp_path / 'keyring'
+    if where.exists():
+        return FileKeyProvider(where)
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    return FileKeyProvider.create(where)
+
+
 def make_log(backend: str, tmp_path: Path) -> EventLogBase:
+    if backend == 'lmdb-encrypted':
+        return LmdbEventLog(tmp_path / 'store.lmdb', keys=keyring_for(tmp_path))
+    if backend == 'postgres-encrypted':
+        from eventlog.postgres_log import PostgresEventLog
+
+        schema = schema_for(tmp_path / 'store.lmdb')
+        _opened_schemas.add(schema)
+        return PostgresEventLog(postgres_dsn(), schema=schema, keys=keyring_for(tmp_path))
     if backend == 'memory':
         return InMemoryEventLog()
     if backend == 'lmdb':

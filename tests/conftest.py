@@ -67,7 +67,7 @@ async def log(backend: str, tmp_path: Path) -> AsyncIterator[EventLogBase]:
         yield instance
     finally:
         instance.close()
-        if backend == 'postgres':
+        if backend.startswith('postgres'):
             from pgserver import drop_schema
 
             drop_schema(postgres_dsn(), schema_for(tmp_path / 'store.lmdb'))

@@ -26,6 +26,7 @@ __all__ = [
     'full_ids_option',
     'is_lmdb',
     'json_option',
+    'keys_option',
     'options',
     'read_only_option',
     'run',
@@ -97,7 +98,21 @@ def store_option(parser: argparse.ArgumentParser) -> None:
         '(postgresql://user@host/db#schema; schema eventlog when none is given). '
         f'[env var: EVENTLOG_STORE; default: {DEFAULT_STORE}]',
     )
+    keys_option(parser)
     read_only_option(parser)
+
+
+def keys_option(parser: argparse.ArgumentParser, *, dest: str = 'keys') -> None:
+    """`--keys`: the keyring of an encrypted store (docs/encryption.md)."""
+    options(parser).add_argument(
+        '--keys',
+        dest=dest,
+        metavar='<path>',
+        default=None,
+        help='The keyring of an encrypted store (from `eventlog keygen --encryption`): needed to read its '
+        'messages and to write it; without it an encrypted store opens read-only (records, verify). '
+        '[env var: EVENTLOG_KEYS]',
+    )
 
 
 def read_only_option(parser: argparse.ArgumentParser, *, dest: str = 'read_only') -> None:

@@ -47,18 +47,26 @@ def register(subparsers: common.Subparsers) -> None:
         subparsers,
         'keygen',
         _keygen_command,
-        'Make an Ed25519 key pair for signing checkpoints: a private key (PEM, 0600) and FILE.pub.\n\n'
-        'Keep the private key away from the store and from whoever can write it; give auditors '
-        'the .pub file (docs/audit.md).',
+        'Make an Ed25519 key pair for signing checkpoints, or with --encryption a keyring for an encrypted store.\n\n'
+        'Signing: a private key (PEM, 0600) and FILE.pub; keep the private key away from the store '
+        'and from whoever can write it, give auditors the .pub file (docs/audit.md). Encryption: a '
+        'keyring directory holding a new key-encryption key, where the data keys of an encrypted '
+        "store's conversations will be kept; keep it apart from the store and its backups "
+        '(docs/encryption.md).',
     )
     options = common.options(parser)
     options.add_argument(
         '--output',
         '-o',
         type=Path,
-        required=True,
         metavar='<path>',
-        help='The private key file to write (the public key: FILE.pub). [required]',
+        help='The private key file to write (the public key: FILE.pub).',
+    )
+    options.add_argument(
+        '--encryption',
+        type=Path,
+        metavar='<path>',
+        help='Make a keyring for encrypted stores at this new directory instead (for --keys).',
     )
     options.add_argument('--force', action='store_true', help='Replace key files that exist.')
 
@@ -225,7 +233,24 @@ def _verify_steps() -> list[tables.Step]:
 
 
 def _keygen_command(args: argparse.Namespace) -> None:
+    if args.encryption is not None:
+        if args.output is not None:
+            common.fail('give either --output (a signing key) or --encryption (a keyring), not both')
+        common.run(lambda: _keyring(args.encryption))
+        return
+    if args.output is None:
+        common.fail('name the key file to write: --output PATH (or --encryption PATH for a keyring)')
     common.run(lambda: _keygen(args.output, args.force))
+
+
+async def _keyring(path: Path) -> None:
+    from eventlog.encryption import FileKeyProvider
+
+    FileKeyProvider.create(path)
+    sys.stdout.write(
+        f'wrote the keyring {path} (its key-encryption key is {path / "kek"}): keep it apart from the store '
+        'and its backups; open the store with --keys ' + str(path) + '\n'
+    )
 
 
 async def _keygen(output: Path, force: bool) -> None:

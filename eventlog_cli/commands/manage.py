@@ -140,6 +140,40 @@ def register(subparsers: common.Subparsers) -> None:
     common.store_option(parser)
     common.json_option(parser)
 
+    parser = common.add_command(
+        subparsers,
+        'shred',
+        _shred_command,
+        "Destroy an encrypted conversation's data key: its content becomes unreadable everywhere. Needs --yes.\n\n"
+        "Every copy of the store (backups, replicas, PostgreSQL's WAL) holds only sealed payloads, so "
+        'destroying the key erases the content from all of them at once (and from backups of the keyring '
+        'once they expire). The messages replay as placeholders keeping their role, a shred entry '
+        'records it, `eventlog verify` still passes, and nothing more can be appended to the '
+        'conversation (docs/encryption.md). Needs --keys.',
+        arguments='CONVERSATION',
+    )
+    _conversation_argument(parser, 'The conversation id (or a unique prefix).')
+    options = common.options(parser)
+    options.add_argument('--reason', metavar='<text>', help='Why (recorded in the shred entry).')
+    options.add_argument('--by', metavar='<text>', help='Who asked (recorded in the shred entry).')
+    options.add_argument('--yes', action='store_true', help='Really shred (without it, only explain).')
+    common.store_option(parser)
+    common.json_option(parser)
+
+    parser = common.add_command(
+        subparsers,
+        'encrypt',
+        _encrypt_command,
+        'Make a plain store encrypted: seal every message under a data key per conversation. Needs --keys.\n\n'
+        'All or nothing, in one transaction: a failure leaves the plain store as it was. Every chain '
+        'is recomputed over the sealed bytes (make a new signed checkpoint afterwards), the search '
+        'index is dropped (an encrypted store is searched in memory), and the store is compacted so '
+        "the clear text leaves its files; PostgreSQL's WAL and older backups still hold it "
+        '(docs/encryption.md).',
+    )
+    common.store_option(parser)
+    common.json_option(parser)
+
 
 # --- fork, title, archive ---------------------------------------------------------------------
 
@@ -279,6 +313,68 @@ def _compaction(result: CompactResult) -> str:
     from eventlog_cli import _render as render
 
     return f'{render.size(result.bytes_before)} before, {render.size(result.bytes_after)} after'
+
+
+# --- shred, encrypt ---------------------------------------------------------------------------
+
+
+def _shred_command(args: argparse.Namespace) -> None:
+    store = common.store_of(args)
+    common.run(lambda: _shred(store, args.conversation, args.reason, args.by, args.yes, args.as_json))
+
+
+async def _shred(store: str, conversation: str, reason: str | None, by: str | None, yes: bool, as_json: bool) -> None:
+    from eventlog_cli import _render as render
+    from eventlog_cli import _views as views
+    from eventlog_cli._ids import resolve_conversation
+    from eventlog_cli._store import describe
+
+    async with views.open_store(store) as log:
+        if not log.encrypted:
+            raise views.CliError(f'{describe(store)} is not encrypted: there is no key to shred (see eventlog encrypt)')
+        conversation_id = await resolve_conversation(log, conversation)
+        record = await views.conversation_record(log, conversation_id)
+        if not yes:
+            sys.stderr.write(
+                f'Shredding would destroy the data key of {conversation_id} ({record.message_count} messages): '
+                'their content would be unreadable in this store and in every copy of it, for good.\n'
+                'Nothing was changed. Run again with --yes to shred.\n'
+            )
+            return
+        seq = await log.shred(conversation_id, reason=reason, by=by)
+    if as_json:
+        render.print_json({'conversation_id': conversation_id, 'shred_seq': seq})
+        return
+    render.console().print(f'shredded {conversation_id}: its data key is destroyed (shred entry #{seq})')
+
+
+def _encrypt_command(args: argparse.Namespace) -> None:
+    store = common.store_of(args)
+    common.run(lambda: _encrypt(store, args.as_json))
+
+
+async def _encrypt(store: str, as_json: bool) -> None:
+    from eventlog_cli import _render as render
+    from eventlog_cli import _views as views
+    from eventlog_cli._store import describe, keys_wanted
+
+    keys = keys_wanted()
+    if keys is None:
+        raise views.CliError(
+            'name the keyring that will hold the data keys: --keys PATH (eventlog keygen --encryption PATH)'
+        )
+    from eventlog_cli._store import open_store as open_location
+
+    async with open_location(store, read_only=False, with_keys=False) as log:
+        sealed = await log.encrypt(keys)
+        pending = await log.scrub_pending()
+    if as_json:
+        render.print_json({'sealed': sealed, 'scrub_pending': pending is not None})
+        return
+    render.console().print(
+        f'encrypted {describe(store)}: {sealed} payloads sealed'
+        + ('' if pending is None else '; the clear text is still in its files until `eventlog compact` runs')
+    )
 
 
 # --- erase, retain ----------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from backends import BACKENDS, ENCRYPTED_BACKENDS
 from logtools import add_run, exchange, tool_exchange
 from pydantic_ai.messages import (
     ModelMessage,
@@ -35,6 +36,12 @@ from eventlog import (
 from eventlog.log import EventLogBase
 
 dump = ModelMessagesTypeAdapter.dump_json
+
+
+@pytest.fixture(params=[*BACKENDS, *ENCRYPTED_BACKENDS])
+def backend(request: pytest.FixtureRequest) -> str:
+    """Every backend, and the persistent ones encrypted (docs/encryption.md)."""
+    return request.param
 
 
 async def test_backend_satisfies_protocol(log: EventLogBase) -> None:
@@ -328,6 +335,13 @@ async def test_export_import_round_trip(log: EventLogBase, tmp_path: Path, backe
     assert count == len(await log.entries())
     target = make_log(backend, tmp_path / 'copy')
     try:
+        if backend in ENCRYPTED_BACKENDS:
+            # An encrypted store exports its sealed payloads (verifiable, not importable elsewhere);
+            # a plain export imported into one is sealed (tests/log/test_encryption.py).
+            with pytest.raises(InvalidArgumentError, match='sealed payload'):
+                await target.import_(io.BytesIO(buffer.getvalue()))
+            assert await target.last_seq() == 0
+            return
         assert await target.import_(io.BytesIO(buffer.getvalue())) == count
         for conv in await log.list_conversations(include_archived=True):
             assert await target.transcript_json(conv.conversation_id) == await log.transcript_json(conv.conversation_id)
@@ -360,7 +374,7 @@ async def test_export_of_one_conversation_includes_history_it_references(log: Ev
         await log.export(tmp_path / 'x.jsonl', conversation_ids=['nope'])
 
 
-async def test_import_refuses_an_altered_export(log: EventLogBase, tmp_path: Path) -> None:
+async def test_import_refuses_an_altered_export(log: EventLogBase, tmp_path: Path, backend: str) -> None:
     await add_run(log, 'a', 'r1', exchange(1, 'original'))
     buffer = io.BytesIO()
     await log.export(buffer)
@@ -368,6 +382,12 @@ async def test_import_refuses_an_altered_export(log: EventLogBase, tmp_path: Pat
 
     target = InMemoryEventLog()
     tampered = buffer.getvalue().replace(b'original', b'forged!!')
+    if backend in ENCRYPTED_BACKENDS:  # the text is sealed: one byte of the sealed payload is changed
+        assert b'original' not in buffer.getvalue()
+        lines = buffer.getvalue().split(b'\n')
+        cut = lines[2].index(b'"sealed:') + 20
+        lines[2] = lines[2][:cut] + (b'B' if lines[2][cut : cut + 1] == b'A' else b'A') + lines[2][cut + 1 :]
+        tampered = b'\n'.join(lines)
     with pytest.raises(InvalidArgumentError, match='hash check'):
         await target.import_(io.BytesIO(tampered))
     dropped = b'\n'.join(line for i, line in enumerate(buffer.getvalue().split(b'\n')) if i != 2)
