@@ -251,9 +251,21 @@ class PostgresEventLog(EventLogBase):
             self._relations[table] for table in (Table.BY_CONV, Table.BY_RUN, Table.RUN_ORDER, Table.CONV_RUNS)
         )
         """Tables an append writes but never reads: not cached."""
-        self._trips = {'one': 0, 'guard failed': 0, 'miss': 0, 'two': 0, 'window missed': 0, 'variants': 0}
+        self._trips = {
+            'one': 0,
+            'guard failed': 0,
+            'miss': 0,
+            'two': 0,
+            'window missed': 0,
+            'variants': 0,
+            'speculative': 0,
+        }
         """How appends went: in one round trip, a guard that failed, a cache miss, the two-trip path,
-        a counter outside the window of speculative variants, and the variants sent in all."""
+        a counter outside the window of speculative variants, the variants sent in all, and the
+        one-trip appends that found the counter moved past the last `seq` this handle saw (which
+        only a variant for another candidate could commit)."""
+        self._tries: deque[bool] = deque(maxlen=_TRIES)
+        """Whether each recent one-trip try with a claim found the counter in its window."""
         self._distances: deque[int] = deque(maxlen=_DISTANCES)
         """How far the counter had moved past this handle's last seq at its latest appends' claims."""
         self._local: LocalProjections | None = None
@@ -1003,6 +1015,7 @@ class PostgresEventLog(EventLogBase):
                     if committed < 0:
                         return None  # it can no longer commit: the two-trip path does it again
                     self._trips['one'] += 1
+                    self._trips['speculative'] += bool(claim) and low + committed > 0
                     return (variants[committed].result,)
                 with suppress(psycopg.Error):
                     cur.execute(b'ROLLBACK')
@@ -1017,6 +1030,7 @@ class PostgresEventLog(EventLogBase):
                         cur.execute(b'ROLLBACK')
                 raise
         self._trips['one'] += 1
+        self._trips['speculative'] += bool(claim) and low + chosen > 0
         variant = variants[chosen]
         reads = dict(variant.reads)
         done = written[chosen]  # (`flush` emptied the variant's own buffer)
@@ -1025,6 +1039,7 @@ class PostgresEventLog(EventLogBase):
             if last is not None and claim:
                 with self._cache_lock:
                     self._distances.append(low + chosen)
+                    self._tries.append(True)
         if variant.new_last is not None:
             done[slot] = variant.new_last
         self._remember(known, {**reads, **done}, generation, optimistic=True)
@@ -1032,20 +1047,20 @@ class PostgresEventLog(EventLogBase):
 
     def _window(self) -> tuple[int, int]:
         """The candidate last seqs of the next one-trip append, as (first offset past the last
-        `seq` this handle saw, how many): from the least to one past the most the counter moved
-        at this handle's recent appends (one, the last `seq` seen, for a handle appending alone),
-        at most `_MAX_VARIANTS` of them (then centred on the median). Called under `_cache_lock`."""
-        if not self._distances:
-            return 0, 1
+        `seq` this handle saw, how many): the narrowest range holding three quarters of how far
+        the counter moved at this handle's recent appends (all of them while they are fewer than
+        four), at most `_MAX_VARIANTS` wide; one candidate, the last `seq` seen, for a handle
+        appending alone. Called under `_cache_lock`."""
         ordered = sorted(self._distances)
-        low, high = ordered[0], ordered[-1]
-        if high == 0:
+        if not ordered or ordered[-1] == 0:
             return 0, 1
-        low, high = max(0, low - 1), high + 1
-        if high - low + 1 > _MAX_VARIANTS:
-            low = max(0, ordered[len(ordered) // 2] - _MAX_VARIANTS // 2)
-            high = low + _MAX_VARIANTS - 1
-        return low, high - low + 1
+        need = len(ordered) if len(ordered) < 4 else -(-len(ordered) * _COVER_NUM // _COVER_DEN)
+        low = min(range(len(ordered) - need + 1), key=lambda i: ordered[i + need - 1] - ordered[i])
+        first, last = ordered[low], ordered[low + need - 1]
+        if last - first + 1 > _MAX_VARIANTS:
+            first = max(0, ordered[len(ordered) // 2] - _MAX_VARIANTS // 2)
+            last = first + _MAX_VARIANTS - 1
+        return first, last - first + 1
 
     def _outcome(
         self, backend: int, written: Sequence[Pending], expected: bytes | None, claimed: bytes | None
@@ -1122,13 +1137,18 @@ class PostgresEventLog(EventLogBase):
 
     def _window_missed(self) -> None:
         """The counter was outside the window of a one-trip append's variants: the cache stays
-        (its records were right), and one round trip is tried again only once normal appends
-        show the window would have held the counter, as after a failed guard."""
+        (its records were right). A window holds about three quarters of the recent distances,
+        so some misses are expected and cost one round trip; only when half of the recent tries
+        missed (trying then costs more than it saves) is one round trip tried again once normal
+        appends show the window would have held the counter, as after a failed guard."""
         with self._cache_lock:
             self._trips['window missed'] += 1
-            self._optimistic = False
-            self._streak = 0
-            self._needed = min(self._needed * 2, _MAX_STREAK)
+            self._tries.append(False)
+            if self._tries.count(False) * 2 >= _TRIES:
+                self._tries.clear()
+                self._optimistic = False
+                self._streak = 0
+                self._needed = min(self._needed * 2, _MAX_STREAK)
 
     def _learn(self, txn: PgWriteTxn, known: Known, generation: int) -> None:
         """After a two-trip append: cache what it read and wrote, note how far the counter had
@@ -1609,6 +1629,10 @@ _MAX_VARIANTS: Final = 16
 """Most speculative variants a one-trip append sends (candidate last seqs: `_window`)."""
 _DISTANCES: Final = 16
 """Recent appends whose distance (how far the counter had moved) sets the window."""
+_COVER_NUM, _COVER_DEN = 3, 4
+"""The share of the recent distances a window holds (`_window`)."""
+_TRIES: Final = 8
+"""Recent one-trip tries whose misses (half of them) pause the one-trip path."""
 _OUTSIDE_WINDOW: Final = 'EV001'
 """The SQLSTATE `claim_seqs_in` fails with when the counter is outside the window."""
 _MAX_STREAK: Final = 64
