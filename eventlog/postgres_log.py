@@ -1047,16 +1047,17 @@ class PostgresEventLog(EventLogBase):
 
     def _window(self) -> tuple[int, int]:
         """The candidate last seqs of the next one-trip append, as (first offset past the last
-        `seq` this handle saw, how many): the narrowest range holding three quarters of how far
-        the counter moved at this handle's recent appends (all of them while they are fewer than
-        four), at most `_MAX_VARIANTS` wide; one candidate, the last `seq` seen, for a handle
-        appending alone. Called under `_cache_lock`."""
+        `seq` this handle saw, how many): from one below the least to a quarter of the spread
+        above the most the counter moved at this handle's recent appends, at most `_MAX_VARIANTS`
+        of them (then centred on the median); one candidate, the last `seq` seen, for a handle
+        appending alone. A variant costs the client one run of the engine against the cache
+        (some 10 µs) and the server a few more rows in the writes' arrays, against a round trip
+        and a two-trip append for a miss: the window is wide. Called under `_cache_lock`."""
         ordered = sorted(self._distances)
         if not ordered or ordered[-1] == 0:
             return 0, 1
-        need = len(ordered) if len(ordered) < 4 else -(-len(ordered) * _COVER_NUM // _COVER_DEN)
-        low = min(range(len(ordered) - need + 1), key=lambda i: ordered[i + need - 1] - ordered[i])
-        first, last = ordered[low], ordered[low + need - 1]
+        first = max(0, ordered[0] - 1)
+        last = ordered[-1] + 1 + (ordered[-1] - ordered[0]) // 4
         if last - first + 1 > _MAX_VARIANTS:
             first = max(0, ordered[len(ordered) // 2] - _MAX_VARIANTS // 2)
             last = first + _MAX_VARIANTS - 1
@@ -1137,10 +1138,10 @@ class PostgresEventLog(EventLogBase):
 
     def _window_missed(self) -> None:
         """The counter was outside the window of a one-trip append's variants: the cache stays
-        (its records were right). A window holds about three quarters of the recent distances,
-        so some misses are expected and cost one round trip; only when half of the recent tries
-        missed (trying then costs more than it saves) is one round trip tried again once normal
-        appends show the window would have held the counter, as after a failed guard."""
+        (its records were right). A miss costs one round trip more than the two-trip path; only
+        when half of the recent tries missed (trying then costs more than it saves) is one round
+        trip tried again once normal appends show the window would have held the counter, as
+        after a failed guard."""
         with self._cache_lock:
             self._trips['window missed'] += 1
             self._tries.append(False)
@@ -1625,12 +1626,10 @@ _CACHE_ENTRIES: Final = 16
 """Entries the cache keeps (the latest written or read)."""
 _CACHE_VALUE: Final = 64 * 1024
 """Longest entry the cache keeps (an append reading a longer one takes the two-round-trip path)."""
-_MAX_VARIANTS: Final = 16
+_MAX_VARIANTS: Final = 32
 """Most speculative variants a one-trip append sends (candidate last seqs: `_window`)."""
-_DISTANCES: Final = 16
+_DISTANCES: Final = 32
 """Recent appends whose distance (how far the counter had moved) sets the window."""
-_COVER_NUM, _COVER_DEN = 3, 4
-"""The share of the recent distances a window holds (`_window`)."""
 _TRIES: Final = 8
 """Recent one-trip tries whose misses (half of them) pause the one-trip path."""
 _OUTSIDE_WINDOW: Final = 'EV001'
