@@ -408,7 +408,7 @@ def variant_writes_sql(variants: Sequence[Pending], *, tag: str = '') -> tuple[b
     params: list[object] = []
     for number, (rel, (indexes, keys, values)) in enumerate(groups.items()):
         parts.append(
-            f'u{number} AS (SELECT u.k, u.v FROM unnest(%s::int[], %s::bytea[], %s::bytea[]) AS u(i, k, v) '
+            f'u{number} AS (SELECT u.k, u.v FROM unnest(%b::int4[], %b::bytea[], %b::bytea[]) AS u(i, k, v) '
             f'WHERE u.i = {chosen})'
         )
         params += [indexes, keys, values]
