@@ -125,6 +125,7 @@ class Row:
     lag_p99: float
     one_trip: float
     variants: float
+    trips: dict[str, int]
 
     @property
     def cpu_total(self) -> float:
@@ -210,6 +211,7 @@ def one_round(
         trips.get('variants', 0) / max(1, trips.get('one', 0) + trips.get('window missed', 0))
         if trips
         else float('nan'),
+        trips,
     )
 
 
@@ -268,7 +270,7 @@ def bench_network(
                     rows.append(row)
                     print(
                         f'  {scheme:4} {mode:17} {count:2} writers: {row.rate:7.0f} appends/s, p50 {row.p50:6.1f} ms, '
-                        f'CPU {row.cpu_total * 1000:.2f} ms/append, one trip {row.one_trip:.0%}, skipped {row.skipped}',
+                        f'CPU {row.cpu_total * 1000:.2f} ms/append, one trip {row.one_trip:.0%}, skipped {row.skipped}; {row.trips}',
                         flush=True,
                     )
     finally:

@@ -510,7 +510,7 @@ class PostgresEventLog(EventLogBase):
                 PERFORM pg_advisory_unlock({key});
                 IF NOT inside THEN
                     RAISE EXCEPTION 'eventlog: the counter is outside the window of this append'
-                        USING ERRCODE = '{_OUTSIDE_WINDOW}';
+                        USING ERRCODE = '{_OUTSIDE_WINDOW}', DETAIL = before::text;
                 END IF;
                 PERFORM set_config('{VARIANT_SETTING}', (before - low)::text, true);
                 RETURN before - low;
@@ -768,14 +768,15 @@ class PostgresEventLog(EventLogBase):
                 return self._write_two_trips(fn, track=False, plan=None)[0]
             finally:
                 self._forget()
-        done = self._try_one_trip(fn, plan)
+        missed = [False]
+        done = self._try_one_trip(fn, plan, missed)
         if done is not None:
             return done[0]
         with self._cache_lock:
             known, generation = self._known, self._generation
         result, txn = self._write_two_trips(fn, track=True, plan=plan)
         if txn is not None:
-            self._learn(txn, known, generation)
+            self._learn(txn, known, generation, timed=not missed[0])
         return result
 
     def _locks_sql(self, plan: _Plan) -> bytes:
@@ -885,7 +886,7 @@ class PostgresEventLog(EventLogBase):
 
     # -- one round trip per append --------------------------------------------------------------
 
-    def _try_one_trip(self, fn: Callable[[WriteTxn], T], plan: _Plan) -> tuple[T] | None:
+    def _try_one_trip(self, fn: Callable[[WriteTxn], T], plan: _Plan, missed: list[bool]) -> tuple[T] | None:
         """Append in one round trip when this handle's cache holds every record `fn` reads.
 
         `fn` runs against the cache (`CachedWriteTxn`), which never reaches the server. Then one
@@ -905,8 +906,10 @@ class PostgresEventLog(EventLogBase):
         `None` when nothing was committed and the append is to take the two-round-trip path: the
         cache could not answer, `fn` raised (the two-trip path decides on the server's records),
         the guard failed, the counter was outside the window, or the connection was found broken
-        before anything was sent. A connection that breaks once the pipeline is sent leaves the
-        outcome unknown unless `_outcome` can tell it: `StorageError`, as for a COMMIT in flight.
+        before anything was sent (`missed[0]` is then set when the counter was outside the window:
+        the two-trip append that follows claims one round trip later than this one did). A
+        connection that breaks once the pipeline is sent leaves the outcome unknown unless
+        `_outcome` can tell it: `StorageError`, as for a COMMIT in flight.
         """
         with self._cache_lock:
             if not (self._one_trip and self._optimistic and self._known):
@@ -1020,7 +1023,9 @@ class PostgresEventLog(EventLogBase):
                 with suppress(psycopg.Error):
                     cur.execute(b'ROLLBACK')
                 if exc.sqlstate == _OUTSIDE_WINDOW:
-                    self._window_missed()
+                    missed[0] = True
+                    counter = exc.diag.message_detail or ''
+                    self._window_missed(int(counter) - last if counter.isdigit() and last is not None else None)
                 elif isinstance(exc, psycopg.errors.DivisionByZero):
                     self._guard_failed()
                 return None
@@ -1139,7 +1144,7 @@ class PostgresEventLog(EventLogBase):
             self._streak = 0
             self._needed = min(self._needed * 2, _MAX_STREAK)
 
-    def _window_missed(self) -> None:
+    def _window_missed(self, distance: int | None) -> None:
         """The counter was outside the window of a one-trip append's variants: the cache stays
         (its records were right). A miss costs one round trip more than the two-trip path; only
         when half of the recent tries missed (trying then costs more than it saves) is one round
@@ -1147,6 +1152,8 @@ class PostgresEventLog(EventLogBase):
         after a failed guard."""
         with self._cache_lock:
             self._trips['window missed'] += 1
+            if distance is not None and distance >= 0:
+                self._distances.append(distance)  # where the counter was (the claim's answer)
             self._tries.append(False)
             if self._tries.count(False) * 2 >= _TRIES:
                 self._tries.clear()
@@ -1154,9 +1161,10 @@ class PostgresEventLog(EventLogBase):
                 self._streak = 0
                 self._needed = min(self._needed * 2, _MAX_STREAK)
 
-    def _learn(self, txn: PgWriteTxn, known: Known, generation: int) -> None:
+    def _learn(self, txn: PgWriteTxn, known: Known, generation: int, *, timed: bool = True) -> None:
         """After a two-trip append: cache what it read and wrote, note how far the counter had
-        moved past the last `seq` this handle saw, and while the one-trip path is off, count the
+        moved past the last `seq` this handle saw (unless `timed` is false: it followed a one-trip
+        try, whose claim already told it), and while the one-trip path is off, count the
         appends in a row for which the cache held every record read, unchanged, and the window
         of variants (`_window`) would have held the counter."""
         reads = txn.reads or {}
@@ -1168,7 +1176,7 @@ class PostgresEventLog(EventLogBase):
             distance = key_seq(claimed) - key_seq(seen)
             with self._cache_lock:
                 low, width = self._window() if self._variants else (0, 1)
-                if distance >= 0:
+                if distance >= 0 and timed:
                     self._distances.append(distance)
             if not low <= distance < low + width:
                 right = False
