@@ -1006,11 +1006,13 @@ class PostgresEventLog(EventLogBase):
                         raise CorruptStoreError(f'{self.location}: a claim named variant {chosen} of {len(variants)}')
             except psycopg.Error as exc:
                 if conn.broken:
+                    exact = not speculative and low == 0  # the only candidate: the last seq seen
                     committed = self._outcome(
                         backend,
                         written,
                         first.expected,
-                        first.new_last if claim and not speculative else None,
+                        first.new_last if claim and exact else None,
+                        exact=exact,
                     )
                     if committed is None:
                         raise _unknown_outcome(_first_line(exc)) from None
@@ -1072,7 +1074,13 @@ class PostgresEventLog(EventLogBase):
         return first, last - first + 1
 
     def _outcome(
-        self, backend: int, written: Sequence[Pending], expected: bytes | None, claimed: bytes | None
+        self,
+        backend: int,
+        written: Sequence[Pending],
+        expected: bytes | None,
+        claimed: bytes | None,
+        *,
+        exact: bool = True,
     ) -> int | None:
         """Whether a one-trip append whose connection broke after its pipeline was sent committed,
         and which of its variants (`written`, each variant's writes): the variant's number if the
@@ -1080,9 +1088,11 @@ class PostgresEventLog(EventLogBase):
         is gone and no variant's first entry is in the log (it never committed and never can);
         `None` when that cannot be told (the process still runs, the append wrote no entry, a
         variant's entry is there with other bytes, or the server cannot be asked), and the outcome
-        stays unknown. With one variant, the seqs it may have claimed (`expected`..`claimed`)
-        are given back while nobody claimed after them; with several, the seqs a claim may have
-        taken are left as a gap (which variant claimed cannot be told).
+        stays unknown. With one variant for the last `seq` this handle saw (`exact`), the seqs it
+        may have claimed (`expected`..`claimed`) are given back while nobody claimed after them;
+        else, where others may well have claimed those very seqs, any it may have taken are left
+        as a gap (a seq given back twice would be worse), and an entry of another writer at a
+        variant's seq is no sign of anything.
 
         Everything the append did was in flight at once, so without this a connection lost while
         it waited for a lock would leave its outcome as unknown as one lost in COMMIT.
@@ -1095,7 +1105,7 @@ class PostgresEventLog(EventLogBase):
             if not ours:
                 return None
             index = sorted(key for (relation, key), value in pending.items() if relation is by_conv and value == b'')
-            firsts.append((*ours[0], index[0] if index and len(written) > 1 else None))
+            firsts.append((*ours[0], index[0] if index and not exact else None))
         sql = (
             'SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity WHERE pid = %s), '
             f'(SELECT array_agg(v ORDER BY i) FROM unnest(%s::bytea[]) WITH ORDINALITY AS u(k, i) '
@@ -1120,7 +1130,7 @@ class PostgresEventLog(EventLogBase):
                 return number
         if running:
             return None
-        if len(written) == 1:
+        if exact:
             if stored[0] is not None:
                 return None
             if expected is not None and claimed is not None:
@@ -1128,8 +1138,8 @@ class PostgresEventLog(EventLogBase):
                 with suppress(EventLogError):
                     self._run(lambda cur: cur.execute(release), begin=None, lock=None)
             return -1
-        # Several variants: their seqs may be others' entries now; one of ours would have left its
-        # BY_CONV row (an erasure rewrites the entry, not the row).
+        # Speculative: its seqs may be others' entries now; one of ours would have left its BY_CONV
+        # row (an erasure rewrites the entry, not the row).
         return None if indexed else -1
 
     def _guard_failed(self) -> None:
