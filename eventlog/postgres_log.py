@@ -259,11 +259,15 @@ class PostgresEventLog(EventLogBase):
             'window missed': 0,
             'variants': 0,
             'speculative': 0,
+            'too wide': 0,
         }
         """How appends went: in one round trip, a guard that failed, a cache miss, the two-trip path,
         a counter outside the window of speculative variants, the variants sent in all, and the
         one-trip appends that found the counter moved past the last `seq` this handle saw (which
-        only a variant for another candidate could commit)."""
+        only a variant for another candidate could commit), and the appends not tried in one
+        round trip because the window was wider than `_max_variants`."""
+        self._max_variants = _MAX_VARIANTS
+        """Internal: the widest window of speculative variants tried (bench, tests)."""
         self._tries: deque[bool] = deque(maxlen=_TRIES)
         """Whether each recent one-trip try with a claim found the counter in its window."""
         self._distances: deque[int] = deque(maxlen=_DISTANCES)
@@ -916,6 +920,12 @@ class PostgresEventLog(EventLogBase):
                 return None
             known, generation = self._known, self._generation
             low, width = self._window()
+        if width > self._max_variants:
+            # So many appends land between two of this handle's that the variants would cost more
+            # CPU than the round trip they save is worth (the store is busy: its CPU, not the
+            # network, bounds it): the two-trip path, which still learns the distances.
+            self._trips['too wide'] += 1
+            return None
         meta = self._relations[Table.META]
         slot = (meta, META_LAST_SEQ)
         seen = known.get(slot)
@@ -1056,8 +1066,8 @@ class PostgresEventLog(EventLogBase):
         """The candidate last seqs of the next one-trip append, as (first offset past the last
         `seq` this handle saw, how many): the narrowest range of how far the counter moved at
         this handle's recent appends that holds nine in ten of them (all while they are fewer
-        than ten), one more above, at most `_MAX_VARIANTS` (then centred on the median); one
-        candidate, the last `seq` seen, for a handle appending alone.
+        than ten), one more above; one candidate, the last `seq` seen, for a handle appending
+        alone. A window wider than `_max_variants` is not tried (`_try_one_trip`).
 
         A variant costs the client one run of the engine against the cache and the encoding of
         its writes (some 15-20 µs) and the server a few more rows; a miss costs a failed pipeline,
@@ -1068,9 +1078,6 @@ class PostgresEventLog(EventLogBase):
         need = len(ordered) if len(ordered) < 10 else -(-len(ordered) * 9 // 10)
         low = min(range(len(ordered) - need + 1), key=lambda i: ordered[i + need - 1] - ordered[i])
         first, last = ordered[low], ordered[low + need - 1] + 1
-        if last - first + 1 > _MAX_VARIANTS:
-            first = max(0, ordered[len(ordered) // 2] - _MAX_VARIANTS // 2)
-            last = first + _MAX_VARIANTS - 1
         return first, last - first + 1
 
     def _outcome(
@@ -1647,8 +1654,9 @@ _CACHE_ENTRIES: Final = 16
 """Entries the cache keeps (the latest written or read)."""
 _CACHE_VALUE: Final = 64 * 1024
 """Longest entry the cache keeps (an append reading a longer one takes the two-round-trip path)."""
-_MAX_VARIANTS: Final = 32
-"""Most speculative variants a one-trip append sends (candidate last seqs: `_window`)."""
+_MAX_VARIANTS: Final = 16
+"""Most speculative variants a one-trip append sends (candidate last seqs: `_window`); a wider
+window is not tried."""
 _DISTANCES: Final = 32
 """Recent appends whose distance (how far the counter had moved) sets the window."""
 _TRIES: Final = 8
