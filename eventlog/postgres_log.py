@@ -772,15 +772,21 @@ class PostgresEventLog(EventLogBase):
                 return self._write_two_trips(fn, track=False, plan=None)[0]
             finally:
                 self._forget()
-        missed = [False]
+        missed: list[int | None] = [None]
         done = self._try_one_trip(fn, plan, missed)
+        late = missed[0] is not None
+        if done is None and missed[0] is not None:
+            # The counter was outside the window, and the claim said where: one more try, its
+            # window that far on (the counter moves as far again while this try travels).
+            shift, missed[0] = missed[0], None
+            done = self._try_one_trip(fn, plan, missed, shift=shift)
         if done is not None:
             return done[0]
         with self._cache_lock:
             known, generation = self._known, self._generation
         result, txn = self._write_two_trips(fn, track=True, plan=plan)
         if txn is not None:
-            self._learn(txn, known, generation, timed=not missed[0])
+            self._learn(txn, known, generation, timed=not late)
         return result
 
     def _locks_sql(self, plan: _Plan) -> bytes:
@@ -890,7 +896,9 @@ class PostgresEventLog(EventLogBase):
 
     # -- one round trip per append --------------------------------------------------------------
 
-    def _try_one_trip(self, fn: Callable[[WriteTxn], T], plan: _Plan, missed: list[bool]) -> tuple[T] | None:
+    def _try_one_trip(
+        self, fn: Callable[[WriteTxn], T], plan: _Plan, missed: list[int | None], *, shift: int = 0
+    ) -> tuple[T] | None:
         """Append in one round trip when this handle's cache holds every record `fn` reads.
 
         `fn` runs against the cache (`CachedWriteTxn`), which never reaches the server. Then one
@@ -910,8 +918,9 @@ class PostgresEventLog(EventLogBase):
         `None` when nothing was committed and the append is to take the two-round-trip path: the
         cache could not answer, `fn` raised (the two-trip path decides on the server's records),
         the guard failed, the counter was outside the window, or the connection was found broken
-        before anything was sent (`missed[0]` is then set when the counter was outside the window:
-        the two-trip append that follows claims one round trip later than this one did). A
+        before anything was sent (when the counter was outside the window, `missed[0]` is set to
+        how far it was past the last `seq` this handle saw, and a second try may shift its window
+        by that much: `shift`; the two-trip append that follows a miss claims a round trip late). A
         connection that breaks once the pipeline is sent leaves the outcome unknown unless
         `_outcome` can tell it: `StorageError`, as for a COMMIT in flight.
         """
@@ -920,6 +929,9 @@ class PostgresEventLog(EventLogBase):
                 return None
             known, generation = self._known, self._generation
             low, width = self._window()
+        if shift:
+            # From where the claim said the counter was (nobody may have claimed since) on.
+            low, width = shift, low + width
         if width > self._max_variants:
             # So many appends land between two of this handle's that the variants would cost more
             # CPU than the round trip they save is worth (the store is busy: its CPU, not the
@@ -1035,9 +1047,12 @@ class PostgresEventLog(EventLogBase):
                 with suppress(psycopg.Error):
                     cur.execute(b'ROLLBACK')
                 if exc.sqlstate == _OUTSIDE_WINDOW:
-                    missed[0] = True
                     counter = exc.diag.message_detail or ''
-                    self._window_missed(int(counter) - last if counter.isdigit() and last is not None else None)
+                    if counter.isdigit() and last is not None:
+                        missed[0] = int(counter) - last
+                        self._window_missed(int(counter) - last - shift)
+                    else:
+                        self._window_missed(None)
                 elif isinstance(exc, psycopg.errors.DivisionByZero):
                     self._guard_failed()
                 return None
@@ -1055,7 +1070,7 @@ class PostgresEventLog(EventLogBase):
             reads[slot] = variant.expected
             if last is not None and claim:
                 with self._cache_lock:
-                    self._distances.append(low + chosen)
+                    self._distances.append(low + chosen - shift)
                     self._tries.append(True)
         if variant.new_last is not None:
             done[slot] = variant.new_last

@@ -6,7 +6,8 @@ A handle runs its append's engine against its cache once per candidate last `seq
 pipeline, and `claim_seqs_in` takes the seqs only when the counter is in the window, naming the
 variant whose writes apply. The log must then be exactly what an LMDB log fed the same entries
 in the same order holds (same seqs, bytes and chain hashes), whichever variant applied; a
-counter outside the window must fall back to two round trips and still write the right bytes;
+counter outside the window must write nothing, be tried once more from where the claim said it
+was, then fall back to two round trips, and still write the right bytes;
 and a connection lost with the pipeline in flight must be resolved whichever variant committed.
 """
 
@@ -15,8 +16,10 @@ from __future__ import annotations
 import asyncio
 import random
 from pathlib import Path
+from typing import Any
 
 import psycopg
+import pytest
 from pgworkers import lock_waiters, schema_fixture, wait_until, workers_fixture
 from test_postgres_one_trip import kill, request, same_log, stamped, trips
 
@@ -82,12 +85,14 @@ async def test_handles_taking_turns_on_their_own_conversations_append_in_one_rou
         twin.close()
 
 
-async def test_a_counter_outside_the_window_falls_back_and_writes_the_right_bytes(
-    pg_dsn: str, schema: str, tmp_path: Path
+async def test_a_counter_outside_the_window_is_tried_again_from_where_the_claim_said_then_falls_back(
+    pg_dsn: str, schema: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Two handles alternate (each sees the counter one past its last seq), then a third appends
-    a burst: the next append's window misses the counter, nothing of its variants is written, the
-    two-trip path appends it at the right seq, and the log equals the LMDB twin."""
+    a burst: the next append's window misses the counter, nothing of its variants is written, and
+    a second try from where the claim said the counter was appends it in one round trip. When a
+    second burst lands between the two tries, the second misses too and the two-trip path
+    appends it. Each time at the right seq: the log equals the LMDB twin."""
     handles = [PostgresEventLog(pg_dsn, schema=schema) for _ in range(3)]
     twin = LmdbEventLog(tmp_path / 'twin.lmdb')
     number = 0
@@ -106,15 +111,41 @@ async def test_a_counter_outside_the_window_falls_back_and_writes_the_right_byte
         await both(handles[0], twin, say(0, number))
         after = trips(handles[0])
         assert after['window missed'] == before['window missed'] + 1, (before, after)
-        assert after['two'] == before['two'] + 1, (before, after)
-        assert after['guard failed'] == before['guard failed'], (before, after)
+        assert after['one'] == before['one'] + 1, (before, after)
+        assert after['two'] == before['two'], (before, after)
         await same_log(handles[0], twin)
-        # The cache was kept: once the counter is near again, one round trip comes back.
-        for _ in range(12):
+
+        # A second burst between the two tries: both miss, the two-trip path appends.
+        for _ in range(4):
             for n in (0, 1):
                 number += 1
                 await both(handles[n], twin, say(n, number))
-        assert trips(handles[0])['one'] > after['one']
+        burst: list[NewEntry] = []
+        try_one_trip = handles[0]._try_one_trip  # pyright: ignore[reportPrivateUsage]
+
+        def burst_between(*args: Any, shift: int = 0) -> Any:
+            if shift:
+                for count in range(15):
+                    entry = say(2, 1000 + count)
+                    asyncio.run(handles[2].append(entry))  # (in the append's worker thread)
+                    burst.append(entry)
+            return try_one_trip(*args, shift=shift)
+
+        monkeypatch.setattr(handles[0], '_try_one_trip', burst_between)
+        for _ in range(20):
+            number += 1
+            await both(handles[2], twin, say(2, number))
+        before = trips(handles[0])
+        number += 1
+        seq = await handles[0].append(say(0, number))
+        for entry in burst:
+            await twin.append(entry)
+        assert await twin.append(say(0, number)) == seq
+        after = trips(handles[0])
+        assert len(burst) == 15
+        assert after['window missed'] == before['window missed'] + 2, (before, after)
+        assert after['two'] == before['two'] + 1, (before, after)
+        assert after['guard failed'] == before['guard failed'], (before, after)
         await same_log(handles[1], twin)
     finally:
         for handle in handles:
