@@ -775,7 +775,7 @@ class PostgresEventLog(EventLogBase):
         missed: list[int | None] = [None]
         done = self._try_one_trip(fn, plan, missed)
         late = missed[0] is not None
-        if done is None and missed[0] is not None:
+        if done is None and missed[0] is not None and missed[0] > 0:  # (never back: a fault)
             # The counter was outside the window, and the claim said where: one more try, its
             # window that far on (the counter moves as far again while this try travels).
             shift, missed[0] = missed[0], None
