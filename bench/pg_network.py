@@ -9,6 +9,11 @@ per-conversation lock), interleaved configuration by configuration. A follower p
 each window; every acknowledged append must be seen (skipped: 0) and its lag is the time from
 the writer's acknowledgement to the follower's read.
 
+`--base-rev REV` adds a third column, the code of REV run the same way (e.g. main before a
+change: `--old-rev none --base-rev main` compares it with this tree alone). Each configuration
+also reports how its appends went where the code counts it (the log's `_trips`): the share
+made in one round trip, and the speculative variants sent per one-trip try.
+
 CPU per append is the writers' (their own rusage), the server's (its postmaster and children,
 sampled over the window: the follower's reads included) and the proxy's; the ceiling it puts on
 any scheme here is the machine's cores divided by that total.
@@ -208,7 +213,8 @@ def one_round(
         pct(lags, 0.5),
         pct(lags, 0.99),
         trips.get('one', 0) / appends if trips else float('nan'),
-        trips.get('variants', 0) / max(1, trips.get('one', 0) + trips.get('window missed', 0))
+        trips.get('variants', 0)
+        / max(1, trips.get('one', 0) + trips.get('window missed', 0) + trips.get('guard failed', 0))
         if trips
         else float('nan'),
         trips,
