@@ -34,6 +34,7 @@ import os
 import re
 import select
 import threading
+import time
 import zlib
 from collections import deque
 from collections.abc import Callable, Generator, Sequence
@@ -268,6 +269,11 @@ class PostgresEventLog(EventLogBase):
         round trip because the window was wider than `_max_variants`."""
         self._max_variants = _MAX_VARIANTS
         """Internal: the widest window of speculative variants tried (bench, tests)."""
+        self._variant_ms = _VARIANT_MS
+        """Internal: `_VARIANT_MS` (tests on a loopback server, whose round trips are short, lower it)."""
+        self._trip_ms = _MAX_VARIANTS * _VARIANT_MS
+        """How long this handle's one-trip appends take (ms, a moving average): what a round trip
+        saved is worth; a window wider than `_trip_ms / _variant_ms` is not tried."""
         self._tries: deque[bool] = deque(maxlen=_TRIES)
         """Whether each recent one-trip try with a claim found the counter in its window."""
         self._distances: deque[int] = deque(maxlen=_DISTANCES)
@@ -932,10 +938,11 @@ class PostgresEventLog(EventLogBase):
         if shift:
             # From where the claim said the counter was (nobody may have claimed since) on.
             low, width = shift, low + width
-        if width > self._max_variants:
-            # So many appends land between two of this handle's that the variants would cost more
-            # CPU than the round trip they save is worth (the store is busy: its CPU, not the
-            # network, bounds it): the two-trip path, which still learns the distances.
+        if width > min(self._max_variants, max(1, int(self._trip_ms / self._variant_ms))):
+            # The variants would cost more CPU than the round trip they save is worth: so many
+            # appends land between two of this handle's (the store is busy, its CPU rather than
+            # the network bounds it), or its round trips are short. The two-trip path, which
+            # still learns the distances.
             self._trips['too wide'] += 1
             return None
         meta = self._relations[Table.META]
@@ -1019,7 +1026,9 @@ class PostgresEventLog(EventLogBase):
                         flush(cur, first.pending, prepare=True, tag=_ONE_TRIP_TAG)
                     cur.execute(b'COMMIT', prepare=False)
 
+                began = time.perf_counter()
                 _in_pipeline(conn, send)
+                took = (time.perf_counter() - began) * 1000
                 chosen = 0
                 if speculative:
                     row = claimed.fetchone()
@@ -1063,6 +1072,7 @@ class PostgresEventLog(EventLogBase):
                 raise
         self._trips['one'] += 1
         self._trips['speculative'] += bool(claim) and low + chosen > 0
+        self._trip_ms += (took - self._trip_ms) / 8
         variant = variants[chosen]
         reads = dict(variant.reads)
         done = written[chosen]  # (`flush` emptied the variant's own buffer)
@@ -1669,6 +1679,10 @@ _CACHE_ENTRIES: Final = 16
 """Entries the cache keeps (the latest written or read)."""
 _CACHE_VALUE: Final = 64 * 1024
 """Longest entry the cache keeps (an append reading a longer one takes the two-round-trip path)."""
+_VARIANT_MS: Final = 0.5
+"""Milliseconds of a one-trip append's duration that pay for one speculative variant: a variant
+costs some 15-40 µs of client and server CPU, a miss a failed pipeline and a round trip; the
+bench (`bench_postgres.py --rtt-ms 1 4`) found variants a loss beyond about 10 per 5 ms try."""
 _MAX_VARIANTS: Final = 16
 """Most speculative variants a one-trip append sends (candidate last seqs: `_window`); a wider
 window is not tried."""

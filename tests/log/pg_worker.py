@@ -18,7 +18,8 @@ Usage:
                     standard input before committing
         --wait      wait for a line on standard input after `ready` before appending
         --until-stdin  stop after the current run once a line arrives on standard input
-        --trips     print `trips <one> <speculative> <window missed> <two>` before `done` (how its
+        --trips     try every window of speculative variants (a loopback round trip is short), and
+                    print `trips <one> <speculative> <window missed> <two>` before `done` (how its
                     appends went: in one round trip, of them with several variants, a counter
                     outside the variants' window, two round trips)
     pg_worker.py turns DSN SCHEMA CONV NAME
@@ -154,6 +155,8 @@ async def append(dsn: str, schema: str, conv: str, name: str, count: int, flags:
     if '--hold-at' in flags:
         hold_call(int(flags[flags.index('--hold-at') + 1]))
     log = PostgresEventLog(dsn, schema=schema, pool_size=2)
+    if '--trips' in flags:
+        log._variant_ms = 1e-6  # pyright: ignore[reportPrivateUsage]  # every window tried (loopback)
     if '--hold-at' in flags:
         # The hold stops an append inside its transaction, after the engine ran: an append in one
         # round trip runs the engine before its transaction starts, so this worker takes two.

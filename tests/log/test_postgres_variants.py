@@ -29,6 +29,14 @@ from eventlog.postgres_log import PostgresEventLog
 __all__ = ['schema_fixture', 'workers_fixture']  # fixtures used by the tests below
 
 
+def opened(pg_dsn: str, schema: str) -> PostgresEventLog:
+    """A handle that tries every window of variants: on a loopback server a round trip is too
+    short for the handle to find several variants worth their CPU (`_variant_ms`)."""
+    log = PostgresEventLog(pg_dsn, schema=schema)
+    log._variant_ms = 1e-6  # pyright: ignore[reportPrivateUsage]
+    return log
+
+
 async def both(handle: PostgresEventLog, twin: LmdbEventLog, entry: NewEntry) -> int:
     """Append `entry` through `handle` and to the LMDB twin; they must give it the same seq."""
     seq = await handle.append(entry)
@@ -57,7 +65,7 @@ async def test_handles_taking_turns_on_their_own_conversations_append_in_one_rou
     """Three handles, each on its own conversation, take turns of random length: the counter
     moves by a varying amount between a handle's appends, yet most appends take one round trip
     (with several variants), and the log equals an LMDB log fed the same entries."""
-    handles = [PostgresEventLog(pg_dsn, schema=schema) for _ in range(3)]
+    handles = [opened(pg_dsn, schema) for _ in range(3)]
     twin = LmdbEventLog(tmp_path / 'twin.lmdb')
     rng = random.Random(29)
     number = 0
@@ -93,7 +101,7 @@ async def test_a_counter_outside_the_window_is_tried_again_from_where_the_claim_
     a second try from where the claim said the counter was appends it in one round trip. When a
     second burst lands between the two tries, the second misses too and the two-trip path
     appends it. Each time at the right seq: the log equals the LMDB twin."""
-    handles = [PostgresEventLog(pg_dsn, schema=schema) for _ in range(3)]
+    handles = [opened(pg_dsn, schema) for _ in range(3)]
     twin = LmdbEventLog(tmp_path / 'twin.lmdb')
     number = 0
     try:
@@ -157,7 +165,7 @@ async def warm_pair(pg_dsn: str, schema: str, handle: PostgresEventLog, twin: Lm
     """Bring `handle` (conversation c0) to sending several variants: another handle (c1) takes
     turns of one or two appends with it, so the counter moves by one or two between `handle`'s
     appends. Returns the other handle."""
-    other = PostgresEventLog(pg_dsn, schema=schema)
+    other = opened(pg_dsn, schema)
     await start([handle, other], twin)
     number = 0
     for turn in range(12):
@@ -177,9 +185,7 @@ async def test_a_speculative_append_that_committed_but_lost_its_answer_returns_i
     from test_postgres_faults import CommitCutter
 
     relay = CommitCutter(int(psycopg.conninfo.conninfo_to_dict(pg_dsn)['port'] or 5432))
-    handle = PostgresEventLog(
-        psycopg.conninfo.make_conninfo(pg_dsn, host='127.0.0.1', port=str(relay.address)), schema=schema
-    )
+    handle = opened(psycopg.conninfo.make_conninfo(pg_dsn, host='127.0.0.1', port=str(relay.address)), schema)
     twin = LmdbEventLog(tmp_path / 'twin.lmdb')
     other = None
     try:
@@ -205,7 +211,7 @@ async def test_a_speculative_append_whose_backend_dies_waiting_for_the_lock_is_m
     """The pipeline of a speculative append waits for the store-wide lock when its server process
     is ended: no variant's entry is in the log and the process is gone, so it never committed;
     the append is made again on the two-trip path, once, at the right seq."""
-    handle = PostgresEventLog(pg_dsn, schema=schema)
+    handle = opened(pg_dsn, schema)
     twin = LmdbEventLog(tmp_path / 'twin.lmdb')
     admin = psycopg.connect(pg_dsn, autocommit=True)
     other = None
