@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import resource
 import sys
 import time
@@ -39,6 +40,9 @@ def message(text: str) -> ModelRequest:
 
 async def writer(dsn: str, schema: str, name: str) -> None:
     log = PostgresEventLog(dsn, schema=schema, pool_size=1)
+    if os.environ.get('EVENTLOG_BENCH_MAX_VARIANTS') and hasattr(log, '_max_variants'):
+        # An experiment: the widest window of speculative variants this writer tries.
+        log._max_variants = int(os.environ['EVENTLOG_BENCH_MAX_VARIANTS'])  # pyright: ignore[reportAttributeAccessIssue]
     print('ready', flush=True)
     rounds = 0
     try:

@@ -271,9 +271,10 @@ class PostgresEventLog(EventLogBase):
         """Internal: the widest window of speculative variants tried (bench, tests)."""
         self._variant_ms = _VARIANT_MS
         """Internal: `_VARIANT_MS` (tests on a loopback server, whose round trips are short, lower it)."""
-        self._trip_ms = _MAX_VARIANTS * _VARIANT_MS
-        """How long this handle's one-trip appends take (ms, a moving average): what a round trip
-        saved is worth; a window wider than `_trip_ms / _variant_ms` is not tried."""
+        self._trip_times: deque[float] = deque(maxlen=_DISTANCES)
+        """How long this handle's recent one-trip appends took (ms). The shortest is about what a
+        round trip saved is worth (longer ones waited for CPU, which variants only make scarcer);
+        a window wider than it over `_variant_ms` is not tried."""
         self._tries: deque[bool] = deque(maxlen=_TRIES)
         """Whether each recent one-trip try with a claim found the counter in its window."""
         self._distances: deque[int] = deque(maxlen=_DISTANCES)
@@ -938,11 +939,12 @@ class PostgresEventLog(EventLogBase):
         if shift:
             # From where the claim said the counter was (nobody may have claimed since) on.
             low, width = shift, low + width
-        if width > min(self._max_variants, max(1, int(self._trip_ms / self._variant_ms))):
+        trip_ms = min(self._trip_times) if self._trip_times else _MAX_VARIANTS * self._variant_ms
+        if width > min(self._max_variants, max(1, int(trip_ms / self._variant_ms))):
             # The variants would cost more CPU than the round trip they save is worth: so many
             # appends land between two of this handle's (the store is busy, its CPU rather than
-            # the network bounds it), or its round trips are short. The two-trip path, which
-            # still learns the distances.
+            # the network bounds it), or its round trips are short (the shortest recent one-trip
+            # append: the network's part of it). The two-trip path, which still learns the distances.
             self._trips['too wide'] += 1
             return None
         meta = self._relations[Table.META]
@@ -1072,7 +1074,8 @@ class PostgresEventLog(EventLogBase):
                 raise
         self._trips['one'] += 1
         self._trips['speculative'] += bool(claim) and low + chosen > 0
-        self._trip_ms += (took - self._trip_ms) / 8
+        with self._cache_lock:
+            self._trip_times.append(took)
         variant = variants[chosen]
         reads = dict(variant.reads)
         done = written[chosen]  # (`flush` emptied the variant's own buffer)
@@ -1680,9 +1683,10 @@ _CACHE_ENTRIES: Final = 16
 _CACHE_VALUE: Final = 64 * 1024
 """Longest entry the cache keeps (an append reading a longer one takes the two-round-trip path)."""
 _VARIANT_MS: Final = 0.5
-"""Milliseconds of a one-trip append's duration that pay for one speculative variant: a variant
-costs some 15-40 µs of client and server CPU, a miss a failed pipeline and a round trip; the
-bench (`bench_postgres.py --rtt-ms 1 4`) found variants a loss beyond about 10 per 5 ms try."""
+"""Milliseconds of the shortest recent one-trip append that pay for one speculative variant: a
+variant costs some 15-40 µs of client and server CPU, a miss a failed pipeline and a round trip;
+the bench (`bench_postgres.py --rtt-ms 1 4`) found 10 variants a loss at a 1 ms round trip on a
+busy machine, and a gain at 4 ms."""
 _MAX_VARIANTS: Final = 16
 """Most speculative variants a one-trip append sends (candidate last seqs: `_window`); a wider
 window is not tried."""
