@@ -8,7 +8,8 @@ Both print `ready`, then take commands on stdin, one a line, and answer each wit
 
 - writer `round CONV START SECONDS`: start a run of its own in conversation CONV, append one
   message (warm-up), wait until the wall clock reaches START, then append single messages until
-  START + SECONDS. Answers {appends, cpu, latencies (ms, sampled), acks: [[seq, time], ...]}.
+  START + SECONDS. Answers {appends, cpu, latencies (ms, sampled), acks: [[seq, time], ...],
+  trips: how its appends went (the log's `_trips` counters over the window, when it has them)}.
 - follower `round START SECONDS`: from the log's last settled position just before START, read
   `entries(after_seq=position)` every 2 ms until START + SECONDS + 1, then once more after the
   writers are done (the next line, `catch-up`). Answers {seen: [[seq, time], ...], backwards}.
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import resource
 import sys
 import time
@@ -38,6 +40,9 @@ def message(text: str) -> ModelRequest:
 
 async def writer(dsn: str, schema: str, name: str) -> None:
     log = PostgresEventLog(dsn, schema=schema, pool_size=1)
+    if os.environ.get('EVENTLOG_BENCH_MAX_VARIANTS') and hasattr(log, '_max_variants'):
+        # An experiment: the widest window of speculative variants this writer tries.
+        log._max_variants = int(os.environ['EVENTLOG_BENCH_MAX_VARIANTS'])  # pyright: ignore[reportAttributeAccessIssue]
     print('ready', flush=True)
     rounds = 0
     try:
@@ -53,13 +58,17 @@ async def writer(dsn: str, schema: str, name: str) -> None:
             acks: list[tuple[int, float]] = []
             latencies: list[float] = []
             spent = cpu()
+            trips = dict(getattr(log, '_trips', {}))
             while (began := time.time()) < end:
                 seq = await log.append(entry)
                 done = time.time()
                 acks.append((seq, done))
                 latencies.append((done - began) * 1000)
             spent = cpu() - spent
-            print(json.dumps({'appends': len(acks), 'cpu': spent, 'latencies': latencies, 'acks': acks}), flush=True)
+            # How the window's appends went, where the code counts it (`_trips`: in one round trip...).
+            trips = {k: v - trips.get(k, 0) for k, v in getattr(log, '_trips', {}).items()}
+            answer = {'appends': len(acks), 'cpu': spent, 'latencies': latencies, 'acks': acks, 'trips': trips}
+            print(json.dumps(answer), flush=True)
     finally:
         log.close()
 

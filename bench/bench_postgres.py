@@ -940,7 +940,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         '--old-rev',
         default=None,
-        help='git revision whose code is the old scheme (--rtt-ms; default: the last commit before layout 2)',
+        help="git revision whose code is the old scheme (--rtt-ms; default: the last commit before layout 2; 'none': left out)",
+    )
+    parser.add_argument(
+        '--base-rev',
+        default=None,
+        help='with --rtt-ms: a third column, the code of this git revision (e.g. main before a change)',
+    )
+    parser.add_argument(
+        '--writers', type=int, nargs='+', default=[1, 4, 8, 16], help='with --rtt-ms: the writer counts measured'
     )
     args = parser.parse_args(argv)
     if args.rtt_ms:
@@ -950,8 +958,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             args.dsn,
             args.rtt_ms,
             seconds=args.net_seconds,
-            counts=[1, 4, 8, 16],
-            old_rev=args.old_rev or LAYOUT_1_COMMIT,
+            counts=args.writers,
+            old_rev=None if args.old_rev == 'none' else (args.old_rev or LAYOUT_1_COMMIT),
+            base_rev=args.base_rev,
         )  # pyright: ignore[reportUnknownArgumentType]
         return
     cfg = config(args)

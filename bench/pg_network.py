@@ -9,6 +9,11 @@ per-conversation lock), interleaved configuration by configuration. A follower p
 each window; every acknowledged append must be seen (skipped: 0) and its lag is the time from
 the writer's acknowledgement to the follower's read.
 
+`--base-rev REV` adds a third column, the code of REV run the same way (e.g. main before a
+change: `--old-rev none --base-rev main` compares it with this tree alone). Each configuration
+also reports how its appends went where the code counts it (the log's `_trips`): the share
+made in one round trip, and the speculative variants sent per one-trip try.
+
 CPU per append is the writers' (their own rusage), the server's (its postmaster and children,
 sampled over the window: the follower's reads included) and the proxy's; the ceiling it puts on
 any scheme here is the machine's cores divided by that total.
@@ -123,6 +128,9 @@ class Row:
     backwards: int
     lag_p50: float
     lag_p99: float
+    one_trip: float
+    variants: float
+    trips: dict[str, int]
 
     @property
     def cpu_total(self) -> float:
@@ -186,6 +194,10 @@ def one_round(
     seen = {int(seq): float(at) for seq, at in seen_raw['seen']}
     acks = [(int(seq), float(at)) for r in results for seq, at in r['acks']]
     lags = [(seen[seq] - at) * 1000 for seq, at in acks if seq in seen]
+    trips: dict[str, int] = {}
+    for r in results:
+        for key, value in r.get('trips', {}).items():
+            trips[key] = trips.get(key, 0) + int(value)
     return Row(
         scheme,
         mode,
@@ -200,11 +212,24 @@ def one_round(
         int(seen_raw['backwards']),
         pct(lags, 0.5),
         pct(lags, 0.99),
+        trips.get('one', 0) / appends if trips else float('nan'),
+        trips.get('variants', 0)
+        / max(1, trips.get('one', 0) + trips.get('window missed', 0) + trips.get('guard failed', 0))
+        if trips
+        else float('nan'),
+        trips,
     )
 
 
 def bench_network(
-    dsn: str, rtt_ms: float, *, seconds: float, counts: Sequence[int], old_rev: str, tmp: Path
+    dsn: str,
+    rtt_ms: float,
+    *,
+    seconds: float,
+    counts: Sequence[int],
+    old_rev: str | None,
+    tmp: Path,
+    base_rev: str | None = None,
 ) -> list[Row]:
     """The section: returns its rows (and prints them)."""
     params = conninfo_to_dict(dsn)
@@ -218,7 +243,12 @@ def bench_network(
     port = int(proxy.stdout.readline().split()[1])
     far = through(dsn, port)
     postmaster = postmaster_pid(dsn)
-    codes = {'old': export(old_rev, tmp / 'old-code', ('eventlog',)), 'new': REPO}
+    codes: dict[str, Path] = {}
+    if old_rev is not None:
+        codes['old'] = export(old_rev, tmp / 'old-code', ('eventlog',))
+    if base_rev is not None:
+        codes['base'] = export(base_rev, tmp / 'base-code', ('eventlog',))
+    codes['new'] = REPO
     children: list[Child] = []
     rows: list[Row] = []
     try:
@@ -245,8 +275,8 @@ def bench_network(
                     row = one_round(scheme, mode, writers[:count], follower, proxy.pid, seconds, tag, postmaster)
                     rows.append(row)
                     print(
-                        f'  {scheme:3} {mode:17} {count:2} writers: {row.rate:7.0f} appends/s, p50 {row.p50:6.1f} ms, '
-                        f'CPU {row.cpu_total * 1000:.2f} ms/append, skipped {row.skipped}',
+                        f'  {scheme:4} {mode:17} {count:2} writers: {row.rate:7.0f} appends/s, p50 {row.p50:6.1f} ms, '
+                        f'CPU {row.cpu_total * 1000:.2f} ms/append, one trip {row.one_trip:.0%}, skipped {row.skipped}; {row.trips}',
                         flush=True,
                     )
     finally:
@@ -264,7 +294,7 @@ def report(rows: list[Row], rtt_ms: float, rtt: float) -> None:
     print(f'\n-- rtt {rtt_ms:g} ms (SELECT 1 {rtt:.2f} ms), {cores} cores, load average {os.getloadavg()[0]:.2f}')
     header = (
         'scheme', 'mode', 'N', 'appends/s', 'x 1 writer', 'p50 ms', 'p99 ms', 'CPU ms/append writers+server+proxy',
-        'ceiling/s', 'of ceiling', 'skipped', 'lag p50/p99 ms',
+        'ceiling/s', 'of ceiling', 'skipped', 'lag p50/p99 ms', 'one trip', 'variants',
     )  # fmt: skip
     print(' | '.join(header))
     for r in rows:
@@ -284,15 +314,21 @@ def report(rows: list[Row], rtt_ms: float, rtt: float) -> None:
                     f'{r.rate / ceiling:.0%}',
                     str(r.skipped + r.backwards),
                     f'{r.lag_p50:.1f}/{r.lag_p99:.1f}',
+                    f'{r.one_trip:.0%}',
+                    f'{r.variants:.1f}',
                 )
             )
         )
     new = {(r.mode, r.writers): r for r in rows if r.scheme == 'new'}
-    old = {(r.mode, r.writers): r for r in rows if r.scheme == 'old'}
-    for count in sorted({r.writers for r in rows}):
-        if ('own conversations', count) in new and ('own conversations', count) in old:
-            ratio = new['own conversations', count].rate / old['own conversations', count].rate
-            print(f'new / old, {count} writers on their own conversations: {ratio:.2f}x')
+    for other in ('old', 'base'):
+        them = {(r.mode, r.writers): r for r in rows if r.scheme == other}
+        for count in sorted({r.writers for r in rows}):
+            if ('own conversations', count) in new and ('own conversations', count) in them:
+                ratio = new['own conversations', count].rate / them['own conversations', count].rate
+                print(f'new / {other}, {count} writers on their own conversations: {ratio:.2f}x')
+    if 'base' in base and ('own conversations', 8) in new:
+        scaling = next(r.rate for r in rows if r.scheme == 'base' and r.mode == 'own conversations' and r.writers == 8)
+        print(f'base, 8 writers on their own conversations: {scaling / base["base"]:.2f}x one writer')
     # Each goal of issue 29 is stated for one round trip: its verdict is printed for that one only.
     if rtt_ms == 4 and ('own conversations', 8) in new:
         scaling = new['own conversations', 8].rate / base['new']
@@ -317,13 +353,29 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument('--rtt-ms', type=float, nargs='+', default=[1.0])
     parser.add_argument('--seconds', type=float, default=3.0)
     parser.add_argument('--writers', type=int, nargs='+', default=[1, 4, 8, 16])
-    parser.add_argument('--old-rev', default=LAYOUT_1_COMMIT)
+    parser.add_argument('--old-rev', default=LAYOUT_1_COMMIT, help="the old scheme's revision ('none': leave it out)")
+    parser.add_argument('--base-rev', help='a third column: the code of this revision (e.g. main before a change)')
     parser.add_argument('--dsn')
     args = parser.parse_args(argv)
-    run(args.dsn, args.rtt_ms, seconds=args.seconds, counts=args.writers, old_rev=args.old_rev)
+    run(
+        args.dsn,
+        args.rtt_ms,
+        seconds=args.seconds,
+        counts=args.writers,
+        old_rev=None if args.old_rev == 'none' else args.old_rev,
+        base_rev=args.base_rev,
+    )
 
 
-def run(dsn: str | None, rtts: Sequence[float], *, seconds: float, counts: Sequence[int], old_rev: str) -> None:
+def run(
+    dsn: str | None,
+    rtts: Sequence[float],
+    *,
+    seconds: float,
+    counts: Sequence[int],
+    old_rev: str | None,
+    base_rev: str | None = None,
+) -> None:
     """Start a server unless `dsn` names one, and run the section at each round trip of `rtts`."""
     sys.path.insert(0, str(REPO / 'tests'))
     print(f'pg_network on {os.cpu_count()} CPUs, load average {" ".join(f"{x:.2f}" for x in os.getloadavg())}')
@@ -336,7 +388,15 @@ def run(dsn: str | None, rtts: Sequence[float], *, seconds: float, counts: Seque
     try:
         with tempfile.TemporaryDirectory(prefix='bench-pgnet-') as tmp:
             for rtt in rtts:
-                bench_network(dsn, rtt, seconds=seconds, counts=counts, old_rev=old_rev, tmp=Path(tmp) / f'{rtt:g}')
+                bench_network(
+                    dsn,
+                    rtt,
+                    seconds=seconds,
+                    counts=counts,
+                    old_rev=old_rev,
+                    base_rev=base_rev,
+                    tmp=Path(tmp) / f'{rtt:g}',
+                )
     finally:
         if server is not None:
             server.destroy()  # pyright: ignore[reportUnknownMemberType]

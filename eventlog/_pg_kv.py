@@ -32,6 +32,7 @@ __all__ = [
     'PgRelation',
     'PgWriteTxn',
     'guard_sql',
+    'variant_writes_sql',
 ]
 
 _FIRST_PAGE: Final = 64
@@ -380,6 +381,48 @@ def take_fetched(cur: psycopg.Cursor[Any], reads: Sequence[tuple[PgRelation, byt
     return fetched
 
 
+VARIANT_SETTING: Final = 'eventlog.variant'
+"""The transaction-local setting in which the claim of a speculative append names the variant
+whose writes apply (`variant_writes_sql`)."""
+
+
+def variant_writes_sql(variants: Sequence[Pending], *, tag: str = '') -> tuple[bytes, list[object]]:
+    """One statement applying the writes of the variant the transaction's claim chose, and none of
+    the others': `variants[i]` are the writes of variant `i`, and the statement reads `i` from the
+    transaction-local setting `VARIANT_SETTING` (set by the claim in the same transaction; unset,
+    the statement fails and writes nothing). Log tables only. `tag` starts the statement.
+    """
+    groups: dict[PgRelation, tuple[list[int], list[bytes], list[bytes | None]]] = {}
+    for number, pending in enumerate(variants):
+        for (rel, key), value in pending.items():
+            if rel.fixed:
+                raise ValueError('variant_writes_sql writes log tables only')
+            group = groups.get(rel)
+            if group is None:
+                group = groups[rel] = ([], [], [])
+            group[0].append(number)
+            group[1].append(key)
+            group[2].append(value)
+    chosen = f"current_setting('{VARIANT_SETTING}')::int"
+    parts: list[str] = []
+    params: list[object] = []
+    for number, (rel, (indexes, keys, values)) in enumerate(groups.items()):
+        parts.append(
+            f'u{number} AS (SELECT u.k, u.v FROM unnest(%b::int4[], %b::bytea[], %b::bytea[]) AS u(i, k, v) '
+            f'WHERE u.i = {chosen})'
+        )
+        params += [indexes, keys, values]
+        if any(value is None for value in values):
+            parts.append(f'd{number} AS (DELETE FROM {rel.table} WHERE k IN (SELECT k FROM u{number} WHERE v IS NULL))')
+        parts.append(
+            f'p{number} AS (INSERT INTO {rel.table} (k, v) SELECT k, v FROM u{number} WHERE v IS NOT NULL '
+            'ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v)'
+        )
+    if not parts:
+        return (tag + 'SELECT 1').encode(), []
+    return (tag + 'WITH ' + ', '.join(parts) + ' SELECT 1').encode(), params
+
+
 class CacheMiss(Exception):
     """A `CachedWriteTxn` was asked for something its cache does not hold (nothing was sent)."""
 
@@ -402,6 +445,8 @@ class CachedWriteTxn:
         relations: dict[TableId, PgRelation],
         known: Known,
         presumed_absent: frozenset[PgRelation],
+        *,
+        last_seq: bytes | None = None,
     ) -> None:
         self._relations = relations
         self._known = known
@@ -410,6 +455,9 @@ class CachedWriteTxn:
         """The writes, to send with the guard and the COMMIT."""
         self.reads: Pending = {}
         """Each record read (before this transaction wrote it) with the value it was answered."""
+        if last_seq is not None:
+            # A speculative variant: the log's last `seq` reads as this instead of the cached one.
+            self.reads[(relations[Table.META], META_LAST_SEQ)] = last_seq
 
     def get(self, table: TableId, key: bytes) -> bytes | None:
         slot = (self._relations[table], key)

@@ -34,11 +34,13 @@ import os
 import re
 import select
 import threading
+import time
 import zlib
+from collections import deque
 from collections.abc import Callable, Generator, Sequence
 from contextlib import contextmanager, suppress
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Generic, TypeVar, cast
 
 import psycopg
 import psycopg.errors
@@ -60,6 +62,7 @@ from eventlog._keys import (
     seq_key,
 )
 from eventlog._pg_kv import (
+    VARIANT_SETTING,
     CachedWriteTxn,
     Known,
     Pending,
@@ -71,6 +74,7 @@ from eventlog._pg_kv import (
     flush,
     guard_sql,
     settled_sql,
+    variant_writes_sql,
 )
 from eventlog._storage import TABLE_NAMES, ReadTxn, Table, TableId, WriteTxn
 from eventlog.encryption import KeyProvider
@@ -221,6 +225,8 @@ class PostgresEventLog(EventLogBase):
         self._lock_class = _schema_lock_id(schema)
         self._projection_lock_sql = f'LOCK TABLE {q}.projection_positions IN EXCLUSIVE MODE'.encode()
         self.read_only_reason = 'opened read-only as asked' if read_only else None
+        self._variants = True
+        """Whether one-trip appends may send speculative variants (`claim_seqs_in` exists)."""
         self._prepare(create and not read_only, detect=read_only is None)
         self._pool = ConnectionPool(
             dsn,
@@ -253,8 +259,33 @@ class PostgresEventLog(EventLogBase):
             self._relations[table] for table in (Table.BY_CONV, Table.BY_RUN, Table.RUN_ORDER, Table.CONV_RUNS)
         )
         """Tables an append writes but never reads: not cached."""
-        self._trips = {'one': 0, 'guard failed': 0, 'miss': 0, 'two': 0}
-        """How appends went: in one round trip, a guard that failed, a cache miss, the two-trip path."""
+        self._trips = {
+            'one': 0,
+            'guard failed': 0,
+            'miss': 0,
+            'two': 0,
+            'window missed': 0,
+            'variants': 0,
+            'speculative': 0,
+            'too wide': 0,
+        }
+        """How appends went: in one round trip, a guard that failed, a cache miss, the two-trip path,
+        a counter outside the window of speculative variants, the variants sent in all, and the
+        one-trip appends that found the counter moved past the last `seq` this handle saw (which
+        only a variant for another candidate could commit), and the appends not tried in one
+        round trip because the window was wider than `_max_variants`."""
+        self._max_variants = _MAX_VARIANTS
+        """Internal: the widest window of speculative variants tried (bench, tests)."""
+        self._variant_ms = _VARIANT_MS
+        """Internal: `_VARIANT_MS` (tests on a loopback server, whose round trips are short, lower it)."""
+        self._trip_times: deque[float] = deque(maxlen=_DISTANCES)
+        """How long this handle's recent one-trip appends took (ms). The shortest is about what a
+        round trip saved is worth (longer ones waited for CPU, which variants only make scarcer);
+        a window wider than it over `_variant_ms` is not tried."""
+        self._tries: deque[bool] = deque(maxlen=_TRIES)
+        """Whether each recent one-trip try with a claim found the counter in its window."""
+        self._distances: deque[int] = deque(maxlen=_DISTANCES)
+        """How far the counter had moved past this handle's last seq at its latest appends' claims."""
         self._local: LocalProjections | None = None
         if projections_dir is not None:
             from eventlog.local_projections import LocalProjections
@@ -314,6 +345,8 @@ class PostgresEventLog(EventLogBase):
                         cur.execute('SELECT pg_advisory_xact_lock(%s, %s)', (_LOCK_CLASS, _schema_lock_id(self.schema)))
                         if (self._read_version(cur) or 0) < SCHEMA_VERSION:
                             self._migrate_layout(cur)
+                if self.read_only_reason is None:
+                    self._install_window(conn)
                 # Most opens find the format current and need no writers' lock: opening never waits
                 # for a writer in the middle of its transaction.
                 found = engine.check_format(PgReadTxn(cur, self._relations))
@@ -436,6 +469,7 @@ class PostgresEventLog(EventLogBase):
                 END IF;
                 RETURN before;
             END $$""",
+            *self._window_sql(),
             f"""CREATE OR REPLACE FUNCTION {q}.release_seqs(claimed bigint, used bigint) RETURNS void
             LANGUAGE plpgsql AS $$
             BEGIN
@@ -460,6 +494,67 @@ class PostgresEventLog(EventLogBase):
             f"INSERT INTO {q}.meta (k, v) VALUES (decode('{META_LAST_SEQ.hex()}', 'hex'), "
             f"decode('{seq_key(_LAYOUT_1_STOP).hex()}', 'hex')) ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v",
         ]
+
+    def _window_sql(self) -> list[str]:
+        """The function claiming seqs for a speculative one-trip append (`_try_one_trip`).
+
+        `claim_seqs_in(low, n, width)` claims the `n` seqs after the counter, as `claim_seqs`
+        does (the transaction's id given in the same step, under the counter's lock), but only if
+        the counter lies in `low` .. `low + width - 1`; it returns the counter's offset in that
+        window (the variant whose writes apply) and records it in the transaction-local setting
+        `eventlog.variant` (`_pg_kv.variant_writes_sql`). Outside the window it claims nothing and
+        fails with SQLSTATE `EV001`, which the append takes as "try the two-trip path".
+        """
+        q = self._q
+        key = _counter_lock_key(self.schema)
+        counter = f"'{q}.seq_counter'"
+        return [
+            f"""CREATE OR REPLACE FUNCTION {q}.claim_seqs_in(low bigint, n bigint, width integer) RETURNS integer
+            LANGUAGE plpgsql AS $$
+            DECLARE
+                before bigint;
+                inside boolean;
+            BEGIN
+                IF pg_current_xact_id_if_assigned() IS NOT NULL THEN
+                    RAISE EXCEPTION 'eventlog: seqs are claimed before the transaction writes';
+                END IF;
+                PERFORM pg_advisory_lock({key});
+                BEGIN
+                    SELECT last_value INTO before FROM {q}.seq_counter;
+                    inside := before >= low AND before < low + width;
+                    IF inside THEN
+                        PERFORM pg_current_xact_id();
+                        PERFORM setval({counter}, before + n);
+                    END IF;
+                EXCEPTION WHEN OTHERS THEN
+                    PERFORM pg_advisory_unlock({key});
+                    RAISE;
+                END;
+                PERFORM pg_advisory_unlock({key});
+                IF NOT inside THEN
+                    RAISE EXCEPTION 'eventlog: the counter is outside the window of this append'
+                        USING ERRCODE = '{_OUTSIDE_WINDOW}', DETAIL = before::text;
+                END IF;
+                PERFORM set_config('{VARIANT_SETTING}', (before - low)::text, true);
+                RETURN before - low;
+            END $$""",
+        ]
+
+    def _install_window(self, conn: psycopg.Connection[Any]) -> None:
+        """Create `claim_seqs_in` in a schema of layout 2 made before it existed (once, under the
+        schema's lock); a role that may not create functions appends with `claim_seqs` alone."""
+        with conn.cursor() as cur:
+            cur.execute(b'SELECT to_regprocedure(%s) IS NOT NULL', (f'{self._q}.claim_seqs_in(bigint,bigint,integer)',))
+            row = cur.fetchone()
+            if row is not None and row[0]:
+                return
+            try:
+                with conn.transaction():
+                    cur.execute('SELECT pg_advisory_xact_lock(%s, %s)', (_LOCK_CLASS, _schema_lock_id(self.schema)))
+                    for statement in self._window_sql():
+                        cur.execute(statement.encode())
+            except psycopg.errors.InsufficientPrivilege:
+                self._variants = False
 
     def _migrate_layout(self, cur: psycopg.Cursor[Any]) -> None:
         """Bring a schema of layout 1 (one writer at a time, the last seq in META) to layout 2 in
@@ -698,14 +793,21 @@ class PostgresEventLog(EventLogBase):
                 return self._write_two_trips(fn, track=False, plan=None)[0]
             finally:
                 self._forget()
-        done = self._try_one_trip(fn, plan)
+        missed: list[int | None] = [None]
+        done = self._try_one_trip(fn, plan, missed)
+        late = missed[0] is not None
+        if done is None and missed[0] is not None and missed[0] > 0:  # (never back: a fault)
+            # The counter was outside the window, and the claim said where: one more try, its
+            # window that far on (the counter moves as far again while this try travels).
+            shift, missed[0] = missed[0], None
+            done = self._try_one_trip(fn, plan, missed, shift=shift)
         if done is not None:
             return done[0]
         with self._cache_lock:
             known, generation = self._known, self._generation
         result, txn = self._write_two_trips(fn, track=True, plan=plan)
         if txn is not None:
-            self._learn(txn, known, generation)
+            self._learn(txn, known, generation, timed=not late)
         return result
 
     def _locks_sql(self, plan: _Plan) -> bytes:
@@ -815,47 +917,106 @@ class PostgresEventLog(EventLogBase):
 
     # -- one round trip per append --------------------------------------------------------------
 
-    def _try_one_trip(self, fn: Callable[[WriteTxn], T], plan: _Plan) -> tuple[T] | None:
+    def _try_one_trip(
+        self, fn: Callable[[WriteTxn], T], plan: _Plan, missed: list[int | None], *, shift: int = 0
+    ) -> tuple[T] | None:
         """Append in one round trip when this handle's cache holds every record `fn` reads.
 
         `fn` runs against the cache (`CachedWriteTxn`), which never reaches the server. Then one
         pipeline sends BEGIN, the append's locks (`_locks_sql`), a guard that fails unless every
         record `fn` read still has the value it was given (read committed, after the locks: it
-        sees every commit made before they were granted), the claim of the seqs `fn` used (only
-        if the counter is still at the last `seq` this handle saw; else it fails as the guard
-        does), the writes and the COMMIT. Returns `(result,)`, or `None` when nothing was committed and the
-        append is to take the two-round-trip path: the cache could not answer, `fn` raised (the
-        two-trip path decides on the server's records), the guard failed, or the connection was
-        found broken before anything was sent. A connection that breaks once the pipeline is
-        sent leaves the outcome unknown: `StorageError`, as for a COMMIT in flight.
+        sees every commit made before they were granted), the claim of the seqs `fn` used, the
+        writes and the COMMIT.
+
+        The seqs `fn` gives its entries (and so the entries' bytes, whose chain hash covers their
+        `seq`) follow the log's last `seq` as `fn` is told it. While other handles append to
+        other conversations, the counter moves between this handle's appends but nothing else it
+        reads does; so `fn` is run once per candidate last `seq` of a window predicted from how
+        far the counter moved at this handle's recent appends (`_window`: one candidate, the last
+        `seq` this handle saw, when it appends alone), and the claim (`claim_seqs_in`) takes the
+        seqs only if the counter is in that window, naming the variant whose writes then apply
+        (`variant_writes_sql`); outside it, nothing is claimed or written. Returns `(result,)`, or
+        `None` when nothing was committed and the append is to take the two-round-trip path: the
+        cache could not answer, `fn` raised (the two-trip path decides on the server's records),
+        the guard failed, the counter was outside the window, or the connection was found broken
+        before anything was sent (when the counter was outside the window, `missed[0]` is set to
+        how far it was past the last `seq` this handle saw, and a second try may shift its window
+        by that much: `shift`; the two-trip append that follows a miss claims a round trip late). A
+        connection that breaks once the pipeline is sent leaves the outcome unknown unless
+        `_outcome` can tell it: `StorageError`, as for a COMMIT in flight.
         """
         with self._cache_lock:
             if not (self._one_trip and self._optimistic and self._known):
                 return None
             known, generation = self._known, self._generation
-        txn = CachedWriteTxn(self._relations, known, self._presumed_absent)
-        try:
-            result = fn(txn)
-        except Exception:
-            self._trips['miss'] += 1
+            low, width = self._window()
+        if shift:
+            # From where the claim said the counter was (nobody may have claimed since) on.
+            low, width = shift, low + width
+        trip_ms = min(self._trip_times) if self._trip_times else _MAX_VARIANTS * self._variant_ms
+        if width > min(self._max_variants, max(1, int(trip_ms / self._variant_ms))):
+            # The variants would cost more CPU than the round trip they save is worth: so many
+            # appends land between two of this handle's (the store is busy, its CPU rather than
+            # the network bounds it), or its round trips are short (the shortest recent one-trip
+            # append: the network's part of it). The two-trip path, which still learns the distances.
+            self._trips['too wide'] += 1
             return None
         meta = self._relations[Table.META]
         slot = (meta, META_LAST_SEQ)
-        expected = txn.reads.pop(slot, None)
-        new_last = txn.pending.pop(slot, None)
+        seen = known.get(slot)
+        last = None if seen is None or not self._variants else key_seq(seen)
+        if last is None:
+            low, width = 0, 1
+        variants: list[_Variant[T]] = []
+        for offset in range(low, low + width):
+            txn = CachedWriteTxn(
+                self._relations,
+                known,
+                self._presumed_absent,
+                last_seq=None if last is None else seq_key(last + offset),
+            )
+            try:
+                result = fn(txn)
+            except Exception:
+                if not variants:
+                    self._trips['miss'] += 1
+                    return None
+                break
+            expected = txn.reads.pop(slot, None)
+            new_last = txn.pending.pop(slot, None)
+            if new_last is not None and expected is None:
+                if not variants:
+                    self._trips['miss'] += 1
+                    return None
+                break
+            variant = _Variant(result, txn.reads, txn.pending, expected, new_last)
+            if variants:
+                first = variants[0]
+                if variant.count != first.count or variant.reads != first.reads:
+                    break  # a variant reading something else: the window ends before it
+            elif not variant.count:
+                variants.append(variant)  # no seq used (an idempotent repeat): nothing to claim
+                break
+            variants.append(variant)
+        first = variants[0]
+        speculative = len(variants) > 1
         claim = b''
-        if new_last is not None and expected is None:
-            self._trips['miss'] += 1
-            return None
-        if expected is not None and new_last is not None and new_last != expected:
-            # The seqs this append wrote follow the last this handle saw: claimed only if nobody
-            # claimed any since (else it fails as a guard does).
-            count = key_seq(new_last) - key_seq(expected)
-            claim = f'SELECT {self._q}.claim_seqs({key_seq(expected)}, {count})'.encode()
-        sql, params = guard_sql(txn.reads)
-        written = dict(txn.pending)
+        if first.count and first.expected is not None:
+            base = key_seq(first.expected)
+            if speculative or self._variants:
+                claim = f'SELECT {self._q}.claim_seqs_in({base}, {first.count}, {len(variants)})'.encode()
+            else:
+                claim = f'SELECT {self._q}.claim_seqs({base}, {first.count})'.encode()
+        sql, params = guard_sql(first.reads)
+        if speculative:
+            writes, write_params = variant_writes_sql([v.pending for v in variants], tag=_ONE_TRIP_TAG)
+            self._trips['variants'] += len(variants)
+        else:
+            writes, write_params = b'', []
+            self._trips['variants'] += 1
+        written = [dict(v.pending) for v in variants]
         locks = self._locks_sql(plan)
-        with self._connection() as conn, conn.cursor(binary=True) as cur:
+        with self._connection() as conn, conn.cursor(binary=True) as cur, conn.cursor() as claimed:
             try:
                 _check_idle(conn)
             except _BrokenBefore:
@@ -871,28 +1032,53 @@ class PostgresEventLog(EventLogBase):
                     cur.execute(_BEGIN_APPEND, prepare=False)
                     for statement in locks.split(b'; '):
                         cur.execute(statement, prepare=False)
-                    if txn.reads:
+                    if first.reads:
                         cur.execute(sql, params, prepare=True)
                     if claim:
-                        cur.execute(claim, prepare=False)
-                    flush(cur, txn.pending, prepare=True, tag=_ONE_TRIP_TAG)
+                        claimed.execute(claim, prepare=False)
+                    if speculative:
+                        cur.execute(writes, write_params, prepare=True)
+                    else:
+                        flush(cur, first.pending, prepare=True, tag=_ONE_TRIP_TAG)
                     cur.execute(b'COMMIT', prepare=False)
 
+                began = time.perf_counter()
                 _in_pipeline(conn, send)
+                took = (time.perf_counter() - began) * 1000
+                chosen = 0
+                if speculative:
+                    row = claimed.fetchone()
+                    chosen = int(row[0]) if row is not None else -1
+                    if not 0 <= chosen < len(variants):  # cannot be: the claim names a variant it was given
+                        raise CorruptStoreError(f'{self.location}: a claim named variant {chosen} of {len(variants)}')
             except psycopg.Error as exc:
                 if conn.broken:
-                    committed = self._outcome(backend, written, expected, new_last if claim else None)
+                    exact = not speculative and low == 0  # the only candidate: the last seq seen
+                    committed = self._outcome(
+                        backend,
+                        written,
+                        first.expected,
+                        first.new_last if claim and exact else None,
+                        exact=exact,
+                    )
                     if committed is None:
                         raise _unknown_outcome(_first_line(exc)) from None
-                    if not committed:
-                        self._forget()
-                        return None  # it can no longer commit: the two-trip path does it again
                     self._forget()
+                    if committed < 0:
+                        return None  # it can no longer commit: the two-trip path does it again
                     self._trips['one'] += 1
-                    return (result,)
+                    self._trips['speculative'] += bool(claim) and low + committed > 0
+                    return (variants[committed].result,)
                 with suppress(psycopg.Error):
                     cur.execute(b'ROLLBACK')
-                if isinstance(exc, psycopg.errors.DivisionByZero):
+                if exc.sqlstate == _OUTSIDE_WINDOW:
+                    counter = exc.diag.message_detail or ''
+                    if counter.isdigit() and last is not None:
+                        missed[0] = int(counter) - last
+                        self._window_missed(int(counter) - last - shift)
+                    else:
+                        self._window_missed(None)
+                elif isinstance(exc, psycopg.errors.DivisionByZero):
                     self._guard_failed()
                 return None
             except BaseException:
@@ -901,53 +1087,109 @@ class PostgresEventLog(EventLogBase):
                         cur.execute(b'ROLLBACK')
                 raise
         self._trips['one'] += 1
-        if expected is not None:
-            txn.reads[slot] = expected
-        if new_last is not None:
-            written[slot] = new_last
-        self._remember(known, {**txn.reads, **written}, generation, optimistic=True)
-        return (result,)
+        self._trips['speculative'] += bool(claim) and low + chosen > 0
+        with self._cache_lock:
+            self._trip_times.append(took)
+        variant = variants[chosen]
+        reads = dict(variant.reads)
+        done = written[chosen]  # (`flush` emptied the variant's own buffer)
+        if variant.expected is not None:
+            reads[slot] = variant.expected
+            if last is not None and claim:
+                with self._cache_lock:
+                    self._distances.append(low + chosen - shift)
+                    self._tries.append(True)
+        if variant.new_last is not None:
+            done[slot] = variant.new_last
+        self._remember(known, {**reads, **done}, generation, optimistic=True)
+        return (variant.result,)
 
-    def _outcome(self, backend: int, written: Pending, expected: bytes | None, claimed: bytes | None) -> bool | None:
-        """Whether a one-trip append whose connection broke after its pipeline was sent committed:
-        `True` if the first entry it wrote is in the log as it wrote it; `False` if the server
-        process that ran it is gone and that entry is not in the log (it never committed and
-        never can: the seqs it may have claimed, `expected`..`claimed`, are given back while
-        nobody claimed after them); `None` when that cannot be told (the process still runs,
-        the append wrote no entry, or the server cannot be asked), and the outcome stays unknown.
+    def _window(self) -> tuple[int, int]:
+        """The candidate last seqs of the next one-trip append, as (first offset past the last
+        `seq` this handle saw, how many): the narrowest range of how far the counter moved at
+        this handle's recent appends that holds nine in ten of them (all while they are fewer
+        than ten), one more above; one candidate, the last `seq` seen, for a handle appending
+        alone. A window wider than `_max_variants` is not tried (`_try_one_trip`).
+
+        A variant costs the client one run of the engine against the cache and the encoding of
+        its writes (some 15-20 µs) and the server a few more rows; a miss costs a failed pipeline,
+        a round trip and the two-trip append. Called under `_cache_lock`."""
+        ordered = sorted(self._distances)
+        if not ordered or ordered[-1] == 0:
+            return 0, 1
+        need = len(ordered) if len(ordered) < 10 else -(-len(ordered) * 9 // 10)
+        low = min(range(len(ordered) - need + 1), key=lambda i: ordered[i + need - 1] - ordered[i])
+        first, last = ordered[low], ordered[low + need - 1] + 1
+        return first, last - first + 1
+
+    def _outcome(
+        self,
+        backend: int,
+        written: Sequence[Pending],
+        expected: bytes | None,
+        claimed: bytes | None,
+        *,
+        exact: bool = True,
+    ) -> int | None:
+        """Whether a one-trip append whose connection broke after its pipeline was sent committed,
+        and which of its variants (`written`, each variant's writes): the variant's number if the
+        first entry it wrote is in the log as it wrote it; -1 if the server process that ran it
+        is gone and no variant's first entry is in the log (it never committed and never can);
+        `None` when that cannot be told (the process still runs, the append wrote no entry, a
+        variant's entry is there with other bytes, or the server cannot be asked), and the outcome
+        stays unknown. With one variant for the last `seq` this handle saw (`exact`), the seqs it
+        may have claimed (`expected`..`claimed`) are given back while nobody claimed after them;
+        else, where others may well have claimed those very seqs, any it may have taken are left
+        as a gap (a seq given back twice would be worse), and an entry of another writer at a
+        variant's seq is no sign of anything.
 
         Everything the append did was in flight at once, so without this a connection lost while
         it waited for a lock would leave its outcome as unknown as one lost in COMMIT.
         """
         entries = self._relations[Table.ENTRIES]
-        ours = sorted((key, value) for (relation, key), value in written.items() if relation is entries and value)
-        if not ours:
-            return None
-        key, value = ours[0]
+        by_conv = self._relations[Table.BY_CONV]
+        firsts: list[tuple[bytes, bytes, bytes | None]] = []
+        for pending in written:
+            ours = sorted((key, value) for (relation, key), value in pending.items() if relation is entries and value)
+            if not ours:
+                return None
+            index = sorted(key for (relation, key), value in pending.items() if relation is by_conv and value == b'')
+            firsts.append((*ours[0], index[0] if index and not exact else None))
         sql = (
             'SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity WHERE pid = %s), '
-            f'(SELECT v FROM {entries.table} WHERE k = %s)'
+            f'(SELECT array_agg(v ORDER BY i) FROM unnest(%s::bytea[]) WITH ORDINALITY AS u(k, i) '
+            f'LEFT JOIN {entries.table} e ON e.k = u.k), '
+            f'(SELECT count(*) FROM {by_conv.table} WHERE k = ANY(%s::bytea[]))'
         ).encode()
+        keys = [key for key, _, _ in firsts]
+        indexes = [index for _, _, index in firsts if index is not None]
 
-        def ask(cur: psycopg.Cursor[Any]) -> tuple[bool, bytes | None]:
-            cur.execute(sql, (backend, key))
+        def ask(cur: psycopg.Cursor[Any]) -> tuple[bool, list[bytes | None], int]:
+            cur.execute(sql, (backend, keys, indexes))
             row = cur.fetchone()
             assert row is not None
-            return bool(row[0]), None if row[1] is None else bytes(row[1])
+            return bool(row[0]), [None if v is None else bytes(v) for v in row[1]], int(row[2])
 
         try:
-            running, stored = self._run(ask, begin=None, lock=None)
+            running, stored, indexed = self._run(ask, begin=None, lock=None)
         except EventLogError:
             return None
-        if stored == value:
-            return True
-        if running or stored is not None:
+        for number, ((_, value, _), found) in enumerate(zip(firsts, stored, strict=True)):
+            if found == value:
+                return number
+        if running:
             return None
-        if expected is not None and claimed is not None:
-            release = self._release_sql(key_seq(claimed), key_seq(expected))
-            with suppress(EventLogError):
-                self._run(lambda cur: cur.execute(release), begin=None, lock=None)
-        return False
+        if exact:
+            if stored[0] is not None:
+                return None
+            if expected is not None and claimed is not None:
+                release = self._release_sql(key_seq(claimed), key_seq(expected))
+                with suppress(EventLogError):
+                    self._run(lambda cur: cur.execute(release), begin=None, lock=None)
+            return -1
+        # Speculative: its seqs may be others' entries now; one of ours would have left its BY_CONV
+        # row (an erasure rewrites the entry, not the row).
+        return None if indexed else -1
 
     def _guard_failed(self) -> None:
         """Another writer changed a record since this handle's last write: drop the cache and try
@@ -961,15 +1203,47 @@ class PostgresEventLog(EventLogBase):
             self._streak = 0
             self._needed = min(self._needed * 2, _MAX_STREAK)
 
-    def _learn(self, txn: PgWriteTxn, known: Known, generation: int) -> None:
-        """After a two-trip append: cache what it read and wrote, and while the one-trip path is
-        off, count the appends in a row for which the cache held every record read, unchanged."""
+    def _window_missed(self, distance: int | None) -> None:
+        """The counter was outside the window of a one-trip append's variants: the cache stays
+        (its records were right). A miss costs one round trip more than the two-trip path; only
+        when half of the recent tries missed (trying then costs more than it saves) is one round
+        trip tried again once normal appends show the window would have held the counter, as
+        after a failed guard."""
+        with self._cache_lock:
+            self._trips['window missed'] += 1
+            if distance is not None and distance >= 0:
+                self._distances.append(distance)  # where the counter was (the claim's answer)
+            self._tries.append(False)
+            if self._tries.count(False) * 2 >= _TRIES:
+                self._tries.clear()
+                self._optimistic = False
+                self._streak = 0
+                self._needed = min(self._needed * 2, _MAX_STREAK)
+
+    def _learn(self, txn: PgWriteTxn, known: Known, generation: int, *, timed: bool = True) -> None:
+        """After a two-trip append: cache what it read and wrote, note how far the counter had
+        moved past the last `seq` this handle saw (unless `timed` is false: it followed a one-trip
+        try, whose claim already told it), and while the one-trip path is off, count the
+        appends in a row for which the cache held every record read, unchanged, and the window
+        of variants (`_window`) would have held the counter."""
         reads = txn.reads or {}
         self._trips['two'] += 1
         right = bool(known) and not txn.scanned
+        last = (self._relations[Table.META], META_LAST_SEQ)
+        seen, claimed = known.get(last), reads.get(last)
+        if seen is not None and claimed is not None and txn.seq_end != txn.seq_base:
+            distance = key_seq(claimed) - key_seq(seen)
+            with self._cache_lock:
+                low, width = self._window() if self._variants else (0, 1)
+                if distance >= 0 and timed:
+                    self._distances.append(distance)
+            if not low <= distance < low + width:
+                right = False
         if right:
             absent = self._presumed_absent
             for slot, value in reads.items():
+                if slot == last:
+                    continue
                 hit = known.get(slot, _MISSING)
                 if hit is _MISSING:
                     hit = None if slot[0] in absent else _MISSING
@@ -1381,6 +1655,23 @@ _PREFETCH: ContextVar[tuple[tuple[TableId, bytes], ...]] = ContextVar('eventlog_
 _ONE_TRIP_TAG: Final = '/* one trip */ '
 
 
+class _Variant(Generic[T]):
+    """One speculative run of an append's engine against the cache, for one candidate last `seq`:
+    its result, the records it read (but the last `seq`), its writes (but the last `seq`), the
+    last `seq` it was told and the one it wrote."""
+
+    __slots__ = ('count', 'expected', 'new_last', 'pending', 'reads', 'result')
+
+    def __init__(self, result: T, reads: Pending, pending: Pending, expected: bytes | None, new_last: bytes | None):
+        self.result = result
+        self.reads = reads
+        self.pending = pending
+        self.expected = expected
+        self.new_last = new_last
+        self.count = key_seq(new_last) - key_seq(expected) if expected is not None and new_last is not None else 0
+        """How many seqs it used (claimed as one block)."""
+
+
 class _Plan:
     """What an append takes before it runs: the advisory lock keys of the conversations and runs
     its batch names (sorted), and how many seqs it may use (one per entry)."""
@@ -1418,6 +1709,20 @@ _CACHE_ENTRIES: Final = 16
 """Entries the cache keeps (the latest written or read)."""
 _CACHE_VALUE: Final = 64 * 1024
 """Longest entry the cache keeps (an append reading a longer one takes the two-round-trip path)."""
+_VARIANT_MS: Final = 0.5
+"""Milliseconds of the shortest recent one-trip append that pay for one speculative variant: a
+variant costs some 15-40 µs of client and server CPU, a miss a failed pipeline and a round trip;
+the bench (`bench_postgres.py --rtt-ms 1 4`) found 10 variants a loss at a 1 ms round trip on a
+busy machine, and a gain at 4 ms."""
+_MAX_VARIANTS: Final = 16
+"""Most speculative variants a one-trip append sends (candidate last seqs: `_window`); a wider
+window is not tried."""
+_DISTANCES: Final = 32
+"""Recent appends whose distance (how far the counter had moved) sets the window."""
+_TRIES: Final = 8
+"""Recent one-trip tries whose misses (half of them) pause the one-trip path."""
+_OUTSIDE_WINDOW: Final = 'EV001'
+"""The SQLSTATE `claim_seqs_in` fails with when the counter is outside the window."""
 _MAX_STREAK: Final = 64
 """Most appends in a row the cache must have been right for before one round trip is tried again."""
 _MISSING: Final = object()

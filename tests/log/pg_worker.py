@@ -18,6 +18,10 @@ Usage:
                     standard input before committing
         --wait      wait for a line on standard input after `ready` before appending
         --until-stdin  stop after the current run once a line arrives on standard input
+        --trips     try every window of speculative variants (a loopback round trip is short), and
+                    print `trips <one> <speculative> <window missed> <two>` before `done` (how its
+                    appends went: in one round trip, of them with several variants, a counter
+                    outside the variants' window, two round trips)
     pg_worker.py turns DSN SCHEMA CONV NAME
         Append to run `NAME-run` of conversation CONV in turns the parent gives: each line is a
         comma-separated list of numbers G; the first G ever starts the run (`run_started`), every
@@ -151,6 +155,8 @@ async def append(dsn: str, schema: str, conv: str, name: str, count: int, flags:
     if '--hold-at' in flags:
         hold_call(int(flags[flags.index('--hold-at') + 1]))
     log = PostgresEventLog(dsn, schema=schema, pool_size=2)
+    if '--trips' in flags:
+        log._variant_ms = 1e-6  # pyright: ignore[reportPrivateUsage]  # every window tried (loopback)
     if '--hold-at' in flags:
         # The hold stops an append inside its transaction, after the engine ran: an append in one
         # round trip runs the engine before its transaction starts, so this worker takes two.
@@ -196,6 +202,9 @@ async def append(dsn: str, schema: str, conv: str, name: str, count: int, flags:
         )
         await put([(f'f:{run_id}', finished)])
         index = end
+    if '--trips' in flags:
+        trips = log._trips  # pyright: ignore[reportPrivateUsage]
+        say(f'trips {trips["one"]} {trips["speculative"]} {trips["window missed"]} {trips["two"]}')
     log.close()
     say('done')
 
