@@ -10,7 +10,7 @@ own functions (`fuse_scores`, `fuse_rankings`) for every fixed weight and for th
 alone, semantic alone and reciprocal-rank fusion. `--split heldout` prints the same for the held-out
 halves: run it only to confirm a choice made on the development halves.
 
-    python bench/tune_fusion.py [--limit 12000] [--split dev]
+    python bench/tune_fusion.py [--limit 12000] [--facts-limit N] [--split dev]
 """
 
 from __future__ import annotations
@@ -75,13 +75,13 @@ def ramp(bounds: tuple[float, float], top: float) -> Callable[[RankedHits, Ranke
     return fuse
 
 
-async def rankings(name: str, split: str, limit: int) -> list[tuple[Question, dict[str, list[Hit]]]]:
+async def rankings(name: str, split: str, limit: int | None) -> list[tuple[Question, dict[str, list[Hit]]]]:
     from search.local_model import minilm_embedder
 
     minilm = minilm_embedder()
     loader = load_facts if name == 'facts' else load_qa
     half = 'dev' if split == 'dev' else 'heldout'
-    stored = await store(loader(half, limit if name == 'qa' else None), minilm, english=True, english_vectors=False)
+    stored = await store(loader(half, limit), minilm, english=True, english_vectors=False)
     engines = {
         'default': engine(stored, SearchOptions(context_lines=0)),
         'english': engine(stored, SearchOptions(context_lines=0, analyzer=get_analyzer('english'))),
@@ -95,8 +95,8 @@ async def rankings(name: str, split: str, limit: int) -> list[tuple[Question, di
     return rows
 
 
-async def main(split: str, limit: int) -> None:
-    sets = {name: await rankings(name, split, limit) for name in ('qa', 'facts')}
+async def main(split: str, limit: int, facts_limit: int | None) -> None:
+    sets = {name: await rankings(name, split, limit if name == 'qa' else facts_limit) for name in ('qa', 'facts')}
     print(f'{split} halves: ' + ', '.join(f'{name} {len(rows)} questions' for name, rows in sets.items()))
     fusions: dict[str, Callable[[RankedHits, RankedHits], RankedHits]] = {
         'rrf': lambda lex, sem: fuse_rankings([lex, sem]),
@@ -130,5 +130,6 @@ if __name__ == '__main__':
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--split', choices=('dev', 'heldout'), default='dev')
     parser.add_argument('--limit', type=int, default=12_000, help='messages of the qa half (facts: all)')
+    parser.add_argument('--facts-limit', type=int, default=None, help='messages of the facts half (all)')
     args = parser.parse_args()
-    asyncio.run(main(args.split, args.limit))
+    asyncio.run(main(args.split, args.limit, args.facts_limit))
