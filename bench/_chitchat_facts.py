@@ -5,9 +5,9 @@ other words: it favours meaning. This one is built like a long-term memory bench
 facts stated earlier in long multi-session conversations): each pair of participants who chatted
 `MIN_SESSIONS` to `MAX_SESSIONS` times is one conversation (each chat a run, each turn a message,
 exactly as in `bench._chitchat`), and a question is a participant's own question in a LATER chat
-that takes up something the other participant said in an EARLIER chat ("did you end up going to
-Yellowstone?" after "we are driving to Yellowstone on Friday" two chats before). Nothing is
-generated: the query is the asker's own sentence and the evidence the other participant's own turn.
+that takes up something the other participant said in an EARLIER chat ("How was the Eagle
+project?" after "I'm helping with my brothers eagle project" a chat before). Nothing is generated:
+the query is the asker's own sentence and the evidence the other participant's own turn.
 
 The rule that finds them (all of it; `build`):
 
@@ -15,7 +15,7 @@ The rule that finds them (all of it; `build`):
    (as in the first set), in the pair's second chat or later.
 2. Its key words: the question's content words (letters only, at least 4 of them, not in `STOPWORDS`)
    that at most `RARE_CHATS` of the corpus's 7,168 chats use and at most `RARE_TURNS` turns of this
-   pair's conversation hold: words specific to one topic (names, places, hobbies), not chat filler.
+   pair's conversation hold: words specific to a topic, not chat filler.
 3. The evidence: the turns of EARLIER chats, by the other participant, that are not questions (do
    not end in `?`), have at least `MIN_EVIDENCE_WORDS` words and hold a key word. The question is kept
    only when exactly one such turn exists (its evidence is unambiguous), and a key word counts only
@@ -24,8 +24,11 @@ The rule that finds them (all of it; `build`):
 
 Words are compared lowercased, whole (no stemming), so the rule selects by shared words: this set
 favours lexical matching much as a fact benchmark does (a question about a fact names its topic),
-and is the counterweight to the first set. The turn that asked is left out of the ranking; every
-other turn of every chat of the pair, later ones included, competes.
+and is the counterweight to the first set. The labels are noisy: of 25 questions drawn at random,
+about 5 plainly take up a fact of an earlier chat; the others share such a word by chance, and then
+the labelled turn is simply the one earlier message of the other participant holding the question's
+rare word. The turn that asked is left out of the ranking; every other turn of every chat of the
+pair, later ones included, competes.
 
 Split and sampling as in the first set: the pairs split into halves by a hash of their ids
 (`bench._chitchat.split_of`), at most `QUESTIONS_PER_CONVERSATION` questions per pair (a
