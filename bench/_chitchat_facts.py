@@ -25,7 +25,7 @@ The rule that finds them (all of it; `build`):
 Words are compared lowercased, whole (no stemming), so the rule selects by shared words: this set
 favours lexical matching much as a fact benchmark does (a question about a fact names its topic),
 and is the counterweight to the first set. The labels are noisy: of 25 questions drawn at random,
-about 5 plainly take up a fact of an earlier chat; the others share such a word by chance, and then
+3 to 5 plainly take up a fact of an earlier chat; the others share such a word by chance, and then
 the labelled turn is simply the one earlier message of the other participant holding the question's
 rare word. The turn that asked is left out of the ranking; every other turn of every chat of the
 pair, later ones included, competes.
