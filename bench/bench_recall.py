@@ -446,6 +446,10 @@ async def latency(sizes: list[int], minilm: Embedder, repeats: int) -> None:
                     ('bm25', SearchOptions()),
                     ('semantic', SearchOptions(mode='semantic', embedder=hasher)),
                     ('hybrid rrf', SearchOptions(mode='hybrid', embedder=hasher, fusion='rrf')),
+                    (
+                        'hybrid 0.15',
+                        SearchOptions(mode='hybrid', embedder=hasher, lexical_weight=HYBRID_LEXICAL_WEIGHT),
+                    ),
                     ('hybrid', SearchOptions(mode='hybrid', embedder=hasher)),
                 ]
                 for label, options in rows:
