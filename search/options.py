@@ -84,6 +84,11 @@ class SearchOptions:
     """How `'hybrid'` fuses BM25 and semantic rankings: `'zscore'` (standardised scores, weighted;
     `search.semantic.fuse_scores`) or `'rrf'` (reciprocal ranks, the former default)."""
 
+    lexical_weight: float | None = None
+    """The weight of BM25 in `'zscore'` fusion, from 0 to 1 (the semantic ranking gets 1 minus it).
+    `None` (the default) sets it per query from how far BM25's best match stands out
+    (`search.semantic.lexical_weight_for`); a number fixes it for every query."""
+
     embedder: Embedder | None = field(default=None, compare=False)
     """The pydantic-ai `Embedder` that embeds messages and queries; required by `'semantic'` and `'hybrid'`."""
 
@@ -100,6 +105,10 @@ class SearchOptions:
         validate_mode(self.mode, self.embedder)
         if self.fusion not in HYBRID_FUSIONS:
             raise ValueError(f"fusion must be 'zscore' or 'rrf', got {self.fusion!r}.")
+        if self.lexical_weight is not None and (
+            not _is_real(self.lexical_weight) or not 0.0 <= self.lexical_weight <= 1.0
+        ):
+            raise ValueError(f'lexical_weight must be a number from 0.0 to 1.0 or None, got {self.lexical_weight!r}.')
 
 
 def validate_mode(mode: object, embedder: object) -> None:

@@ -8,9 +8,20 @@
   match scores 0), so a ranking counts as much as its best documents stand out from the rest for
   this query: a rare word that only a few messages contain lifts them far above BM25's mean, while
   a query whose words are everywhere (or nowhere) leaves BM25 flat and the semantic ranking
-  decides. The fused score is `HYBRID_LEXICAL_WEIGHT * z_bm25 + (1 - HYBRID_LEXICAL_WEIGHT) *
-  z_semantic` (`fuse_scores`). `'rrf'` is the former reciprocal-rank fusion (`fuse_rankings`).
-  Equal fused scores go to the semantically closer document.
+  decides. The fused score is `w * z_bm25 + (1 - w) * z_semantic` (`fuse_scores`), where the
+  lexical weight `w` is set per query by how far BM25's best match stands out
+  (`lexical_weight_for`): `HYBRID_LEXICAL_WEIGHT` (0.15) while BM25's best standardised score is
+  under `HYBRID_PEAK_RAMP[0]` (10) deviations, rising linearly to `HYBRID_PEAKED_LEXICAL_WEIGHT`
+  (0.3) at `HYBRID_PEAK_RAMP[1]` (20) and above. A best match that far above the rest is a word
+  only a message or two of the conversation hold, the sign of a question naming a stated fact; a
+  flatter BM25 ranking is left mostly to meaning. `SearchOptions.lexical_weight` fixes `w`
+  instead. `'rrf'` is the former reciprocal-rank fusion (`fuse_rankings`). Equal fused scores go
+  to the semantically closer document.
+
+Analyzers: `'bm25'` and the lexical half of `'hybrid'` tokenize with `SearchOptions.analyzer`
+(`'default'` unless set; `'english'` stems with PyStemmer). `'semantic'` uses none: the embedder
+reads the raw text. Measured on both realistic sets (docs/semantic.md), the english analyzer did
+not make hybrid recall more, so the default stays `'default'` in every mode.
 
 Both rank the same corpus the BM25 search opens, so scope rules, `run_id` confinement and the
 exclusion of the searching run apply identically in every mode. Embeddings come from the log's
@@ -40,6 +51,8 @@ if TYPE_CHECKING:
 __all__ = [
     'HYBRID_FUSIONS',
     'HYBRID_LEXICAL_WEIGHT',
+    'HYBRID_PEAKED_LEXICAL_WEIGHT',
+    'HYBRID_PEAK_RAMP',
     'RRF_DEPTH',
     'RRF_K',
     'SEARCH_MODES',
@@ -48,6 +61,7 @@ __all__ = [
     'TextVectors',
     'fuse_rankings',
     'fuse_scores',
+    'lexical_weight_for',
     'semantic_ranking',
 ]
 
@@ -65,13 +79,25 @@ HYBRID_FUSIONS: Final[tuple[HybridFusion, ...]] = ('zscore', 'rrf')
 """Every hybrid fusion."""
 
 HYBRID_LEXICAL_WEIGHT: Final = 0.15
-"""The weight of BM25's standardised scores in `'zscore'` fusion (the semantic ranking's is 1 minus it).
+"""The weight of BM25's standardised scores in `'zscore'` fusion when BM25's best match stands out
+by fewer than `HYBRID_PEAK_RAMP[0]` deviations (the semantic ranking's weight is 1 minus it).
 
-Tuned on the development half of the realistic set only (`bench/tune_fusion.py`): weights from
-0.125 to 0.2 recalled most there, with either analyzer; 0.15 is the middle of that plateau
-(docs/semantic.md). BM25's standardised scores over a conversation are sparse (most messages score
-0), so a message that alone holds a rare query word stands many deviations above the mean and
-still wins at this weight."""
+Tuned on the development half of the first realistic set only (`bench/tune_fusion.py`, questions
+answered in other words): weights from 0.125 to 0.2 recalled most there; 0.15 is the middle of
+that plateau (docs/semantic.md)."""
+
+HYBRID_PEAKED_LEXICAL_WEIGHT: Final = 0.3
+"""The lexical weight once BM25's best match stands out by `HYBRID_PEAK_RAMP[1]` deviations or more.
+
+Tuned with `HYBRID_PEAK_RAMP` on the development halves of both realistic sets (`bench/tune_fusion.py`):
+the largest weight that still recalled at least as much as semantic alone on the first set while
+recalling more on the second (fact questions); a fixed weight of 0.3 lost 7 questions on the first."""
+
+HYBRID_PEAK_RAMP: Final = (10.0, 20.0)
+"""BM25's best standardised score (deviations above the mean over the documents searched) at which
+the lexical weight starts rising from `HYBRID_LEXICAL_WEIGHT`, and at which it reaches
+`HYBRID_PEAKED_LEXICAL_WEIGHT`. In a conversation of about 750 messages a query word that one
+message alone holds scores about 27 deviations, one that four hold about 14, one that seven hold 10."""
 
 RRF_K: Final = 60
 """The `k` of reciprocal-rank fusion: a document ranked `r` scores `1 / (RRF_K + r)` per ranking."""
@@ -229,11 +255,20 @@ def _union(lexical: NDArray[np.int64], semantic: NDArray[np.int64]) -> NDArray[n
     return np.union1d(lexical, semantic).astype(np.int64)
 
 
-def fuse_scores(
-    lexical: Sequence[Hit], semantic: Sequence[Hit], *, lexical_weight: float = HYBRID_LEXICAL_WEIGHT
-) -> RankedHits:
+def lexical_weight_for(best: float) -> float:
+    """The lexical weight of `'zscore'` fusion for a query whose best BM25 match stands `best`
+    standard deviations above the mean: `HYBRID_LEXICAL_WEIGHT` up to `HYBRID_PEAK_RAMP[0]`, then
+    linearly up to `HYBRID_PEAKED_LEXICAL_WEIGHT` at `HYBRID_PEAK_RAMP[1]` and beyond."""
+    low, high = HYBRID_PEAK_RAMP
+    rise = min(1.0, max(0.0, (best - low) / (high - low))) if math.isfinite(best) else 0.0
+    return HYBRID_LEXICAL_WEIGHT + (HYBRID_PEAKED_LEXICAL_WEIGHT - HYBRID_LEXICAL_WEIGHT) * rise
+
+
+def fuse_scores(lexical: Sequence[Hit], semantic: Sequence[Hit], *, lexical_weight: float | None = None) -> RankedHits:
     """Fusion of a BM25 ranking and a semantic ranking of one corpus (each a `RankedHits`) by
-    standardised scores: `lexical_weight * z_lexical + (1 - lexical_weight) * z_semantic`.
+    standardised scores: `w * z_lexical + (1 - w) * z_semantic`, where `w` is `lexical_weight`, or
+    when it is `None` (the default) set for this query by `lexical_weight_for` from BM25's best
+    standardised score.
 
     Each ranking's scores are standardised over every document either ranking holds (the semantic
     one holds every document with an embedding); a document BM25 does not match counts as a BM25
@@ -244,7 +279,7 @@ def fuse_scores(
     Raises:
         InvalidArgumentError: a ranking is not a `RankedHits`, or `lexical_weight` is not from 0 to 1.
     """
-    if not 0.0 <= lexical_weight <= 1.0:
+    if lexical_weight is not None and not 0.0 <= lexical_weight <= 1.0:
         raise InvalidArgumentError(f'lexical_weight must be from 0.0 to 1.0, got {lexical_weight!r}')
     if not isinstance(lexical, RankedHits) or not isinstance(semantic, RankedHits):
         wrong = lexical if not isinstance(lexical, RankedHits) else semantic
@@ -254,9 +289,12 @@ def fuse_scores(
     locate = semantic.locate
     union = _union(lex_ids, sem_ids)
     count = int(union.shape[0])
+    lex_z = _standardised(lex_scores, count)
+    if lexical_weight is None:
+        lexical_weight = lexical_weight_for(float(lex_z.max()) if lex_z.shape[0] else 0.0)
     fused = np.zeros(count, dtype=np.float64)
     # each ranking holds a document once, so plain indexed assignment is exact
-    fused[np.searchsorted(union, lex_ids)] = lexical_weight * _standardised(lex_scores, count)
+    fused[np.searchsorted(union, lex_ids)] = lexical_weight * lex_z
     sem_z = np.zeros(count, dtype=np.float64)
     if sem_ids.shape[0]:
         # documents without an embedding sit at the semantic mean: standardise over those that have one
