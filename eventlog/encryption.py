@@ -18,6 +18,7 @@ through (payloads opened on the way out, placeholders for shredded conversations
 
 from __future__ import annotations
 
+import collections
 import functools
 import hashlib
 import json
@@ -63,6 +64,7 @@ if TYPE_CHECKING:
     from eventlog._storage import ReadTxn, WriteTxn
 
 __all__ = [
+    'CACHED_KEYS',
     'META_ENCRYPTION',
     'SCHEME',
     'SEALED_KINDS',
@@ -104,6 +106,10 @@ _TAG: Final = 16
 _HEADER: Final = len(_MAGIC) + 1 + _FINGERPRINT + _NONCE
 SEAL_OVERHEAD: Final = _HEADER + _TAG
 """Bytes a sealed payload has beyond its plaintext: magic, role, key fingerprint, nonce, tag."""
+
+CACHED_KEYS: Final = 4096
+"""Data keys a handle keeps unwrapped in memory (the most recently used): a process serving many
+conversations fetches the others from the provider again rather than holding every key it met."""
 
 _ROLES: Final = {'request': b'q', 'response': b'r'}
 _NO_ROLE: Final = b'-'
@@ -312,12 +318,15 @@ class Sealer:
     def __init__(self, store_id: str, provider: KeyProvider | None) -> None:
         self.store_id = store_id
         self.provider = provider
-        self._ciphers: dict[str, tuple[AESGCM, bytes]] = {}
+        self._ciphers: collections.OrderedDict[str, tuple[AESGCM, bytes]] = collections.OrderedDict()
+        self._ciphers_lock = threading.Lock()
 
     def _cipher(self, conversation_id: str, *, create: bool) -> tuple[AESGCM, bytes]:
-        found = self._ciphers.get(conversation_id)
-        if found is not None:
-            return found
+        with self._ciphers_lock:
+            found = self._ciphers.get(conversation_id)
+            if found is not None:
+                self._ciphers.move_to_end(conversation_id)
+                return found
         if self.provider is None:
             raise KeyMissingError(
                 f'conversation {conversation_id!r} is encrypted and this store was opened without its keys '
@@ -326,12 +335,17 @@ class Sealer:
         key = self.provider.data_key(self.store_id, conversation_id, create=create)
         if key is None:
             raise KeyMissingError(f'the key provider holds no data key for conversation {conversation_id!r}')
-        found = self._ciphers[conversation_id] = (_aesgcm(key), _fingerprint(key))
+        found = (_aesgcm(key), _fingerprint(key))
+        with self._ciphers_lock:
+            self._ciphers[conversation_id] = found
+            while len(self._ciphers) > CACHED_KEYS:
+                self._ciphers.popitem(last=False)  # the least recently used; fetched again when needed
         return found
 
     def forget(self, conversation_id: str) -> None:
         """Drop the cached data key of a conversation (after it was destroyed)."""
-        self._ciphers.pop(conversation_id, None)
+        with self._ciphers_lock:
+            self._ciphers.pop(conversation_id, None)
 
     def seal(self, seq: int, conversation_id: str, kind: str, payload: bytes) -> bytes:
         """The stored form of an entry's payload: sealed under its conversation's data key (made

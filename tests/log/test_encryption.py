@@ -559,3 +559,33 @@ async def test_processes_starting_one_conversation_at_once_agree_on_its_key(tmp_
             from pgserver import drop_schema
 
             drop_schema(postgres_dsn(), schema_for(tmp_path / 'store.lmdb'))
+
+
+def test_a_handle_keeps_a_bounded_number_of_data_keys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process serving many conversations keeps only the most recently used keys unwrapped; a
+    key it let go is fetched from the provider again and still opens what it sealed."""
+    from eventlog import encryption
+
+    monkeypatch.setattr(encryption, 'CACHED_KEYS', 2)
+    ring = FileKeyProvider.create(tmp_path / 'ring')
+    fetched: list[str] = []
+
+    class Counting:
+        def data_key(self, store_id: str, conversation_id: str, *, create: bool) -> bytes | None:
+            fetched.append(conversation_id)
+            return ring.data_key(store_id, conversation_id, create=create)
+
+        def destroy(self, store_id: str, conversation_id: str) -> bool:
+            return ring.destroy(store_id, conversation_id)
+
+    sealer = Sealer('store-1', Counting())
+    sealed = {conv: sealer.seal(1, conv, 'message', b'{"kind":"request"}') for conv in ('a', 'b', 'c')}
+    assert fetched == ['a', 'b', 'c']
+    assert sealer.open(1, 'c', sealed['c']) == b'{"kind":"request"}'  # still held
+    assert fetched == ['a', 'b', 'c']
+    assert sealer.open(1, 'a', sealed['a']) == b'{"kind":"request"}'  # let go: fetched again
+    assert fetched == ['a', 'b', 'c', 'a']
+    assert sealer.open(1, 'c', sealed['c']) == b'{"kind":"request"}'  # used more recently than b
+    assert fetched == ['a', 'b', 'c', 'a']
+    assert sealer.open(1, 'b', sealed['b']) == b'{"kind":"request"}'
+    assert fetched == ['a', 'b', 'c', 'a', 'b']
