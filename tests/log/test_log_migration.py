@@ -3,9 +3,14 @@ migrated in place, and then reads, exports, verifies and appends exactly as befo
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -234,3 +239,39 @@ async def test_a_format_2_store_is_migrated_and_reads_as_before(v2_store: Path) 
         assert await reopened.last_seq() == expected['last_seq'] + 1
     finally:
         reopened.close()
+
+
+def test_a_migration_killed_at_any_moment_leaves_a_store_that_opens(tmp_path: Path) -> None:
+    """Opening migrates in one transaction: a process killed with SIGKILL while it opens (before,
+    during or after the migration) leaves the store in format 2 or 3, never in between."""
+    export = (FIXTURES / 'v2-export.jsonl').read_bytes()
+    code = (
+        'import sys, time\n'
+        'from eventlog import LmdbEventLog\n'
+        "print('opening', flush=True)\n"
+        'log = LmdbEventLog(sys.argv[1])\n'
+        "print('opened', flush=True)\n"
+        'time.sleep(60)\n'
+    )
+    formats: set[bytes | None] = set()
+    for attempt, delay in enumerate([0.0, 0.001, 0.003, 0.006, 0.012, 0.05]):
+        path = tmp_path / f'store-{attempt}'
+        shutil.copytree(FIXTURES / 'format2.lmdb', path)
+        proc = subprocess.Popen([sys.executable, '-c', code, str(path)], stdout=subprocess.PIPE, text=True)
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == 'opening'
+        time.sleep(delay)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        proc.stdout.close()
+        formats.add(_meta(path, b'format'))
+        log = LmdbEventLog(path)
+        try:
+            exported = io.BytesIO()
+            asyncio.run(log.export(exported))
+            assert exported.getvalue() == export
+            assert asyncio.run(log.verify()).ok
+        finally:
+            log.close()
+        assert _meta(path, b'format') == b'3'
+    assert formats <= {b'2', b'3'}, formats
