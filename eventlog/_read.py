@@ -100,8 +100,9 @@ def last_seq(txn: ReadTxn) -> int:
 
     A store whose transactions can name the last entry's key (`last_entry_key`: LMDB, where
     ENTRIES is a database of its own) derives it from that key and META `last_seq`, which it
-    writes only when a deletion may remove the last entries (`record_last_seq`), so an append
-    dirties no META page. Every other store records it in META with each write.
+    writes only before a deletion removes entries (`_admin.delete_conversation`), so an append
+    dirties no META page; the larger of the two. Every other store records it in META with each
+    write.
     """
     raw = txn.get(Table.META, META_LAST_SEQ)
     recorded = 0 if raw is None else key_seq(raw)
