@@ -7,13 +7,14 @@ thread CPU time of each transaction split into:
 
 - `engine`: `_engine.append_entries` inside the transaction (validation, reads, encoding, puts);
 - `identity check`: `_SharedEnv.check_identity` (one `stat` of `data.mdb`);
-- `rest`: what wraps them (the locks, the `_LmdbTxn`, LMDB's begin and commit, which writes the
-  dirty pages, and the coroutine), `append_many` minus the two above;
+- what wraps them: the locks and LMDB's begin, LMDB's commit (which writes the dirty pages), the
+  `_LmdbTxn` and closures, and the coroutine around the transaction (`PARTS`);
 
 twice: inside the agent runs (interleaved with pydantic-ai's own work, as the capability sees it)
 and replaying the same batches into fresh stores in a tight loop (warm caches). The difference
 between the two is the cost of running cold, not of any step of the write path. Also the fixed
-cost of the wrapping: an empty write transaction through `run_in_txn` against a bare LMDB one.
+cost of the wrapping (an empty write transaction through `run_in_txn` against a bare LMDB one)
+and the replay with LMDB's `writemap`, an option the log does not use, to show what it would save.
 
 The timers themselves (one `time.thread_time_ns` system call each) add about a microsecond to each
 part; the uninstrumented replay gives the total without them. Every figure is a median.
@@ -26,17 +27,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import lmdb
 from _baseline import load_average
 from bench_capability import exchanges, make_agent
 
@@ -47,12 +50,26 @@ from eventlog import LmdbEventLog, NewEntry
 
 Parts = dict[str, int]
 
+PARTS = ('append_many', 'engine', 'identity check', 'begin', 'commit', 'around engine', 'outside txn')
+"""The rows: `append_many` in all; `engine` (`_engine.append_entries`); `identity check`
+(`_SharedEnv.check_identity`); `begin` (the lock, `enter` and LMDB's begin in `run_in_txn`);
+`commit` (LMDB's commit, which writes the dirty pages, and `leave`); `around engine` (inside the
+transaction but outside the engine: `_LmdbTxn`, the closures); `outside txn` (the coroutine,
+`_write`, the batch list, `Appended`)."""
+
 
 class Split:
     """Instruments `append_many`, the engine and the identity check (thread CPU, nanoseconds)."""
 
     def __init__(self) -> None:
-        self.parts: Parts = {'append_many': 0, 'engine': 0, 'identity check': 0}
+        self.parts: Parts = {
+            'append_many': 0,
+            'run_in_txn': 0,
+            'inside txn': 0,
+            'engine': 0,
+            'identity check': 0,
+            'commit': 0,
+        }
         self.calls = 0
         self._saved: list[tuple[Any, str, Any]] = []
 
@@ -61,6 +78,27 @@ class Split:
         append_many = log_module.EventLogBase.append_many
         engine = log_module.engine.append_entries
         check = lmdb_log._SharedEnv.check_identity  # pyright: ignore[reportPrivateUsage]
+        run_in_txn = lmdb_log.LmdbEventLog.run_in_txn
+
+        def timed_run_in_txn(log: Any, fn: Callable[[Any], Any], *, write: bool) -> Any:
+            ended = [0]
+
+            def inside(txn: Any) -> Any:
+                began = time.thread_time_ns()
+                try:
+                    return fn(txn)
+                finally:
+                    ended[0] = time.thread_time_ns()
+                    parts['inside txn'] += ended[0] - began
+
+            start = time.thread_time_ns()
+            try:
+                return run_in_txn(log, inside, write=write)
+            finally:
+                done = time.thread_time_ns()
+                parts['run_in_txn'] += done - start
+                if ended[0]:
+                    parts['commit'] += done - ended[0]
 
         async def timed_append_many(log: Any, entries: Sequence[NewEntry]) -> list[int]:
             start = time.thread_time_ns()
@@ -88,21 +126,30 @@ class Split:
             (log_module.EventLogBase, 'append_many', append_many),
             (log_module.engine, 'append_entries', engine),
             (lmdb_log._SharedEnv, 'check_identity', check),  # pyright: ignore[reportPrivateUsage]
+            (lmdb_log.LmdbEventLog, 'run_in_txn', run_in_txn),
         ]
         log_module.EventLogBase.append_many = timed_append_many  # type: ignore[method-assign]
         log_module.engine.append_entries = timed_engine  # type: ignore[assignment]
         lmdb_log._SharedEnv.check_identity = timed_check  # type: ignore[method-assign]  # pyright: ignore[reportPrivateUsage]
+        lmdb_log.LmdbEventLog.run_in_txn = timed_run_in_txn  # type: ignore[method-assign]
 
     def uninstall(self) -> None:
         for owner, name, value in self._saved:
             setattr(owner, name, value)
 
     def per_call(self) -> dict[str, float]:
-        """Microseconds per transaction, with `rest` = append_many - engine - identity check."""
+        """Microseconds per transaction of each part (see `PARTS`)."""
         calls = max(self.calls, 1)
-        out = {name: value / calls / 1000 for name, value in self.parts.items()}
-        out['rest'] = out['append_many'] - out['engine'] - out['identity check']
-        return out
+        raw = {name: value / calls / 1000 for name, value in self.parts.items()}
+        return {
+            'append_many': raw['append_many'],
+            'engine': raw['engine'],
+            'identity check': raw['identity check'],
+            'begin': raw['run_in_txn'] - raw['inside txn'] - raw['commit'] - raw['identity check'],
+            'commit': raw['commit'],
+            'around engine': raw['inside txn'] - raw['engine'],
+            'outside txn': raw['append_many'] - raw['run_in_txn'],
+        }
 
 
 def drive(coro: Coroutine[Any, Any, Any]) -> Any:
@@ -142,6 +189,24 @@ async def record(count: int, seed: int, directory: Path) -> tuple[list[list[NewE
         log_module.EventLogBase.append_many = inner  # type: ignore[method-assign]
         split.uninstall()
     return batches, split.per_call()
+
+
+@contextlib.contextmanager
+def writemap() -> Iterator[None]:
+    """Stores opened meanwhile use LMDB's `writemap` (writes go straight into the map: a commit
+    copies and writes no pages), which the log does not use: what that option would save."""
+    opener = lmdb.open
+
+    def open_writemap(*args: Any, **kwargs: Any) -> lmdb.Environment:
+        if not kwargs.get('readonly'):
+            kwargs['writemap'] = True
+        return opener(*args, **kwargs)
+
+    lmdb.open = open_writemap
+    try:
+        yield
+    finally:
+        lmdb.open = opener
 
 
 def replay(batches: list[list[NewEntry]], directory: Path, name: str, split: Split | None) -> float:
@@ -206,9 +271,12 @@ def main() -> None:
         root = Path(tmp)
         batches, in_agent = asyncio.run(record(args.exchanges, args.seed, root))
         plain: list[float] = []
+        mapped: list[float] = []
         splits: list[dict[str, float]] = []
         for rep in range(args.reps):
             plain.append(replay(batches, root, f'plain-{rep}', None))
+            with writemap():
+                mapped.append(replay(batches, root, f'writemap-{rep}', None))
             split = Split()
             replay(batches, root, f'split-{rep}', split)
             splits.append(split.per_call())
@@ -217,9 +285,10 @@ def main() -> None:
     print(f'load average after: {load_average()}')
     print(f'\n{len(batches)} transactions of {args.exchanges} plain exchanges; thread CPU, us per transaction')
     print(f'{"":>16} | {"in the agent runs":>18} | {"tight-loop replay":>18}')
-    for name in ('append_many', 'engine', 'identity check', 'rest'):
+    for name in PARTS:
         print(f'{name:>16} | {in_agent[name]:18.1f} | {tight[name]:18.1f}')
     print(f'tight-loop replay without the timers: {statistics.median(plain):.1f} us per transaction')
+    print(f'  the same with LMDB writemap (not used by the log): {statistics.median(mapped):.1f} us per transaction')
     for name, value in empty.items():
         print(f'{name:>22}: {value:.2f} us')
 
