@@ -21,7 +21,8 @@ exported and each repetition runs in two children, one per tree, driven in lock 
 by exchange, each child runs it with all its agents in turn, the first child alternating, so the
 old and the new write path are measured side by side, at the same moments. The summary gives
 both, the ratios new / old, the overhead over the three-commit floor and the CPU per append with
-`sync=False` (its overhead over the three appends of a plain exchange), and the pages each
+`sync=False` (its overhead over the three appends of a plain exchange; also from the thread CPU
+time of the runs, which the waits of a loaded machine do not inflate), and the pages each
 commit writes (the bytes the run hands to write system calls over 4096 and the three commits).
 Every figure is a median; load averages are printed before, during and after.
 
@@ -134,6 +135,7 @@ async def child(count: int, seed: int, rep: int) -> None:
             index = int(line)
             user = data[index][0]
             times: dict[str, float] = {}
+            cpu: dict[str, float] = {}
             written: dict[str, float] = {}
             # A different order each exchange, so no agent always runs right after another's fsync.
             shift = index % len(names)
@@ -142,11 +144,13 @@ async def child(count: int, seed: int, rep: int) -> None:
                 agent.__dict__['_bench_position']['i'] = index
                 before = bytes_written()
                 start = time.perf_counter()
+                cpu_start = time.thread_time()
                 result = await agent.run(user, message_history=history[name], conversation_id=f'c-{rep}')
                 times[name] = time.perf_counter() - start
+                cpu[name] = time.thread_time() - cpu_start
                 written[name] = bytes_written() - before
                 history[name] = result.all_messages()
-            return {'times': times, 'written': written}
+            return {'times': times, 'cpu': cpu, 'written': written}
 
         def finish() -> dict[str, str]:
             for log in logs:
@@ -189,6 +193,7 @@ def main() -> None:
         trees = {f'old ({args.baseline})': old_tree} if old_tree is not None else {}
         trees['new (this tree)'] = HERE
         results: dict[str, list[dict[str, list[float]]]] = {label: [] for label in trees}
+        cpu_results: dict[str, list[dict[str, list[float]]]] = {label: [] for label in trees}
         written: dict[str, dict[str, list[float]]] = {label: {} for label in trees}
         print(f'load average before: {load_average()}')
         span = range(count - max(1, count // 4), count)
@@ -196,7 +201,7 @@ def main() -> None:
             children = LockStep(
                 script, trees, ['--exchanges', str(count), '--seed', str(args.seed), '--child', str(rep)]
             )
-            for times in results.values():
+            for times in [*results.values(), *cpu_results.values()]:
                 times.append({})
             for index in range(count):
                 # The trees take turns exchange by exchange, the first one alternating.
@@ -204,6 +209,8 @@ def main() -> None:
                     found = children.step(label, str(index))
                     for name, seconds in found['times'].items():
                         results[label][-1].setdefault(name, []).append(seconds)
+                    for name, seconds in found['cpu'].items():
+                        cpu_results[label][-1].setdefault(name, []).append(seconds)
                     if index in span:
                         for name, amount in found['written'].items():
                             written[label].setdefault(name, []).append(amount)
@@ -211,6 +218,7 @@ def main() -> None:
             print(f'  repetition {rep + 1} done; load average {load_average()}', flush=True)
     load_after = load_average()
     summaries = {label: summarize(reps, count) for label, reps in results.items()}
+    cpu_summaries = {label: summarize(reps, count) for label, reps in cpu_results.items()}
     print(f'\n{count} exchanges, {args.reps} repetitions; overhead = median over the last quarter of the runs')
     print(f'load average after: {load_after}')
     labels = list(summaries)
@@ -245,6 +253,11 @@ def main() -> None:
         if len(labels) == 2:
             line += f', {synced / pooled:.2f}x the floor of both children ({pooled * 1e3:.3f} ms)'
         print(f'{line}; CPU per append with sync=False {unsynced / APPENDS_PER_RUN * 1e3:.3f} ms')
+        cpu_unsynced = cpu_summaries[label]['eventlog, sync=False'][1]
+        print(
+            f'  the same from the thread CPU time of the runs (no waits; cache misses of a loaded machine '
+            f'still count): {cpu_unsynced / APPENDS_PER_RUN * 1e3:.3f} ms per append'
+        )
         pages = {
             name: statistics.median(written[label][name]) / 4096 / APPENDS_PER_RUN
             for name in ('commit: 1 value', 'eventlog')

@@ -15,6 +15,7 @@ from eventlog._checks import check_id, check_seq
 from eventlog._keys import (
     FORMAT_VERSION,
     META_FORMAT,
+    META_LAST_SEQ,
     META_SCRUB_PENDING,
     SEQ_SIZE,
     Table,
@@ -33,7 +34,7 @@ from eventlog._keys import (
     seq_key,
     v1_run_idem_prefix,
 )
-from eventlog._read import branch_bodies, context_tip, conv_or_raise, get_run
+from eventlog._read import branch_bodies, context_tip, conv_or_raise, derives_last_seq, get_run, last_seq
 from eventlog._storage import ReadTxn, WriteTxn
 from eventlog.entries import ForkInfo, NewEntry
 from eventlog.errors import InvalidArgumentError, StoreVersionError
@@ -73,11 +74,22 @@ def init_format(txn: WriteTxn) -> None:
 def migrate(txn: WriteTxn, version: int) -> None:
     """Rewrite a store of an older format in the current one, inside `txn` (all or nothing).
 
-    Entries, their hashes and every record keep their content; only how the indexes name
-    runs changes, so a migrated store exports, verifies and replays exactly as before.
+    Entries, their hashes and every record keep their content; only how the indexes name runs
+    changes (from format 1), so a migrated store exports, verifies and replays exactly as before.
+    From format 2 only the format record changes.
     """
-    if version != 1:
+    if version not in (1, 2):
         raise StoreVersionError(f'the store records format {version}, which no version of pydantic-ai-eventlog wrote')
+    if version == 1:
+        _migrate_from_1(txn)
+    # Format 2 -> 3: META `last_seq` stays as it is (the last seq then, a lower bound from now on);
+    # appends stop updating it where the store derives it from its last entry (`_read.last_seq`).
+    txn.put(Table.META, META_FORMAT, format_value(FORMAT_VERSION))
+
+
+def _migrate_from_1(txn: WriteTxn) -> None:
+    """Format 1 -> 2: runs named by their start `seq` in the idempotency keys, no BY_RUN table,
+    run records as arrays."""
     for key, raw in list(txn.scan(Table.RUNS)):
         run_id = decode_id(key, 'the run record key')
         run = decode_run(run_id, raw)
@@ -89,7 +101,6 @@ def migrate(txn: WriteTxn, version: int) -> None:
         txn.put(Table.RUNS, key, encode_run(run))
     for key in [k for k, _ in txn.scan(Table.BY_RUN)]:
         txn.delete(Table.BY_RUN, key)
-    txn.put(Table.META, META_FORMAT, format_value(FORMAT_VERSION))
 
 
 # --- conversations ----------------------------------------------------------------------------
@@ -148,6 +159,9 @@ def clear_scrub_pending(txn: WriteTxn, upto: int) -> bool:
 def delete_conversation(txn: WriteTxn, conversation_id: str) -> int:
     """Remove the conversation's entries and derived data; leave a content-free tombstone."""
     conv_or_raise(txn, conversation_id)
+    if derives_last_seq(txn):
+        # Its entries may be the log's last: their seqs stay used (`_read.last_seq`).
+        txn.put(Table.META, META_LAST_SEQ, seq_key(last_seq(txn)))
     prefix = ck(conversation_id)
     run_ids = [decode_id(run_id, 'the run id') for _, run_id in txn.scan(Table.CONV_RUNS, prefix=prefix)]
     for run_id in run_ids:

@@ -35,7 +35,7 @@ from eventlog._keys import (
     seq_key,
 )
 from eventlog._lease import check_fence
-from eventlog._read import get_body, get_conversation, get_run, last_seq
+from eventlog._read import derives_last_seq, get_body, get_conversation, get_run, last_seq
 from eventlog._storage import WriteTxn
 from eventlog.encryption import seal_body
 from eventlog.entries import (
@@ -185,6 +185,9 @@ class _Batch:
         self.prefixes: dict[str, bytes] = {}
         self.sealed = getattr(txn, 'sealer', None) is not None
         """Whether the store is encrypted (`txn` is an `encryption.SealedTxn`): bodies are sealed."""
+        self.derived = derives_last_seq(txn)
+        """Whether the store derives its last `seq` from its last entry (`_read.last_seq`): then no
+        META write, so an append dirties no META page."""
         self.next_seq = last_seq(txn) + 1
         self.first_seq = self.next_seq
         """The first `seq` this transaction can assign: a run starting at or after it started here."""
@@ -217,7 +220,8 @@ class _Batch:
         return None if body is None else body.conversation_id
 
     def flush(self) -> None:
-        self.txn.put(Table.META, META_LAST_SEQ, seq_key(self.next_seq - 1))
+        if not self.derived:
+            self.txn.put(Table.META, META_LAST_SEQ, seq_key(self.next_seq - 1))
         for run_id, record in self.runs.items():
             self.txn.put(Table.RUNS, run_key(run_id), encode_run(record))
         for conversation_id, conv in self.convs.items():

@@ -15,6 +15,8 @@ ids may not contain, so prefixes never collide):
 - IDEM       b'r' + run start seq8 + key -> seq8 (keys of a run), or
              b'\\x00' + ck(conversation) + key -> seq8 (keys of conversation entries)
 - META       b'format' -> format version, b'last_seq' -> seq8 (the largest seq ever assigned;
+             an LMDB store derives that from its last ENTRIES key and writes this key only
+             before a deletion removes entries, so it is a lower bound there (`_read.last_seq`);
              a PostgreSQL store of layout 2 keeps it in a counter instead and reads it as
              the last settled seq: docs/postgres.md, "Order"),
              b'scrub_pending' -> seq8 (the latest erasure or deletion whose removed bytes the
@@ -39,6 +41,8 @@ In an LMDB store (`LMDB_TABLES`) ENTRIES is a database of its own (large values,
 key order); every other table shares one `index` database under a one-byte prefix (the
 table's number), so an append dirties few pages.
 
+Format 2 wrote META `last_seq` with every append in every store; format 3 (an LMDB store's
+appends leave it alone) changes nothing else, so `_admin.migrate` only records the new number.
 Format 1 (before 0.1) also kept BY_RUN (ck(run) + seq8 -> ''), keyed run idempotency by
 ck(run) and stored run records as maps; `_admin.migrate` rewrites such a store in place.
 """
@@ -108,7 +112,7 @@ __all__ = [
     'v1_run_idem_prefix',
 ]
 
-FORMAT_VERSION: Final = 2
+FORMAT_VERSION: Final = 3
 """The on-disk format this code writes; a store with a larger number is refused, an older
 one is migrated when opened (`_admin.migrate`)."""
 
@@ -124,7 +128,8 @@ SEQ_SIZE: Final = 8
 META_FORMAT: Final = b'format'
 """The META key of the format version (ASCII digits)."""
 META_LAST_SEQ: Final = b'last_seq'
-"""The META key of the largest `seq` ever assigned (seq8)."""
+"""The META key of the largest `seq` ever assigned (seq8); in an LMDB store a lower bound, written
+before deletions (`_read.last_seq`)."""
 META_SCRUB_PENDING: Final = b'scrub_pending'
 """The META key of the `seq` (seq8) of the latest erasure or deletion not yet scrubbed from the
 store's files; absent when every removal has been."""

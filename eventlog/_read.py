@@ -98,10 +98,25 @@ def assigned_last_seq(txn: ReadTxn) -> int:
 def last_seq(txn: ReadTxn) -> int:
     """The largest `seq` ever assigned (entries removed by a delete keep their numbers used).
 
-    Every write transaction records it in META, so reading it is one lookup.
+    A store whose transactions can name the last entry's key (`last_entry_key`: LMDB, where
+    ENTRIES is a database of its own) derives it from that key and META `last_seq`, which it
+    writes only before a deletion removes entries (`_admin.delete_conversation`), so an append
+    dirties no META page; the larger of the two. Every other store records it in META with each
+    write.
     """
     raw = txn.get(Table.META, META_LAST_SEQ)
-    return 0 if raw is None else key_seq(raw)
+    recorded = 0 if raw is None else key_seq(raw)
+    tail = getattr(txn, 'last_entry_key', None)
+    if tail is None:
+        return recorded
+    key = cast('Callable[[], bytes | None]', tail)()
+    return recorded if key is None else max(recorded, key_seq(key))
+
+
+def derives_last_seq(txn: ReadTxn) -> bool:
+    """Whether `txn`'s store derives its last `seq` from its last entry (`last_seq`), recording
+    it in META only before a deletion; otherwise every write transaction records it."""
+    return getattr(txn, 'last_entry_key', None) is not None
 
 
 def _log_order(txn: ReadTxn, start: bytes) -> Iterator[tuple[bytes, bytes]]:

@@ -24,7 +24,7 @@ from eventlog import _engine as engine
 from eventlog import _lmdb_check as lmdb_check
 from eventlog import _lmdb_projection as lmdb_projection
 from eventlog._files import sync_directory
-from eventlog._keys import LMDB_TABLES
+from eventlog._keys import LMDB_TABLES, Table
 from eventlog._storage import (
     ProjectionRecords,
     ProjectionWriter,
@@ -118,6 +118,12 @@ class _LmdbTxn:
 
     def last(self, table: TableId, prefix: bytes = b'') -> tuple[bytes, bytes] | None:
         return next(self.scan(table, prefix=prefix, reverse=True), None)
+
+    def last_entry_key(self) -> bytes | None:
+        """The key of the last entry (ENTRIES is a database of its own, so its last key), or
+        `None` when there is none: an LMDB store derives its last `seq` from it (`_read.last_seq`)."""
+        cursor = self._txn.cursor(db=self._layout[Table.ENTRIES][0])
+        return cast('bytes', cursor.key()) if cursor.last() else None
 
     def put(self, table: TableId, key: bytes, value: bytes) -> None:
         db, prefix = self._layout[table]

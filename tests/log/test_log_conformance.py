@@ -299,8 +299,12 @@ async def test_delete_removes_everything_and_leaves_a_tombstone(log: EventLogBas
     await add_run(log, 'keep', 'rk', exchange(1))
     await log.append(run_started_entry(conversation_id='gone', run_id='rg', idempotency_key='s'))
     await log.append(message_entry(exchange(7, 'secret')[0], conversation_id='gone', run_id='rg'))
+    last = await log.last_seq()
     removed = await log.delete_conversation('gone')
     assert removed == 2
+    # The removed entries were the log's last: their seqs stay used, the tombstone follows them.
+    assert [e.seq for e in await log.entries(conversation_id='gone')] == [last + 1]
+    assert await log.last_seq() == last + 1
     assert await log.get_conversation('gone') is None
     assert await log.get_run('rg') is None
     assert [c.conversation_id for c in await log.list_conversations(include_archived=True)] == ['keep']

@@ -3,9 +3,14 @@ migrated in place, and then reads, exports, verifies and appends exactly as befo
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -17,7 +22,7 @@ from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelRe
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from capability import EventLogPersistence
-from eventlog import LmdbEventLog, NewEntry, StoreVersionError
+from eventlog import LmdbEventLog, NewEntry, ReadOnlyStoreError, StoreVersionError
 from eventlog._engine import FORMAT_VERSION
 from eventlog._storage import Table
 
@@ -164,3 +169,109 @@ def test_the_stored_run_layout_holds_every_run_field() -> None:
     from eventlog._keys import StoredRun
 
     assert set(StoredRun.__struct_fields__) == set(RunRecord.__struct_fields__) - {'run_id'}
+
+
+# --- format 2 -> 3 ----------------------------------------------------------------------------
+# `fixtures/format2.lmdb` was made by the format-2 code (main at 4d8d422): three agent runs with a
+# tool call each in conv-a, one in conv-b with a titled idempotency key, then two conversations
+# recorded and deleted, the second one last (its tombstone is the store's last entry). Format 3
+# differs only in META `last_seq`, which an LMDB store's appends no longer write.
+
+
+@pytest.fixture
+def v2_store(tmp_path: Path) -> Path:
+    path = tmp_path / 'store'
+    shutil.copytree(FIXTURES / 'format2.lmdb', path)
+    env = lmdb.open(str(path), max_dbs=32, readonly=True, lock=False)
+    index = env.open_db(b'index', create=False)
+    with env.begin() as txn:
+        assert txn.get(bytes([Table.META]) + b'format', db=index) == b'2', 'the fixture is a format-2 store'
+    env.close()
+    return path
+
+
+def _meta(path: Path, key: bytes) -> bytes | None:
+    env = lmdb.open(str(path), max_dbs=32, readonly=True, lock=False)
+    try:
+        index = env.open_db(b'index', create=False)
+        with env.begin() as txn:
+            value = txn.get(bytes([Table.META]) + key, db=index)
+            return None if value is None else bytes(value)
+    finally:
+        env.close()
+
+
+def test_a_format_2_store_opened_read_only_names_its_migration(v2_store: Path) -> None:
+    with pytest.raises(ReadOnlyStoreError, match='in format 2, which is brought to format 3 by opening it for writing'):
+        LmdbEventLog(v2_store, read_only=True)
+    assert _meta(v2_store, b'format') == b'2'
+
+
+async def test_a_format_2_store_is_migrated_and_reads_as_before(v2_store: Path) -> None:
+    expected = json.loads((FIXTURES / 'v2-expected.json').read_text())
+    log = LmdbEventLog(v2_store)
+    try:
+        assert await log.last_seq() == expected['last_seq']
+        runs = await log.list_runs()
+        assert {run.run_id: run.conversation_id for run in runs} == expected['runs']
+        for run in runs:
+            assert (await log.run_messages_json(run.run_id)).decode() == expected['run_messages'][run.run_id]
+        exported = io.BytesIO()
+        await log.export(exported)
+        assert exported.getvalue() == (FIXTURES / 'v2-export.jsonl').read_bytes()
+        assert (await log.verify()).ok
+        # Idempotency keys hold: the title appended again is the recorded entry.
+        title = NewEntry(conversation_id='conv-b', kind='title', payload=b'{"title":"B"}', idempotency_key='title-once')
+        titles = [e for e in await log.entries(conversation_id='conv-b') if e.kind == 'title']
+        assert await log.append(title) == titles[0].seq
+        assert await log.last_seq() == expected['last_seq']
+        # The next entry follows the last one ever assigned.
+        fresh = NewEntry(conversation_id='conv-b', kind='title', payload=b'{"title":"B2"}')
+        assert await log.append(fresh) == expected['last_seq'] + 1
+        assert (await log.verify()).ok
+    finally:
+        log.close()
+    assert _meta(v2_store, b'format') == str(FORMAT_VERSION).encode() == b'3'
+    # The recorded last seq was left as the format-2 code wrote it; the append did not move it.
+    assert _meta(v2_store, b'last_seq') == expected['last_seq'].to_bytes(8, 'big')
+    reopened = LmdbEventLog(v2_store, read_only=True)  # current now: opens read-only
+    try:
+        assert await reopened.last_seq() == expected['last_seq'] + 1
+    finally:
+        reopened.close()
+
+
+def test_a_migration_killed_at_any_moment_leaves_a_store_that_opens(tmp_path: Path) -> None:
+    """Opening migrates in one transaction: a process killed with SIGKILL while it opens (before,
+    during or after the migration) leaves the store in format 2 or 3, never in between."""
+    export = (FIXTURES / 'v2-export.jsonl').read_bytes()
+    code = (
+        'import sys, time\n'
+        'from eventlog import LmdbEventLog\n'
+        "print('opening', flush=True)\n"
+        'log = LmdbEventLog(sys.argv[1])\n'
+        "print('opened', flush=True)\n"
+        'time.sleep(60)\n'
+    )
+    formats: set[bytes | None] = set()
+    for attempt, delay in enumerate([0.0, 0.001, 0.003, 0.006, 0.012, 0.05]):
+        path = tmp_path / f'store-{attempt}'
+        shutil.copytree(FIXTURES / 'format2.lmdb', path)
+        proc = subprocess.Popen([sys.executable, '-c', code, str(path)], stdout=subprocess.PIPE, text=True)
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == 'opening'
+        time.sleep(delay)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        proc.stdout.close()
+        formats.add(_meta(path, b'format'))
+        log = LmdbEventLog(path)
+        try:
+            exported = io.BytesIO()
+            asyncio.run(log.export(exported))
+            assert exported.getvalue() == export
+            assert asyncio.run(log.verify()).ok
+        finally:
+            log.close()
+        assert _meta(path, b'format') == b'3'
+    assert formats <= {b'2', b'3'}, formats
