@@ -41,6 +41,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 WORKER = HERE / '_pg_net_worker.py'
 TICK = os.sysconf('SC_CLK_TCK')
+MODES = ('own conversations', 'one conversation')
 LAYOUT_1_COMMIT = '1d3c2619999330f99996c3ed087b070c1fb99909'
 """The last commit of the old scheme (one store-wide lock per write): main before layout 2."""
 
@@ -160,6 +161,13 @@ def measured_rtt(dsn: str) -> float:
     return statistics.median(times)
 
 
+def starved(trips: dict[str, int]) -> str:
+    """The engine's wall time over its thread CPU time in the writers (where the code measures it)."""
+    if not trips.get('engine cpu us'):
+        return ''
+    return f', engine wall/CPU {trips["engine wall us"] / trips["engine cpu us"]:.2f}'
+
+
 def pct(values: Sequence[float], q: float) -> float:
     if not values:
         return float('nan')
@@ -230,6 +238,7 @@ def bench_network(
     old_rev: str | None,
     tmp: Path,
     base_rev: str | None = None,
+    modes: Sequence[str] = MODES,
 ) -> list[Row]:
     """The section: returns its rows (and prints them)."""
     params = conninfo_to_dict(dsn)
@@ -266,7 +275,7 @@ def bench_network(
             if child.line() != 'ready':
                 raise RuntimeError('a worker failed to start')
         for count in counts:
-            for mode in ('own conversations', 'one conversation'):
+            for mode in modes:
                 if count == 1 and mode == 'one conversation':
                     continue
                 for scheme in codes:
@@ -276,7 +285,8 @@ def bench_network(
                     rows.append(row)
                     print(
                         f'  {scheme:4} {mode:17} {count:2} writers: {row.rate:7.0f} appends/s, p50 {row.p50:6.1f} ms, '
-                        f'CPU {row.cpu_total * 1000:.2f} ms/append, one trip {row.one_trip:.0%}, skipped {row.skipped}; {row.trips}',
+                        f'CPU {row.cpu_total * 1000:.2f} ms/append, one trip {row.one_trip:.0%}, skipped {row.skipped}'
+                        f'{starved(row.trips)}; {row.trips}',
                         flush=True,
                     )
     finally:
@@ -355,6 +365,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument('--writers', type=int, nargs='+', default=[1, 4, 8, 16])
     parser.add_argument('--old-rev', default=LAYOUT_1_COMMIT, help="the old scheme's revision ('none': leave it out)")
     parser.add_argument('--base-rev', help='a third column: the code of this revision (e.g. main before a change)')
+    parser.add_argument('--own-only', action='store_true', help='leave out the writers on one conversation')
     parser.add_argument('--dsn')
     args = parser.parse_args(argv)
     run(
@@ -364,6 +375,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         counts=args.writers,
         old_rev=None if args.old_rev == 'none' else args.old_rev,
         base_rev=args.base_rev,
+        modes=MODES[:1] if args.own_only else MODES,
     )
 
 
@@ -375,6 +387,7 @@ def run(
     counts: Sequence[int],
     old_rev: str | None,
     base_rev: str | None = None,
+    modes: Sequence[str] = MODES,
 ) -> None:
     """Start a server unless `dsn` names one, and run the section at each round trip of `rtts`."""
     sys.path.insert(0, str(REPO / 'tests'))
@@ -396,6 +409,7 @@ def run(
                     old_rev=old_rev,
                     base_rev=base_rev,
                     tmp=Path(tmp) / f'{rtt:g}',
+                    modes=modes,
                 )
     finally:
         if server is not None:
