@@ -292,6 +292,9 @@ class PostgresEventLog(EventLogBase):
         counts half its time twice): `_queueing`."""
         self._queue_full = _QUEUE_FULL
         """Internal: `_QUEUE_FULL` (tests on a loopback server, whose round trips are all noise, raise it)."""
+        self._held: deque[bool] = deque(maxlen=_DISTANCES)
+        """Whether the window held the counter at this handle's recent appends (tried, or on the
+        two-trip path: would have held it): `_variant_limit`."""
         self._tries: deque[bool] = deque(maxlen=_TRIES)
         """Whether each recent one-trip try with a claim found the counter in its window."""
         self._distances: deque[int] = deque(maxlen=_DISTANCES)
@@ -1119,6 +1122,7 @@ class PostgresEventLog(EventLogBase):
                 with self._cache_lock:
                     self._distances.append(low + chosen - shift)
                     self._tries.append(True)
+                    self._held.append(True)
         if variant.new_last is not None:
             done[slot] = variant.new_last
         self._remember(known, {**reads, **done}, generation, optimistic=True)
@@ -1151,13 +1155,19 @@ class PostgresEventLog(EventLogBase):
 
     def _variant_limit(self) -> tuple[int, int]:
         """The most variants the round trip saved pays for (the shortest of this handle's recent
-        one-trip appends over `_variant_ms`, at most `_max_variants`), and the most it tries: that
+        one-trip appends, times the share of its last 32 windows that held the counter less the
+        share that missed it (tried, or on the two-trip path would have): a hit saves a round
+        trip, a miss costs one), over `_variant_ms`, at most
+        `_max_variants`), and the most it tries: that
         scaled by the CPU the machines have to spare, all of it while the round trips typically
         take at most `_QUEUE_OK` times the shortest (`_queueing`), none from `_queue_full` times
         on (linearly between): a variant costs CPU, and where appends wait for CPU more than for
         the network, that CPU is taken from other appends and a round trip saved buys nothing.
         Called under `_cache_lock`."""
         trip_ms = min(self._trip_times) if self._trip_times else _MAX_VARIANTS * self._variant_ms
+        if len(self._held) >= _MIN_SAMPLES:
+            # A window that misses costs a round trip (the failed try) instead of saving one.
+            trip_ms *= max(0.0, 1 - 2 * self._held.count(False) / len(self._held))
         by_trip = min(self._max_variants, max(1, int(trip_ms / self._variant_ms)))
         spare = min(1.0, max(0.0, (self._queue_full - self._queueing()) / (self._queue_full - _QUEUE_OK)))
         return by_trip, max(1, int(by_trip * spare))
@@ -1272,6 +1282,7 @@ class PostgresEventLog(EventLogBase):
             if distance is not None and distance >= 0:
                 self._distances.append(distance)  # where the counter was (the claim's answer)
             self._tries.append(False)
+            self._held.append(False)
             if self._tries.count(False) * 2 >= _TRIES:
                 self._tries.clear()
                 self._optimistic = False
@@ -1295,6 +1306,7 @@ class PostgresEventLog(EventLogBase):
                 low, width = self._window() if self._variants else (0, 1)
                 if distance >= 0 and timed:
                     self._distances.append(distance)
+                    self._held.append(low <= distance < low + width)
             if not low <= distance < low + width:
                 right = False
         if right:

@@ -252,7 +252,8 @@ async def test_the_window_shrinks_when_round_trips_wait_for_cpu_and_grows_back_w
     """The variants a handle tries are limited by the round trip they save (the shortest recent
     one-trip append over `_variant_ms`) scaled by the CPU to spare: all of them while its round
     trips typically take what the shortest takes, none once they typically take twice as long
-    (time spent waiting for a CPU somewhere, which variants would make longer). The round trips'
+    (time spent waiting for a CPU somewhere, which variants would make longer), and by the
+    share of windows that held the counter less the share that missed it. The round trips'
     times are injected (a loopback server's are all noise): a 4 ms round trip allows 8 variants;
     the same round trips with half of them at 12 ms allow one; a handle alternating with another
     appends in one round trip (2 variants) while the network dominates, on the two-trip path
@@ -280,6 +281,12 @@ async def test_the_window_shrinks_when_round_trips_wait_for_cpu_and_grows_back_w
     assert limit() == (8, 1)
     network(*[4.0] * 16, *[6.0] * 16)  # 1.5 times: between, some variants
     assert limit() == (8, 5)
+    network(*[4.0] * 32)
+    log._held.extend([True] * 24 + [False] * 8)  # pyright: ignore[reportPrivateUsage]
+    assert limit() == (4, 4)  # a window that misses costs a round trip: half the saving left
+    log._held.extend([False] * 8)  # pyright: ignore[reportPrivateUsage]
+    assert limit() == (1, 1)
+    log._held.clear()  # pyright: ignore[reportPrivateUsage]
     number = 0
     try:
         await start(handles, twin)
