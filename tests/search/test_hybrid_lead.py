@@ -1,7 +1,9 @@
-"""The per-query lexical weight of hybrid fusion (`search.semantic.lexical_weight_for`, the default of
-`fuse_scores` and `SearchOptions.lexical_weight`), and hybrid against its halves on a slice of the
-second realistic set: questions in a later chat about a fact stated in an earlier one (the Chit-Chat
-corpus, MIT licence, `tests/search/data`, made by `bench/slice_facts.py`), with the packaged MiniLM.
+"""The lead of hybrid fusion (`search.semantic.lexical_lead`, part of `fuse_scores`' default and of
+`SearchOptions(lexical_weight=None)`): BM25's first matches gain `HYBRID_LEAD_BONUS / rank` when its
+first stands `HYBRID_LEAD_GAP` deviations above its second. Then hybrid against its halves on a slice
+of the second realistic set: questions in a later chat about a fact stated in an earlier one (the
+Chit-Chat corpus, MIT licence, `tests/search/data`, made by `bench/slice_facts.py`), with the packaged
+MiniLM.
 """
 
 from __future__ import annotations
@@ -21,11 +23,12 @@ from search.backend import RankedHits
 from search.local_model import minilm_embedder
 from search.persistent_index import PersistentIndex
 from search.semantic import (
+    HYBRID_LEAD_BONUS,
+    HYBRID_LEAD_DEPTH,
+    HYBRID_LEAD_GAP,
     HYBRID_LEXICAL_WEIGHT,
-    HYBRID_PEAK_RAMP,
-    HYBRID_PEAKED_LEXICAL_WEIGHT,
     fuse_scores,
-    lexical_weight_for,
+    lexical_lead,
 )
 from search.vector_index import VectorIndex
 from tests.search.searchtools import reply, user
@@ -46,37 +49,65 @@ SEMANTIC = ranking({d: 0.9 - d * 0.004 for d in range(200)})
 """200 documents, document 0 the closest in meaning, evenly spread."""
 
 
-def test_the_weight_rises_from_the_base_to_the_peaked_weight_across_the_ramp() -> None:
-    low, high = HYBRID_PEAK_RAMP
-    assert lexical_weight_for(0.0) == lexical_weight_for(low) == HYBRID_LEXICAL_WEIGHT
-    assert lexical_weight_for(high) == lexical_weight_for(10 * high) == HYBRID_PEAKED_LEXICAL_WEIGHT
-    middle = lexical_weight_for((low + high) / 2)
-    assert middle == pytest.approx((HYBRID_LEXICAL_WEIGHT + HYBRID_PEAKED_LEXICAL_WEIGHT) / 2)
-    steps = [lexical_weight_for(low + (high - low) * i / 10) for i in range(11)]
-    assert steps == sorted(steps) and len(set(steps)) == 11
-    assert lexical_weight_for(math.nan) == HYBRID_LEXICAL_WEIGHT
-    assert lexical_weight_for(-math.inf) == HYBRID_LEXICAL_WEIGHT
+def lead(z: list[float], documents: int, ids: list[int] | None = None) -> list[float]:
+    doc_ids = np.array(ids if ids is not None else range(len(z)), dtype=np.int64)
+    return lexical_lead(doc_ids, np.array(z, dtype=np.float64), documents).tolist()
 
 
-def test_a_word_one_message_alone_holds_gets_the_peaked_weight_and_decides() -> None:
-    # one match among 200: it stands about sqrt(199) = 14 deviations above BM25's mean
-    only = ranking({150: 6.0})
+def test_the_lead_goes_by_rank_to_the_first_matches_once_the_gap_is_met() -> None:
+    # the first stands exactly the gap above the second: its first DEPTH matches lead by 1/rank
+    z = [2.0, 3.0, HYBRID_LEAD_GAP + 3.0, 1.0, 0.5, 0.25, 0.1, -0.2]
+    expected = [HYBRID_LEAD_BONUS / r for r in range(1, HYBRID_LEAD_DEPTH + 1)]
+    got = lead(z, documents=len(z))
+    ranked = sorted(range(len(z)), key=lambda i: -z[i])
+    assert [got[i] for i in ranked[:HYBRID_LEAD_DEPTH]] == pytest.approx(expected)
+    assert all(got[i] == 0.0 for i in ranked[HYBRID_LEAD_DEPTH:])
+    # a hair under the gap: no lead at all
+    z[2] = HYBRID_LEAD_GAP + 3.0 - 1e-9
+    assert lead(z, documents=len(z)) == [0.0] * len(z)
+
+
+def test_one_match_is_measured_against_the_documents_bm25_does_not_match() -> None:
+    # the only match: its second is an unmatched document (z 0), so the gap is its own z
+    assert lead([HYBRID_LEAD_GAP], documents=200) == [HYBRID_LEAD_BONUS]
+    assert lead([HYBRID_LEAD_GAP - 0.5], documents=200) == [0.0]
+    # when every match sits below the unmatched documents' 0, the gap is still taken from 0
+    assert lead([HYBRID_LEAD_GAP + 1.0, -3.0], documents=200) == [HYBRID_LEAD_BONUS, HYBRID_LEAD_BONUS / 2]
+    # a corpus that BM25 matches entirely, with one document: no second to compare, the gap is met
+    assert lead([0.0], documents=1) == [HYBRID_LEAD_BONUS]
+    assert lead([], documents=10) == []
+
+
+def test_equal_scores_lead_in_document_order() -> None:
+    z = [HYBRID_LEAD_GAP + 1.0] + [0.5] * 8
+    ids = [40, 90, 80, 70, 60, 50, 30, 20, 10]
+    got = lead(z, documents=300, ids=ids)
+    assert got[0] == HYBRID_LEAD_BONUS
+    by_doc = {doc: value for doc, value in zip(ids, got, strict=True)}
+    assert [by_doc[d] for d in (10, 20, 30, 50)] == pytest.approx([HYBRID_LEAD_BONUS / r for r in (2, 3, 4, 5)])
+    assert all(by_doc[d] == 0.0 for d in (60, 70, 80, 90))
+
+
+def test_a_word_one_message_alone_holds_leads_where_a_fixed_weight_does_not_lift_it() -> None:
+    # one match among 200: about sqrt(199) = 14 deviations above BM25's mean, the gap is met
+    only = ranking({199: 6.0})
     best = (6.0 - 6.0 / 200) / math.sqrt(36.0 / 200 - (6.0 / 200) ** 2)
-    weight = lexical_weight_for(best)
-    assert HYBRID_LEXICAL_WEIGHT < weight < HYBRID_PEAKED_LEXICAL_WEIGHT
-    assert order(fuse_scores(only, SEMANTIC)) == order(fuse_scores(only, SEMANTIC, lexical_weight=weight))
-    # document 150 is 151st by meaning: the per-query weight puts it first, the former fixed 0.15 does not
-    assert order(fuse_scores(only, SEMANTIC))[:2] == [150, 0]
-    assert 150 not in order(fuse_scores(only, SEMANTIC, lexical_weight=HYBRID_LEXICAL_WEIGHT))[:5]
+    assert best >= HYBRID_LEAD_GAP
+    # document 199 is the last by meaning: the lead puts it first; the same weight without it, and
+    # the fusion before the lead (fixed 0.15), leave it behind the semantic first
+    assert order(fuse_scores(only, SEMANTIC))[:2] == [199, 0]
+    assert order(fuse_scores(only, SEMANTIC, lexical_weight=HYBRID_LEXICAL_WEIGHT))[0] == 0
+    assert order(fuse_scores(only, SEMANTIC, lexical_weight=0.15))[0] == 0
 
 
-def test_a_word_two_messages_share_keeps_the_base_weight() -> None:
-    # two equal matches stand about 10 deviations above the mean: the ramp has not begun
+def test_a_word_many_messages_share_gets_no_lead() -> None:
+    # two equal matches: no gap between BM25's first and second, so the default is the weight alone
     shared = ranking({150: 6.0, 120: 6.0})
     assert order(fuse_scores(shared, SEMANTIC)) == order(
         fuse_scores(shared, SEMANTIC, lexical_weight=HYBRID_LEXICAL_WEIGHT)
     )
-    assert order(fuse_scores(shared, SEMANTIC))[:3] == [0, 1, 2]
+    fused = order(fuse_scores(shared, SEMANTIC))
+    assert fused.index(150) > fused.index(0)  # 151st by meaning: the weight alone does not lift it first
 
 
 def test_a_fixed_weight_is_checked_and_passed_through_the_options() -> None:
@@ -118,6 +149,7 @@ async def test_hybrid_recalls_at_least_the_better_of_its_halves_on_fact_question
         'semantic': SearchOptions(context_lines=0, mode='semantic', embedder=minilm),
         'hybrid': SearchOptions(context_lines=0, mode='hybrid', embedder=minilm),
         'hybrid 0.15': SearchOptions(context_lines=0, mode='hybrid', embedder=minilm, lexical_weight=0.15),
+        'hybrid rrf': SearchOptions(context_lines=0, mode='hybrid', embedder=minilm, fusion='rrf'),
     }
     recall: dict[str, int] = {}
     for label, options in modes.items():
@@ -130,4 +162,5 @@ async def test_hybrid_recalls_at_least_the_better_of_its_halves_on_fact_question
             asked, evidence = tuple(question['asked']), tuple(question['evidence'])  # pyright: ignore[reportArgumentType]
             top = [(hit.run_id, hit.position) for hit in result.ranked if (hit.run_id, hit.position) != asked][:5]
             recall[label] += evidence in top
+    print(recall)
     assert recall['hybrid'] >= max(recall['bm25'], recall['semantic']), recall
