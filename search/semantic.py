@@ -272,7 +272,14 @@ def lexical_lead(doc_ids: NDArray[np.int64], lexical_z: NDArray[np.float64], doc
     lead: NDArray[np.float64] = np.zeros(len(lexical_z), dtype=np.float64)
     if lexical_z.shape[0] == 0:
         return lead
-    order = np.lexsort((doc_ids, -lexical_z))
+    depth = max(HYBRID_LEAD_DEPTH, 2)
+    if lexical_z.shape[0] > depth:
+        # only the first few are ranked: those at or above the depth-th best score (a linear partition)
+        floor = np.partition(lexical_z, lexical_z.shape[0] - depth)[lexical_z.shape[0] - depth]
+        near = np.flatnonzero(lexical_z >= floor)
+        order = near[np.lexsort((doc_ids[near], -lexical_z[near]))]
+    else:
+        order = np.lexsort((doc_ids, -lexical_z))
     first = float(lexical_z[order[0]])
     second = float(lexical_z[order[1]]) if order.shape[0] > 1 else -math.inf
     if documents > lexical_z.shape[0]:

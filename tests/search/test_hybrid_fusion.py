@@ -124,7 +124,6 @@ async def test_hybrid_recalls_at_least_the_better_of_its_halves_on_real_chats(mi
             asked, evidence = tuple(question['asked']), tuple(question['evidence'])  # pyright: ignore[reportArgumentType]
             top = [(hit.run_id, hit.position) for hit in result.ranked if (hit.run_id, hit.position) != asked][:5]
             recall[label] += evidence in top
-    print(recall)
     assert recall['hybrid'] >= max(recall['bm25'], recall['semantic']), recall
     assert recall['hybrid'] > recall['hybrid rrf'], recall
     assert recall['semantic'] > recall['bm25'], recall  # these are questions answered in other words

@@ -88,6 +88,31 @@ def test_equal_scores_lead_in_document_order() -> None:
     assert all(by_doc[d] == 0.0 for d in (60, 70, 80, 90))
 
 
+def reference_lead(doc_ids: list[int], z: list[float], documents: int) -> list[float]:
+    """The rule as written, over a full sort."""
+    order = sorted(range(len(z)), key=lambda i: (-z[i], doc_ids[i]))
+    out = [0.0] * len(z)
+    if not z:
+        return out
+    second = z[order[1]] if len(z) > 1 else -math.inf
+    if documents > len(z):
+        second = max(second, 0.0)
+    if z[order[0]] - second >= HYBRID_LEAD_GAP:
+        for rank, i in enumerate(order[:HYBRID_LEAD_DEPTH], start=1):
+            out[i] = HYBRID_LEAD_BONUS / rank
+    return out
+
+
+def test_the_lead_matches_a_full_sort_with_many_ties() -> None:
+    rng = np.random.default_rng(30)
+    for _ in range(300):
+        n = int(rng.integers(1, 60))
+        z = rng.choice([-1.0, 0.5, 2.0, 2.0, 3.0, 12.0, 20.0], size=n).tolist()
+        ids = rng.permutation(1000)[:n].tolist()
+        documents = n + int(rng.integers(0, 3))
+        assert lead(z, documents, ids) == pytest.approx(reference_lead(ids, z, documents))
+
+
 def test_a_word_one_message_alone_holds_leads_where_a_fixed_weight_does_not_lift_it() -> None:
     # one match among 200: about sqrt(199) = 14 deviations above BM25's mean, the gap is met
     only = ranking({199: 6.0})
@@ -162,5 +187,4 @@ async def test_hybrid_recalls_at_least_the_better_of_its_halves_on_fact_question
             asked, evidence = tuple(question['asked']), tuple(question['evidence'])  # pyright: ignore[reportArgumentType]
             top = [(hit.run_id, hit.position) for hit in result.ranked if (hit.run_id, hit.position) != asked][:5]
             recall[label] += evidence in top
-    print(recall)
     assert recall['hybrid'] >= max(recall['bm25'], recall['semantic']), recall
