@@ -16,8 +16,8 @@
   next few matches are kept in reach of the top even when they mean little to the embedding
   model (a question naming a fact said once), where a weight alone would have to be raised for
   every query and would cost the questions answered in other words. `SearchOptions.lexical_weight`
-  fixes `w` and drops the lead (plain weighted standardised scores; 0.15 is the fusion before
-  it). `'rrf'` is the first, reciprocal-rank fusion (`fuse_rankings`). Equal fused scores go to
+  fixes `w` and drops the lead (plain weighted standardised scores; 0.15 gives the first
+  standardised-score fusion). `'rrf'` is the first, reciprocal-rank fusion (`fuse_rankings`). Equal fused scores go to
   the semantically closer document.
 
 Analyzers: `'bm25'` and the lexical half of `'hybrid'` tokenize with `SearchOptions.analyzer`
