@@ -17,8 +17,8 @@
   model (a question naming a fact said once), where a weight alone would have to be raised for
   every query and would cost the questions answered in other words. `SearchOptions.lexical_weight`
   fixes `w` and drops the lead (plain weighted standardised scores; 0.15 gives the first
-  standardised-score fusion). `'rrf'` is the first, reciprocal-rank fusion (`fuse_rankings`). Equal fused scores go to
-  the semantically closer document.
+  standardised-score fusion). `'rrf'` is the first, reciprocal-rank fusion (`fuse_rankings`).
+  Equal fused scores go to the semantically closer document.
 
 Analyzers: `'bm25'` and the lexical half of `'hybrid'` tokenize with `SearchOptions.analyzer`
 (`'default'` unless set; `'english'` stems with PyStemmer). `'semantic'` uses none: the embedder
