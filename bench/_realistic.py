@@ -7,21 +7,66 @@ on the development half only).
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+from unittest import mock
 
+import numpy as np
 from pydantic_ai.embeddings import Embedder
 
 from bench._chitchat import Conversation, Question
 from eventlog import InMemoryEventLog, ReplayHistorySource, message_entry, run_started_entry
 from search import SearchEngine, SearchOptions
-from search.backend import Hit
+from search.backend import Hit, RankedHits
 from search.persistent_index import PersistentIndex
+from search.semantic import fuse_scores
 from search.vector_index import VectorIndex
 
 TOP = 5
 """Recall@TOP."""
+
+OLDER_WEIGHT = 0.15
+"""The fixed lexical weight of the first standardised-score fusion (`SearchOptions(lexical_weight=0.15)`)."""
+
+PREVIOUS_RAMP = (10.0, 20.0, 0.15, 0.3)
+"""The previous default fusion, before the lead (kept here only to measure it beside the new one): the
+lexical weight 0.15 while BM25's best standardised score is under 10 deviations, rising linearly to
+0.3 at 20 and above, with no lead."""
+
+
+def previous_weight(lexical: RankedHits, semantic: RankedHits) -> float:
+    """The previous default's lexical weight for this query (`PREVIOUS_RAMP`)."""
+    low, high, base, top = PREVIOUS_RAMP
+    ids, scores = lexical.scored()
+    count = int(np.union1d(ids, semantic.scored()[0]).shape[0])
+    if not scores.shape[0] or not count:
+        return base
+    mean = float(scores.sum()) / count
+    variance = float(np.square(scores).sum()) / count - mean * mean
+    best = (float(scores.max()) - mean) / math.sqrt(variance) if variance > 1e-18 else 0.0
+    return base + (top - base) * min(1.0, max(0.0, (best - low) / (high - low)))
+
+
+def previous_fusion(lexical: RankedHits, semantic: RankedHits) -> RankedHits:
+    """The previous default fusion (`PREVIOUS_RAMP`), from the library's `fuse_scores` at a fixed weight."""
+    return fuse_scores(lexical, semantic, lexical_weight=previous_weight(lexical, semantic))
+
+
+@contextmanager
+def previous_default() -> Iterator[None]:
+    """Hybrid searches made inside rank by the previous default fusion where the options leave the
+    lexical weight unset (the engine calls `fuse_scores`; it is swapped for `previous_fusion`)."""
+
+    def fuse(lexical: RankedHits, semantic: RankedHits, *, lexical_weight: float | None = None) -> RankedHits:
+        if lexical_weight is not None:
+            return fuse_scores(lexical, semantic, lexical_weight=lexical_weight)
+        return previous_fusion(lexical, semantic)
+
+    with mock.patch('search.engine.fuse_scores', fuse):
+        yield
 
 
 @dataclass

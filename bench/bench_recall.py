@@ -1,6 +1,7 @@
 """Recall and cost of the search modes: bm25 (default and english analyzers), semantic, and hybrid
-fused by standardised scores with the per-query lexical weight (the default), with the former fixed
-weight 0.15 (`lexical_weight=0.15`), or by reciprocal rank (`'rrf'`, the first), side by side.
+fused by standardised scores with BM25's lead (the default, new), by the previous default (a per-query
+lexical weight 0.15 to 0.3, `bench._realistic.previous_default`), by the first fixed weight 0.15
+(`lexical_weight=0.15`), or by reciprocal rank (`'rrf'`), side by side in one run.
 
 1. Recall@5 on the two realistic sets, real multi-session chats of the Chit-Chat corpus (package
    `chitchat-dataset`, extra `recall-bench`), each pair's chats one conversation, each chat a run:
@@ -37,6 +38,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -48,14 +50,14 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, Text
 
 from bench._chitchat import load as load_realistic
 from bench._chitchat_facts import load as load_facts
+from bench._realistic import OLDER_WEIGHT, PREVIOUS_RAMP, previous_default, recall_at
 from bench._realistic import engine as realistic_engine
-from bench._realistic import recall_at
 from bench._realistic import store as store_realistic
 from bench._search_corpus import conversation_messages
 from eventlog import LmdbEventLog, message_entry, run_started_entry
 from search import SearchEngine, SearchOptions, get_analyzer
 from search.lmdb_index import LmdbIndex
-from search.semantic import HYBRID_LEXICAL_WEIGHT, HYBRID_PEAK_RAMP, HYBRID_PEAKED_LEXICAL_WEIGHT
+from search.semantic import HYBRID_LEAD_BONUS, HYBRID_LEAD_DEPTH, HYBRID_LEAD_GAP, HYBRID_LEXICAL_WEIGHT
 from search.vector_index import VectorIndex
 
 # (statement, question with the statement's words, paraphrased question sharing no content word)
@@ -295,25 +297,40 @@ def loadavg() -> str:
     return Path('/proc/loadavg').read_text().split(' ', 3)[:3].__str__()
 
 
+OLDER = 'hybrid fixed 0.15 (older)'
+PREVIOUS = 'hybrid ramp (previous)'
+NEW = 'hybrid lead (new)'
+PREVIOUS_ROWS = {PREVIOUS, 'hybrid ramp english (prev)'}
+"""Rows searched inside `previous_default()` (the previous default fusion, no longer in the library)."""
+
+
+def fusion_context(label: str) -> AbstractContextManager[None]:
+    """The context a row's searches run in: the previous default fusion for `PREVIOUS_ROWS`."""
+    return previous_default() if label in PREVIOUS_ROWS else nullcontext()
+
+
 def mode_options(embedder: Embedder, *, english_hybrid: bool = False) -> dict[str, SearchOptions]:
     """The rows of the recall tables: each mode and analyzer, and hybrid by each fusion (the english
     hybrid rows only with `english_hybrid`: they need the set embedded a second time)."""
     english = get_analyzer('english')
+    hybrid = SearchOptions(context_lines=0, mode='hybrid', embedder=embedder)
     rows = {
         'bm25 default': SearchOptions(context_lines=0),
         'bm25 english': SearchOptions(context_lines=0, analyzer=english),
         'semantic': SearchOptions(context_lines=0, mode='semantic', embedder=embedder),
         'hybrid rrf (first)': SearchOptions(context_lines=0, mode='hybrid', embedder=embedder, fusion='rrf'),
-        'hybrid zscore 0.15 (old)': SearchOptions(
-            context_lines=0, mode='hybrid', embedder=embedder, lexical_weight=HYBRID_LEXICAL_WEIGHT
-        ),
-        'hybrid per-query (new)': SearchOptions(context_lines=0, mode='hybrid', embedder=embedder),
+        OLDER: SearchOptions(context_lines=0, mode='hybrid', embedder=embedder, lexical_weight=OLDER_WEIGHT),
+        PREVIOUS: hybrid,
+        NEW: hybrid,
     }
     if english_hybrid:
-        rows['hybrid zscore 0.15 english'] = SearchOptions(
-            context_lines=0, mode='hybrid', embedder=embedder, analyzer=english, lexical_weight=HYBRID_LEXICAL_WEIGHT
+        rows['hybrid fixed 0.15 english'] = SearchOptions(
+            context_lines=0, mode='hybrid', embedder=embedder, analyzer=english, lexical_weight=OLDER_WEIGHT
         )
-        rows['hybrid per-query english'] = SearchOptions(
+        rows['hybrid ramp english (prev)'] = SearchOptions(
+            context_lines=0, mode='hybrid', embedder=embedder, analyzer=english
+        )
+        rows['hybrid lead english (new)'] = SearchOptions(
             context_lines=0, mode='hybrid', embedder=embedder, analyzer=english
         )
     return rows
@@ -346,7 +363,8 @@ async def realistic(
                 figures['messages'] += stored.embedded
                 figures['bytes'] += size
                 for label, options in mode_options(embedder, english_hybrid=with_english).items():
-                    found = await recall_at(realistic_engine(stored, options), questions)
+                    with fusion_context(label):
+                        found = await recall_at(realistic_engine(stored, options), questions)
                     table.setdefault(label, {})[split] = round(found * len(questions))
             print(f'\nRealistic set {set_name!r}, recall@5 (questions recalled), {model_name} (load {loadavg()})')
             for split, (conversations, messages, questions) in sizes.items():
@@ -359,7 +377,7 @@ async def realistic(
                 print(f'{label:<28} {cells}')
             for split in ('dev', 'heldout'):
                 best = max(table['semantic'][split], table['bm25 default'][split])
-                for label in ('hybrid zscore 0.15 (old)', 'hybrid per-query (new)'):
+                for label in (OLDER, PREVIOUS, NEW):
                     print(
                         f'  {split}: {label} {table[label][split]} vs max(bm25 default, semantic) {best}: '
                         f'{table[label][split] - best:+d} questions'
@@ -383,7 +401,7 @@ async def generated(filler: int, minilm: Embedder) -> None:
                 f'\nGenerated set, recall@5: {len(FACTS)} facts stated first, then {filler} messages of chat '
                 f'({len(messages)} messages in all; load {loadavg()})'
             )
-            print(f'{"mode":<24} {"high overlap":>13} {"low overlap":>12} {"both":>6}')
+            print(f'{"mode":<30} {"high overlap":>13} {"low overlap":>12} {"both":>6}')
             for label, options in mode_options(minilm, english_hybrid=True).items():
                 store = english_log if options.analyzer.name == 'english' else log
                 engine = SearchEngine(LmdbIndex(store, options.analyzer.name), options)
@@ -392,11 +410,12 @@ async def generated(filler: int, minilm: Embedder) -> None:
                     # the fact is the run's message at position 2 * number (runs continue one another)
                     where = (f'run{2 * number // RUN_SIZE}', 2 * number)
                     for kind, question in (('high', high), ('low', low)):
-                        result = await engine.find(question, scope='conversation', conversation_id='c')
+                        with fusion_context(label):
+                            result = await engine.find(question, scope='conversation', conversation_id='c')
                         found[kind] += where in [(hit.run_id, hit.position) for hit in result.ranked[:5]]
                 n = len(FACTS)
                 print(
-                    f'{label:<24} {found["high"] / n:>13.2f} {found["low"] / n:>12.2f} '
+                    f'{label:<30} {found["high"] / n:>13.2f} {found["low"] / n:>12.2f} '
                     f'{(found["high"] + found["low"]) / (2 * n):>6.2f}'
                 )
         finally:
@@ -446,21 +465,20 @@ async def latency(sizes: list[int], minilm: Embedder, repeats: int) -> None:
                     ('bm25', SearchOptions()),
                     ('semantic', SearchOptions(mode='semantic', embedder=hasher)),
                     ('hybrid rrf', SearchOptions(mode='hybrid', embedder=hasher, fusion='rrf')),
-                    (
-                        'hybrid 0.15',
-                        SearchOptions(mode='hybrid', embedder=hasher, lexical_weight=HYBRID_LEXICAL_WEIGHT),
-                    ),
-                    ('hybrid', SearchOptions(mode='hybrid', embedder=hasher)),
+                    ('hybrid 0.15', SearchOptions(mode='hybrid', embedder=hasher, lexical_weight=OLDER_WEIGHT)),
+                    ('hybrid ramp', SearchOptions(mode='hybrid', embedder=hasher)),
+                    ('hybrid lead', SearchOptions(mode='hybrid', embedder=hasher)),
                 ]
                 for label, options in rows:
                     engine = SearchEngine(LmdbIndex.for_log(log), options)
-                    await engine.search(queries[0], scope='conversation', conversation_id='c')  # warm
                     times: list[float] = []
-                    for index in range(repeats):
-                        query = queries[index % len(queries)]
-                        t = time.perf_counter()
-                        await engine.search(query, scope='conversation', conversation_id='c')
-                        times.append((time.perf_counter() - t) * 1000)
+                    with previous_default() if label == 'hybrid ramp' else nullcontext():
+                        await engine.search(queries[0], scope='conversation', conversation_id='c')  # warm
+                        for index in range(repeats):
+                            query = queries[index % len(queries)]
+                            t = time.perf_counter()
+                            await engine.search(query, scope='conversation', conversation_id='c')
+                            times.append((time.perf_counter() - t) * 1000)
                     times.sort()
                     median = statistics.median(times)
                     p90 = times[int(len(times) * 0.9) - 1]
@@ -494,8 +512,10 @@ async def main() -> None:
 
     minilm = minilm_embedder()
     print(
-        f'hybrid per-query lexical weight {HYBRID_LEXICAL_WEIGHT} to {HYBRID_PEAKED_LEXICAL_WEIGHT} as BM25 best z goes '
-        f'{HYBRID_PEAK_RAMP[0]:g} to {HYBRID_PEAK_RAMP[1]:g}; load at start {loadavg()}'
+        f'hybrid lead (new): lexical weight {HYBRID_LEXICAL_WEIGHT}, BM25 first {HYBRID_LEAD_DEPTH} matches lead '
+        f'{HYBRID_LEAD_BONUS:g}/rank when its first stands {HYBRID_LEAD_GAP:g} deviations above its second; '
+        f'ramp (previous): {PREVIOUS_RAMP[2]} to {PREVIOUS_RAMP[3]} as BM25 best z goes {PREVIOUS_RAMP[0]:g} to '
+        f'{PREVIOUS_RAMP[1]:g}; fixed (older) {OLDER_WEIGHT}; load at start {loadavg()}'
     )
     if not args.no_realistic:
         makers = {'minilm': lambda: minilm, 'e5': e5_embedder}

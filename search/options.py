@@ -86,8 +86,9 @@ class SearchOptions:
 
     lexical_weight: float | None = None
     """The weight of BM25 in `'zscore'` fusion, from 0 to 1 (the semantic ranking gets 1 minus it).
-    `None` (the default) sets it per query from how far BM25's best match stands out
-    (`search.semantic.lexical_weight_for`); a number fixes it for every query."""
+    `None` (the default) is `search.semantic.HYBRID_LEXICAL_WEIGHT` plus the lead BM25's first matches
+    get when its first stands far above its second (`search.semantic.lexical_lead`); a number fixes
+    the weight and drops the lead (`0.15` gives the fusion before the lead)."""
 
     embedder: Embedder | None = field(default=None, compare=False)
     """The pydantic-ai `Embedder` that embeds messages and queries; required by `'semantic'` and `'hybrid'`."""

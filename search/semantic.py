@@ -8,15 +8,17 @@
   match scores 0), so a ranking counts as much as its best documents stand out from the rest for
   this query: a rare word that only a few messages contain lifts them far above BM25's mean, while
   a query whose words are everywhere (or nowhere) leaves BM25 flat and the semantic ranking
-  decides. The fused score is `w * z_bm25 + (1 - w) * z_semantic` (`fuse_scores`), where the
-  lexical weight `w` is set per query by how far BM25's best match stands out
-  (`lexical_weight_for`): `HYBRID_LEXICAL_WEIGHT` (0.15) while BM25's best standardised score is
-  under `HYBRID_PEAK_RAMP[0]` (10) deviations, rising linearly to `HYBRID_PEAKED_LEXICAL_WEIGHT`
-  (0.3) at `HYBRID_PEAK_RAMP[1]` (20) and above. A best match that far above the rest is a word
-  only a message or two of the conversation hold, the sign of a question naming a stated fact; a
-  flatter BM25 ranking is left mostly to meaning. `SearchOptions.lexical_weight` fixes `w`
-  instead. `'rrf'` is the former reciprocal-rank fusion (`fuse_rankings`). Equal fused scores go
-  to the semantically closer document.
+  decides. The fused score is `w * z_bm25 + (1 - w) * z_semantic` with `w` =
+  `HYBRID_LEXICAL_WEIGHT` (0.175), plus a lead for BM25's first matches when BM25 is sure
+  (`lexical_lead`): when its first match stands at least `HYBRID_LEAD_GAP` (8) deviations above
+  its second, its first `HYBRID_LEAD_DEPTH` (5) matches gain `HYBRID_LEAD_BONUS / rank` (1, 1/2,
+  ... 1/5). A first match that far above every other is a word few messages hold: then BM25's
+  next few matches are kept in reach of the top even when they mean little to the embedding
+  model (a question naming a fact said once), where a weight alone would have to be raised for
+  every query and would cost the questions answered in other words. `SearchOptions.lexical_weight`
+  fixes `w` and drops the lead (plain weighted standardised scores; 0.15 gives the first
+  standardised-score fusion). `'rrf'` is the first, reciprocal-rank fusion (`fuse_rankings`).
+  Equal fused scores go to the semantically closer document.
 
 Analyzers: `'bm25'` and the lexical half of `'hybrid'` tokenize with `SearchOptions.analyzer`
 (`'default'` unless set; `'english'` stems with PyStemmer). `'semantic'` uses none: the embedder
@@ -50,9 +52,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     'HYBRID_FUSIONS',
+    'HYBRID_LEAD_BONUS',
+    'HYBRID_LEAD_DEPTH',
+    'HYBRID_LEAD_GAP',
     'HYBRID_LEXICAL_WEIGHT',
-    'HYBRID_PEAKED_LEXICAL_WEIGHT',
-    'HYBRID_PEAK_RAMP',
     'RRF_DEPTH',
     'RRF_K',
     'SEARCH_MODES',
@@ -61,7 +64,7 @@ __all__ = [
     'TextVectors',
     'fuse_rankings',
     'fuse_scores',
-    'lexical_weight_for',
+    'lexical_lead',
     'semantic_ranking',
 ]
 
@@ -78,26 +81,24 @@ HybridFusion = Literal['zscore', 'rrf']
 HYBRID_FUSIONS: Final[tuple[HybridFusion, ...]] = ('zscore', 'rrf')
 """Every hybrid fusion."""
 
-HYBRID_LEXICAL_WEIGHT: Final = 0.15
-"""The weight of BM25's standardised scores in `'zscore'` fusion when BM25's best match stands out
-by fewer than `HYBRID_PEAK_RAMP[0]` deviations (the semantic ranking's weight is 1 minus it).
+HYBRID_LEXICAL_WEIGHT: Final = 0.175
+"""The weight of BM25's standardised scores in `'zscore'` fusion (the semantic ranking's weight is 1
+minus it), beside the lead of `lexical_lead`.
 
-Tuned on the development half of the first realistic set only (`bench/tune_fusion.py`, questions
-answered in other words): weights from 0.125 to 0.2 recalled most there; 0.15 is the middle of
-that plateau (docs/semantic.md)."""
+Tuned with the lead on the development halves of both realistic sets only (`bench/tune_fusion.py`):
+0.15 to 0.2 with the lead recalled more than either half on both; 0.175 is the middle of that plateau
+(docs/semantic.md). Above it, questions answered in other words fall below semantic alone."""
 
-HYBRID_PEAKED_LEXICAL_WEIGHT: Final = 0.3
-"""The lexical weight once BM25's best match stands out by `HYBRID_PEAK_RAMP[1]` deviations or more.
+HYBRID_LEAD_GAP: Final = 8.0
+"""How many standard deviations BM25's first match must stand above its second (over the documents
+searched, a document BM25 does not match counting as 0) for BM25's first matches to get the lead."""
 
-Tuned with `HYBRID_PEAK_RAMP` on the development halves of both realistic sets (`bench/tune_fusion.py`):
-the largest weight that still recalled at least as much as semantic alone on the first set while
-recalling more on the second (fact questions); a fixed weight of 0.3 lost 7 questions on the first."""
+HYBRID_LEAD_BONUS: Final = 1.0
+"""The lead, in standard deviations of fused score, of BM25's first match when the gap is met; its
+match ranked `r` gets `HYBRID_LEAD_BONUS / r`."""
 
-HYBRID_PEAK_RAMP: Final = (10.0, 20.0)
-"""BM25's best standardised score (deviations above the mean over the documents searched) at which
-the lexical weight starts rising from `HYBRID_LEXICAL_WEIGHT`, and at which it reaches
-`HYBRID_PEAKED_LEXICAL_WEIGHT`. In a conversation of about 750 messages a query word that one
-message alone holds scores about 27 deviations, one that four hold about 14, one that seven hold 10."""
+HYBRID_LEAD_DEPTH: Final = 5
+"""How many of BM25's first matches get a lead (the top 5 a recall reads)."""
 
 RRF_K: Final = 60
 """The `k` of reciprocal-rank fusion: a document ranked `r` scores `1 / (RRF_K + r)` per ranking."""
@@ -255,20 +256,46 @@ def _union(lexical: NDArray[np.int64], semantic: NDArray[np.int64]) -> NDArray[n
     return np.union1d(lexical, semantic).astype(np.int64)
 
 
-def lexical_weight_for(best: float) -> float:
-    """The lexical weight of `'zscore'` fusion for a query whose best BM25 match stands `best`
-    standard deviations above the mean: `HYBRID_LEXICAL_WEIGHT` up to `HYBRID_PEAK_RAMP[0]`, then
-    linearly up to `HYBRID_PEAKED_LEXICAL_WEIGHT` at `HYBRID_PEAK_RAMP[1]` and beyond."""
-    low, high = HYBRID_PEAK_RAMP
-    rise = min(1.0, max(0.0, (best - low) / (high - low))) if math.isfinite(best) else 0.0
-    return HYBRID_LEXICAL_WEIGHT + (HYBRID_PEAKED_LEXICAL_WEIGHT - HYBRID_LEXICAL_WEIGHT) * rise
+def lexical_lead(doc_ids: NDArray[np.int64], lexical_z: NDArray[np.float64], documents: int) -> NDArray[np.float64]:
+    """The lead `'zscore'` fusion adds to BM25's matches (`doc_ids`, their standardised scores
+    `lexical_z`, among `documents` searched): `HYBRID_LEAD_BONUS / rank` for BM25's first
+    `HYBRID_LEAD_DEPTH` matches when its first stands at least `HYBRID_LEAD_GAP` deviations above its
+    second, where a document BM25 does not match counts as 0; zeros otherwise. Equal scores rank in
+    document order.
+
+    Why: a weighted sum cannot tell a BM25 ranking that found the one message sharing a rare word
+    with the question from one that matched common words; a weight large enough for the first
+    drowns meaning on the second. The gap tells them apart, and a lead by rank (not by score) gives
+    BM25's top few a fixed place beside the semantic top, as reciprocal-rank fusion does, only for
+    those queries. Measured: docs/semantic.md.
+    """
+    lead: NDArray[np.float64] = np.zeros(len(lexical_z), dtype=np.float64)
+    if lexical_z.shape[0] == 0:
+        return lead
+    depth = max(HYBRID_LEAD_DEPTH, 2)
+    if lexical_z.shape[0] > depth:
+        # only the first few are ranked: those at or above the depth-th best score (a linear partition)
+        floor = np.partition(lexical_z, lexical_z.shape[0] - depth)[lexical_z.shape[0] - depth]
+        near = np.flatnonzero(lexical_z >= floor)
+        order = near[np.lexsort((doc_ids[near], -lexical_z[near]))]
+    else:
+        order = np.lexsort((doc_ids, -lexical_z))
+    first = float(lexical_z[order[0]])
+    second = float(lexical_z[order[1]]) if order.shape[0] > 1 else -math.inf
+    if documents > lexical_z.shape[0]:
+        second = max(second, 0.0)
+    if not first - second >= HYBRID_LEAD_GAP:
+        return lead
+    top = order[:HYBRID_LEAD_DEPTH]
+    lead[top] = HYBRID_LEAD_BONUS / np.arange(1, top.shape[0] + 1, dtype=np.float64)
+    return lead
 
 
 def fuse_scores(lexical: Sequence[Hit], semantic: Sequence[Hit], *, lexical_weight: float | None = None) -> RankedHits:
     """Fusion of a BM25 ranking and a semantic ranking of one corpus (each a `RankedHits`) by
-    standardised scores: `w * z_lexical + (1 - w) * z_semantic`, where `w` is `lexical_weight`, or
-    when it is `None` (the default) set for this query by `lexical_weight_for` from BM25's best
-    standardised score.
+    standardised scores: `w * z_lexical + (1 - w) * z_semantic + lead`. With `lexical_weight=None`
+    (the default) `w` is `HYBRID_LEXICAL_WEIGHT` and `lead` is `lexical_lead`'s; a number fixes `w`
+    and drops the lead (plain weighted standardised scores, the fusion before the lead at 0.15).
 
     Each ranking's scores are standardised over every document either ranking holds (the semantic
     one holds every document with an embedding); a document BM25 does not match counts as a BM25
@@ -290,16 +317,18 @@ def fuse_scores(lexical: Sequence[Hit], semantic: Sequence[Hit], *, lexical_weig
     union = _union(lex_ids, sem_ids)
     count = int(union.shape[0])
     lex_z = _standardised(lex_scores, count)
+    weight = HYBRID_LEXICAL_WEIGHT if lexical_weight is None else lexical_weight
+    lexical_part = weight * lex_z
     if lexical_weight is None:
-        lexical_weight = lexical_weight_for(float(lex_z.max()) if lex_z.shape[0] else 0.0)
+        lexical_part += lexical_lead(lex_ids, lex_z, count)
     fused = np.zeros(count, dtype=np.float64)
     # each ranking holds a document once, so plain indexed assignment is exact
-    fused[np.searchsorted(union, lex_ids)] = lexical_weight * lex_z
+    fused[np.searchsorted(union, lex_ids)] = lexical_part
     sem_z = np.zeros(count, dtype=np.float64)
     if sem_ids.shape[0]:
         # documents without an embedding sit at the semantic mean: standardise over those that have one
         sem_z[np.searchsorted(union, sem_ids)] = _standardised(sem_scores, int(sem_ids.shape[0]))
-    fused += (1.0 - lexical_weight) * sem_z
+    fused += (1.0 - weight) * sem_z
     # a tie-break far below any real difference: the semantically closer first
     fused += sem_z * 1e-12
     return RankedHits(union.astype(np.int64), fused, locate, ranked=False)
