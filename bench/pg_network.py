@@ -165,13 +165,6 @@ def measured_rtt(dsn: str) -> float:
     return statistics.median(times)
 
 
-def starved(trips: dict[str, int]) -> str:
-    """The engine's wall time over its thread CPU time in the writers (where the code measures it)."""
-    if not trips.get('engine cpu us'):
-        return ''
-    return f', engine wall/CPU {trips["engine wall us"] / trips["engine cpu us"]:.2f}'
-
-
 def pct(values: Sequence[float], q: float) -> float:
     if not values:
         return float('nan')
@@ -291,7 +284,7 @@ def bench_network(
                     print(
                         f'  {scheme:4} {mode:17} {count:2} writers: {row.rate:7.0f} appends/s, p50 {row.p50:6.1f} ms, '
                         f'CPU {row.cpu_total * 1000:.2f} ms/append, one trip {row.one_trip:.0%}, skipped {row.skipped}, unread {row.unread}'
-                        f'{starved(row.trips)}; {row.trips}',
+                        f'; {row.trips}',
                         flush=True,
                     )
     finally:

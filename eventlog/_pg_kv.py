@@ -268,8 +268,6 @@ class PgWriteTxn(PgReadTxn):
         """With `track`: every key this transaction wrote, with its last value (`None`: deleted)."""
         self.scanned = False
         """Whether a range was read (a read `CachedWriteTxn` cannot answer)."""
-        self.fetched_more = False
-        """Whether a record was read from the server after the records read ahead (`fetched`)."""
 
     def get(self, table: TableId, key: bytes) -> bytes | None:
         rel = self._relations[table]
@@ -287,7 +285,6 @@ class PgWriteTxn(PgReadTxn):
             value: bytes | None = hit  # pyright: ignore[reportAssignmentType]
         else:
             value = super().get(table, key)
-            self.fetched_more = True
         if self.reads is not None and (self.written is None or (rel, key) not in self.written):
             self.reads.setdefault((rel, key), value)
         return value

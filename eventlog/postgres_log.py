@@ -268,17 +268,12 @@ class PostgresEventLog(EventLogBase):
             'variants': 0,
             'speculative': 0,
             'too wide': 0,
-            'cpu bound': 0,
-            'engine wall us': 0,
-            'engine cpu us': 0,
         }
         """How appends went: in one round trip, a guard that failed, a cache miss, the two-trip path,
         a counter outside the window of speculative variants, the variants sent in all, and the
         one-trip appends that found the counter moved past the last `seq` this handle saw (which
-        only a variant for another candidate could commit), the appends not tried in one
-        round trip because the window was wider than the round trip pays for (`too wide`) or than
-        the CPU left allows (`cpu bound`: `_variant_limit`), and the wall and thread CPU time
-        (µs) of the engine's runs on both paths (all the variants of a one-trip try)."""
+        only a variant for another candidate could commit), and the appends not tried in one
+        round trip because the window was wider than `_max_variants`."""
         self._max_variants = _MAX_VARIANTS
         """Internal: the widest window of speculative variants tried (bench, tests)."""
         self._variant_ms = _VARIANT_MS
@@ -287,14 +282,6 @@ class PostgresEventLog(EventLogBase):
         """How long this handle's recent one-trip appends took (ms). The shortest is about what a
         round trip saved is worth (longer ones waited for CPU, which variants only make scarcer);
         a window wider than it over `_variant_ms` is not tried."""
-        self._waits: deque[float] = deque(maxlen=_DISTANCES)
-        """How long each round trip of this handle's recent appends took (ms; a two-trip append
-        counts half its time twice): `_queueing`."""
-        self._queue_full = _QUEUE_FULL
-        """Internal: `_QUEUE_FULL` (tests on a loopback server, whose round trips are all noise, raise it)."""
-        self._held: deque[bool] = deque(maxlen=_DISTANCES)
-        """Whether the window held the counter at this handle's recent appends (tried, or on the
-        two-trip path: would have held it): `_variant_limit`."""
         self._tries: deque[bool] = deque(maxlen=_TRIES)
         """Whether each recent one-trip try with a claim found the counter in its window."""
         self._distances: deque[int] = deque(maxlen=_DISTANCES)
@@ -818,11 +805,8 @@ class PostgresEventLog(EventLogBase):
             return done[0]
         with self._cache_lock:
             known, generation = self._known, self._generation
-        began = time.perf_counter()
         result, txn = self._write_two_trips(fn, track=True, plan=plan)
         if txn is not None:
-            if not late and not (txn.scanned or txn.fetched_more):
-                self._waited((time.perf_counter() - began) * 1000, 2)
             self._learn(txn, known, generation, timed=not late)
         return result
 
@@ -883,11 +867,7 @@ class PostgresEventLog(EventLogBase):
             txn = PgWriteTxn(cur, self._relations, pending, fetched, track=track, seq_base=base)
             used[0] = txn
             try:
-                wall, cpu = time.perf_counter(), time.thread_time()
-                result = fn(txn)
-                if plan is not None and not (txn.scanned or txn.fetched_more):  # (else it waited for the server)
-                    self._engine_ran(time.perf_counter() - wall, time.thread_time() - cpu)
-                return result
+                return fn(txn)
             except BaseException:
                 if plan is not None and plan.count and not cur.connection.broken:
                     with suppress(psycopg.Error):
@@ -970,18 +950,17 @@ class PostgresEventLog(EventLogBase):
                 return None
             known, generation = self._known, self._generation
             low, width = self._window()
-            by_trip, limit = self._variant_limit()
         if shift:
             # From where the claim said the counter was (nobody may have claimed since) on.
             low, width = shift, low + width
-        if width > limit:
+        trip_ms = min(self._trip_times) if self._trip_times else _MAX_VARIANTS * self._variant_ms
+        if width > min(self._max_variants, max(1, int(trip_ms / self._variant_ms))):
             # The variants would cost more CPU than the round trip they save is worth: so many
-            # appends land between two of this handle's, its round trips are short (`too wide`),
-            # or the machine has no CPU to spare (`cpu bound`). The two-trip path, which still
-            # learns the distances and measures the CPU.
-            self._trips['too wide' if width > by_trip else 'cpu bound'] += 1
+            # appends land between two of this handle's (the store is busy, its CPU rather than
+            # the network bounds it), or its round trips are short (the shortest recent one-trip
+            # append: the network's part of it). The two-trip path, which still learns the distances.
+            self._trips['too wide'] += 1
             return None
-        wall, cpu = time.perf_counter(), time.thread_time()
         meta = self._relations[Table.META]
         slot = (meta, META_LAST_SEQ)
         seen = known.get(slot)
@@ -1037,7 +1016,6 @@ class PostgresEventLog(EventLogBase):
             self._trips['variants'] += 1
         written = [dict(v.pending) for v in variants]
         locks = self._locks_sql(plan)
-        self._engine_ran(time.perf_counter() - wall, time.thread_time() - cpu)
         with self._connection() as conn, conn.cursor(binary=True) as cur, conn.cursor() as claimed:
             try:
                 _check_idle(conn)
@@ -1112,7 +1090,6 @@ class PostgresEventLog(EventLogBase):
         self._trips['speculative'] += bool(claim) and low + chosen > 0
         with self._cache_lock:
             self._trip_times.append(took)
-        self._waited(took, 1)
         variant = variants[chosen]
         reads = dict(variant.reads)
         done = written[chosen]  # (`flush` emptied the variant's own buffer)
@@ -1122,55 +1099,10 @@ class PostgresEventLog(EventLogBase):
                 with self._cache_lock:
                     self._distances.append(low + chosen - shift)
                     self._tries.append(True)
-                    self._held.append(True)
         if variant.new_last is not None:
             done[slot] = variant.new_last
         self._remember(known, {**reads, **done}, generation, optimistic=True)
         return (variant.result,)
-
-    def _engine_ran(self, wall: float, cpu: float) -> None:
-        """Count how long (wall and thread CPU seconds) an append's engine ran: the client's CPU
-        of its variants (`_trips`, for the bench)."""
-        with self._cache_lock:
-            self._trips['engine wall us'] += round(wall * 1e6)
-            self._trips['engine cpu us'] += round(cpu * 1e6)
-
-    def _waited(self, ms: float, trips: int) -> None:
-        """Note an append of `trips` round trips that took `ms` on the network side (`_queueing`)."""
-        with self._cache_lock:
-            for _ in range(trips):
-                self._waits.append(ms / trips)
-
-    def _queueing(self) -> float:
-        """How much longer than the shortest one this handle's recent round trips took, typically:
-        their median over their minimum (1 when every round trip took what the network takes).
-        The excess is time the statements waited for a CPU (on this machine, the server's, or a
-        machine between) or for a lock: where it is large, CPU rather than the network is what
-        appends wait for. 1 until `_MIN_SAMPLES` round trips are measured. Called under
-        `_cache_lock`."""
-        if len(self._waits) < _MIN_SAMPLES:
-            return 1.0
-        ordered = sorted(self._waits)
-        return ordered[len(ordered) // 2] / max(ordered[0], 1e-6)
-
-    def _variant_limit(self) -> tuple[int, int]:
-        """The most variants the round trip saved pays for (the shortest of this handle's recent
-        one-trip appends, times the share of its last 32 windows that held the counter less the
-        share that missed it (tried, or on the two-trip path would have): a hit saves a round
-        trip, a miss costs one), over `_variant_ms`, at most
-        `_max_variants`), and the most it tries: that
-        scaled by the CPU the machines have to spare, all of it while the round trips typically
-        take at most `_QUEUE_OK` times the shortest (`_queueing`), none from `_queue_full` times
-        on (linearly between): a variant costs CPU, and where appends wait for CPU more than for
-        the network, that CPU is taken from other appends and a round trip saved buys nothing.
-        Called under `_cache_lock`."""
-        trip_ms = min(self._trip_times) if self._trip_times else _MAX_VARIANTS * self._variant_ms
-        if len(self._held) >= _MIN_SAMPLES:
-            # A window that misses costs a round trip (the failed try) instead of saving one.
-            trip_ms *= max(0.0, 1 - 2 * self._held.count(False) / len(self._held))
-        by_trip = min(self._max_variants, max(1, int(trip_ms / self._variant_ms)))
-        spare = min(1.0, max(0.0, (self._queue_full - self._queueing()) / (self._queue_full - _QUEUE_OK)))
-        return by_trip, max(1, int(by_trip * spare))
 
     def _window(self) -> tuple[int, int]:
         """The candidate last seqs of the next one-trip append, as (first offset past the last
@@ -1282,7 +1214,6 @@ class PostgresEventLog(EventLogBase):
             if distance is not None and distance >= 0:
                 self._distances.append(distance)  # where the counter was (the claim's answer)
             self._tries.append(False)
-            self._held.append(False)
             if self._tries.count(False) * 2 >= _TRIES:
                 self._tries.clear()
                 self._optimistic = False
@@ -1306,7 +1237,6 @@ class PostgresEventLog(EventLogBase):
                 low, width = self._window() if self._variants else (0, 1)
                 if distance >= 0 and timed:
                     self._distances.append(distance)
-                    self._held.append(low <= distance < low + width)
             if not low <= distance < low + width:
                 right = False
         if right:
@@ -1787,14 +1717,6 @@ busy machine, and a gain at 4 ms."""
 _MAX_VARIANTS: Final = 16
 """Most speculative variants a one-trip append sends (candidate last seqs: `_window`); a wider
 window is not tried."""
-_QUEUE_OK: Final = 1.3
-"""Round trips typically at most this many times the shortest (`_queueing`): every variant the
-round trip pays for is tried."""
-_QUEUE_FULL: Final = 2.0
-"""Round trips typically this many times the shortest (`_queueing`): no speculative variant is
-tried (the appends wait for CPU as long as for the network)."""
-_MIN_SAMPLES: Final = 8
-"""Round trips measured before `_queueing` says anything."""
 _DISTANCES: Final = 32
 """Recent appends whose distance (how far the counter had moved) sets the window."""
 _TRIES: Final = 8

@@ -157,7 +157,6 @@ async def append(dsn: str, schema: str, conv: str, name: str, count: int, flags:
     log = PostgresEventLog(dsn, schema=schema, pool_size=2)
     if '--trips' in flags:
         log._variant_ms = 1e-6  # pyright: ignore[reportPrivateUsage]  # every window tried (loopback)
-        log._queue_full = 1e9  # pyright: ignore[reportPrivateUsage]  # (its round trips are all noise)
     if '--hold-at' in flags:
         # The hold stops an append inside its transaction, after the engine ran: an append in one
         # round trip runs the engine before its transaction starts, so this worker takes two.

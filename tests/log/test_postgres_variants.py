@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +34,6 @@ def opened(pg_dsn: str, schema: str) -> PostgresEventLog:
     short for the handle to find several variants worth their CPU (`_variant_ms`)."""
     log = PostgresEventLog(pg_dsn, schema=schema)
     log._variant_ms = 1e-6  # pyright: ignore[reportPrivateUsage]
-    log._queue_full = 1e9  # pyright: ignore[reportPrivateUsage]
     return log
 
 
@@ -236,88 +234,4 @@ async def test_a_speculative_append_whose_backend_dies_waiting_for_the_lock_is_m
         handle.close()
         if other is not None:
             other.close()
-        twin.close()
-
-
-class Injected(deque[float]):
-    """Times a test set: the handle's own measurements (a loopback server's) are not added."""
-
-    def append(self, x: float) -> None:
-        pass
-
-
-async def test_the_window_shrinks_when_round_trips_wait_for_cpu_and_grows_back_when_the_network_dominates(
-    pg_dsn: str, schema: str, tmp_path: Path
-) -> None:
-    """The variants a handle tries are limited by the round trip they save (the shortest recent
-    one-trip append over `_variant_ms`) scaled by the CPU to spare: all of them while its round
-    trips typically take what the shortest takes, none once they typically take twice as long
-    (time spent waiting for a CPU somewhere, which variants would make longer), and by the
-    share of windows that held the counter less the share that missed it. The round trips'
-    times are injected (a loopback server's are all noise): a 4 ms round trip allows 8 variants;
-    the same round trips with half of them at 12 ms allow one; a handle alternating with another
-    appends in one round trip (2 variants) while the network dominates, on the two-trip path
-    counted `cpu bound` while the CPU does, in one round trip again once it no longer does, and
-    the log equals the LMDB twin throughout."""
-    handles = [opened(pg_dsn, schema) for _ in range(2)]
-    twin = LmdbEventLog(tmp_path / 'twin.lmdb')
-    log = handles[0]
-    log._variant_ms = 0.5  # pyright: ignore[reportPrivateUsage]
-    log._queue_full = 2.0  # pyright: ignore[reportPrivateUsage]  # (the default)
-    log._trip_times = Injected([4.0])  # pyright: ignore[reportPrivateUsage]
-    log._waits = Injected()  # pyright: ignore[reportPrivateUsage]
-
-    def network(*times: float) -> None:
-        log._waits.clear()  # pyright: ignore[reportPrivateUsage]
-        log._waits.extend(times)  # pyright: ignore[reportPrivateUsage]
-
-    def limit() -> tuple[int, int]:
-        with log._cache_lock:  # pyright: ignore[reportPrivateUsage]
-            return log._variant_limit()  # pyright: ignore[reportPrivateUsage]
-
-    network(*[4.0] * 32)
-    assert limit() == (8, 8)
-    network(*[4.0] * 16, *[12.0] * 16)  # typically three times the shortest: CPU-bound
-    assert limit() == (8, 1)
-    network(*[4.0] * 16, *[6.0] * 16)  # 1.5 times: between, some variants
-    assert limit() == (8, 5)
-    network(*[4.0] * 32)
-    log._held.extend([True] * 24 + [False] * 8)  # pyright: ignore[reportPrivateUsage]
-    assert limit() == (4, 4)  # a window that misses costs a round trip: half the saving left
-    log._held.extend([False] * 8)  # pyright: ignore[reportPrivateUsage]
-    assert limit() == (1, 1)
-    log._held.clear()  # pyright: ignore[reportPrivateUsage]
-    number = 0
-    try:
-        await start(handles, twin)
-
-        async def alternate(rounds: int) -> tuple[dict[str, int], dict[str, int]]:
-            nonlocal number
-            before = trips(log)
-            for _ in range(rounds):
-                for n in (0, 1):
-                    number += 1
-                    await both(handles[n], twin, say(n, number))
-            return before, trips(log)
-
-        network(*[4.0] * 32)
-        before, after = await alternate(10)
-        assert after['one'] - before['one'] >= 8, (before, after)
-        assert after['speculative'] - before['speculative'] >= 8, (before, after)
-        assert after['cpu bound'] == before['cpu bound'], (before, after)
-
-        network(*[4.0] * 16, *[12.0] * 16)
-        before, after = await alternate(10)
-        assert after['one'] == before['one'], (before, after)
-        assert after['cpu bound'] - before['cpu bound'] == 10, (before, after)
-        assert after['two'] - before['two'] == 10, (before, after)
-
-        network(*[4.0] * 32)
-        before, after = await alternate(10)
-        assert after['one'] - before['one'] >= 8, (before, after)
-        assert after['cpu bound'] == before['cpu bound'], (before, after)
-        await same_log(log, twin)
-    finally:
-        for handle in handles:
-            handle.close()
         twin.close()
