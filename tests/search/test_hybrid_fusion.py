@@ -9,37 +9,18 @@ at least as much as the better of its two halves, and more than reciprocal-rank 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 from pydantic_ai.embeddings import Embedder
-from pydantic_ai.messages import ModelMessage
 
-from eventlog import InMemoryEventLog, InvalidArgumentError, message_entry, run_started_entry
-from search import SearchEngine, SearchOptions
-from search.backend import RankedHits
+from eventlog import InvalidArgumentError
+from search import SearchOptions
 from search.local_model import minilm_embedder
-from search.persistent_index import PersistentIndex
 from search.semantic import HYBRID_LEXICAL_WEIGHT, fuse_rankings, fuse_scores
-from search.vector_index import VectorIndex
-from tests.search.searchtools import reply, user
+from tests.search.slicetools import SEMANTIC, order, ranking, recall_by_mode, stored_slice
 
 SLICE = Path(__file__).parent / 'data' / 'chitchat_dev_slice.json'
-
-
-def ranking(scores: dict[int, float]) -> RankedHits:
-    ids = np.array(sorted(scores), dtype=np.int64)
-    return RankedHits(ids, np.array([scores[i] for i in ids], dtype=np.float64), lambda d: ('r', d), ranked=False)
-
-
-def order(hits: RankedHits) -> list[int]:
-    return [hit.position for hit in hits]
-
-
-SEMANTIC = ranking({d: 0.9 - d * 0.004 for d in range(200)})
-"""200 documents, document 0 the closest in meaning, evenly spread."""
 
 
 def test_a_rare_word_that_one_message_holds_lifts_it_to_the_top() -> None:
@@ -89,23 +70,8 @@ def minilm() -> Embedder:
     return minilm_embedder()
 
 
-async def stored_slice(embedder: Embedder) -> tuple[InMemoryEventLog, list[dict[str, object]]]:
-    data = json.loads(SLICE.read_text())
-    log = InMemoryEventLog()
-    questions: list[dict[str, object]] = []
-    for conversation in data['conversations']:
-        cid = conversation['conversation_id']
-        for run_id, turns in conversation['runs']:
-            await log.append(run_started_entry(conversation_id=cid, run_id=run_id))
-            messages: list[ModelMessage] = [user(text) if role == 'user' else reply(text) for role, text in turns]
-            await log.append_many([message_entry(m, conversation_id=cid, run_id=run_id) for m in messages])
-        questions += [dict(q, conversation_id=cid) for q in conversation['questions']]
-    await VectorIndex.for_log(log, embedder).catch_up()
-    return log, questions
-
-
 async def test_hybrid_recalls_at_least_the_better_of_its_halves_on_real_chats(minilm: Embedder) -> None:
-    log, questions = await stored_slice(minilm)
+    log, questions = await stored_slice(SLICE, minilm)
     assert len(questions) >= 25
     modes = {
         'bm25': SearchOptions(context_lines=0),
@@ -113,17 +79,7 @@ async def test_hybrid_recalls_at_least_the_better_of_its_halves_on_real_chats(mi
         'hybrid': SearchOptions(context_lines=0, mode='hybrid', embedder=minilm),
         'hybrid rrf': SearchOptions(context_lines=0, mode='hybrid', embedder=minilm, fusion='rrf'),
     }
-    recall: dict[str, int] = {}
-    for label, options in modes.items():
-        engine = SearchEngine(PersistentIndex.for_log(log), options)
-        recall[label] = 0
-        for question in questions:
-            result = await engine.find(
-                str(question['text']), scope='conversation', conversation_id=str(question['conversation_id'])
-            )
-            asked, evidence = tuple(question['asked']), tuple(question['evidence'])  # pyright: ignore[reportArgumentType]
-            top = [(hit.run_id, hit.position) for hit in result.ranked if (hit.run_id, hit.position) != asked][:5]
-            recall[label] += evidence in top
+    recall = await recall_by_mode(log, questions, modes)
     assert recall['hybrid'] >= max(recall['bm25'], recall['semantic']), recall
     assert recall['hybrid'] > recall['hybrid rrf'], recall
     assert recall['semantic'] > recall['bm25'], recall  # these are questions answered in other words
