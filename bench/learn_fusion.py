@@ -149,7 +149,8 @@ def prepare(rows: Rows, depth: int) -> tuple[list[Question], list[tuple[NDArray[
         at = int(np.searchsorted(union, evidence_id))
         evidence = at if evidence_id >= 0 and at < union.shape[0] and union[at] == evidence_id else -1
         full.append((union, x, asked, evidence))
-        candidate = ((x[:, 2] > 0) | (x[:, 3] > 0)) & (np.arange(union.shape[0]) != asked)
+        positions: NDArray[np.int64] = np.arange(union.shape[0], dtype=np.int64)
+        candidate: NDArray[np.bool_] = np.logical_and(np.logical_or(x[:, 2] > 0, x[:, 3] > 0), positions != asked)
         rows_at = np.flatnonzero(candidate)
         ev = int(np.searchsorted(rows_at, evidence)) if evidence >= 0 and candidate[evidence] else -1
         questions.append(
@@ -196,7 +197,7 @@ def fit(questions: Sequence[Question], mask: Sequence[int], l2: float, weights: 
     wq = weights[usable]
     wr = wq[segment]
     dim = len(mask)
-    w = np.zeros(dim)
+    w: Arrays = np.zeros(dim)
 
     def loss(v: Arrays) -> float:
         s = x @ v
@@ -205,14 +206,14 @@ def fit(questions: Sequence[Question], mask: Sequence[int], l2: float, weights: 
         return float((wq * (lse - s[evidence])).sum() + l2 * (v @ v))
 
     for _ in range(100):
-        s = x @ w
+        s: Arrays = x @ w
         s = s - np.maximum.reduceat(s, starts)[segment]
-        e = np.exp(s)
+        e: Arrays = np.exp(s)
         p = e / np.add.reduceat(e, starts)[segment]
-        mean = np.add.reduceat(x * p[:, None], starts)
-        grad = 2 * l2 * w + (wq[:, None] * (mean - x[evidence])).sum(axis=0)
-        hess = 2 * l2 * np.eye(dim) + (x * (wr * p)[:, None]).T @ x - (mean * wq[:, None]).T @ mean
-        step = np.linalg.solve(hess, grad)
+        mean: Arrays = np.add.reduceat(x * p[:, None], starts)
+        grad: Arrays = 2 * l2 * w + (wq[:, None] * (mean - x[evidence])).sum(axis=0)
+        hess: Arrays = 2 * l2 * np.eye(dim) + (x * (wr * p)[:, None]).T @ x - (mean * wq[:, None]).T @ mean
+        step: Arrays = np.linalg.solve(hess, grad).astype(np.float64)
         # damped: halve the step until the loss does not rise
         base = loss(w)
         t = 1.0
@@ -353,7 +354,7 @@ def describe(split: str, sets: dict[str, Prepared]) -> dict[str, int]:
 
 async def develop(cache: Path | None, grid: bool) -> None:
     """Cross-validate the grid on the development halves, then fit and bootstrap the chosen one."""
-    results = []
+    results: list[tuple[float, float, int, str, float, float, float, float]] = []
     for depth in DEPTHS if grid else ():
         sets = await load('dev', depth, cache)
         best = describe(f'dev, depth {depth}', sets)
@@ -409,7 +410,7 @@ async def held_out(cache: Path | None) -> None:
 
 
 if __name__ == '__main__':
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or '').splitlines()[0])
     parser.add_argument('--split', choices=('dev', 'heldout'), default='dev')
     parser.add_argument('--cache', type=Path, default=None, help="bench/tune_fusion.py's ranking cache")
     parser.add_argument('--chosen-only', action='store_true', help='development: skip the grid, fit the chosen one')
