@@ -10,7 +10,8 @@ own functions (`fuse_scores`, `fuse_rankings`) for every fixed weight, for the d
 and for the previous default (a per-query weight, `bench._realistic.previous_fusion`); recall@5 is
 printed per set, beside BM25 alone, semantic alone and reciprocal-rank fusion. `--split heldout`
 prints the same for the held-out halves: run it only to confirm a choice made on the development
-halves.
+halves. `bench/learn_fusion.py` fits a candidate-level learned fusion from the same cache (measured,
+not adopted: docs/semantic.md).
 
     python bench/tune_fusion.py [--limit 12000] [--facts-limit N] [--split dev] [--cache DIR]
 """
