@@ -6,7 +6,9 @@ gives the overhead per run (with minus without, mean over the runs after the fir
 timers around the capability's hooks and the pieces under them split it:
 
 - the hooks: `before_run` (finding what the handed-in history continues), `before_model_request`
-  (the request), `after_node_run` (the response), `finish` (the run's end, from `wrap_run`);
+  (the request), `after_node_run` (the response), `finish` (the run's end, from `wrap_run`), and
+  in a tool exchange the `started` and `completed` records around each tool call (`tool effects`:
+  `wrap_tool_execute` without the tool's own execution, which it wraps);
 - under them: `append_many` (each write transaction, whole), of which `engine`
   (`append_entries`) and `identity check` (the `stat` of `data.mdb`); `encode` (each message
   encoded, including the re-encodings that check a message was not changed after it was
@@ -58,7 +60,7 @@ ROWS = (
     'hook before_run',
     'hook before_model_request',
     'hook after_node_run',
-    'hook wrap_tool_execute',
+    'tool effects',
     'finish (in wrap_run)',
     'append_many',
     'engine',
@@ -109,7 +111,7 @@ def install(timers: Timers) -> None:
     timers.wrap(persistence, 'before_run', 'hook before_run')
     timers.wrap(persistence, 'before_model_request', 'hook before_model_request')
     timers.wrap(persistence, 'after_node_run', 'hook after_node_run')
-    timers.wrap(persistence, 'wrap_tool_execute', 'hook wrap_tool_execute')
+    timers.wrap(recorder_module.RunRecorder, 'tool_effect', 'tool effects')
     timers.wrap(recorder_module.RunRecorder, 'finish', 'finish (in wrap_run)')
     timers.wrap(log_module.EventLogBase, 'append_many', 'append_many')
     timers.wrap(log_module.EventLogBase, 'get_entry', 'get_entry')
@@ -172,7 +174,7 @@ async def measure(count: int, skip: int, tool: bool) -> None:
     hooks = 0.0
     for row in ROWS:
         seconds = timers.seconds.get(row, 0.0)
-        if row.startswith(('hook', 'finish')):
+        if row.startswith(('hook', 'finish', 'tool')):
             hooks += seconds
         print(f'  {row:28s} {seconds / runs * 1e6:8.1f} us per run')
     print(f'  {"outside the hooks":28s} {((ours - none) * runs - hooks) / runs * 1e6:8.1f} us per run')
