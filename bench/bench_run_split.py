@@ -19,12 +19,14 @@ bookkeeping) is the overhead minus the hooks. Each timer is one `time.thread_tim
 and exit (about a microsecond). Every piece runs cold inside agent runs: `bench_append_path.py`
 shows the same transaction three to four times cheaper in a tight loop.
 
-The bench imports whichever tree comes first on the path, so the same command measures another
-checkout: `PYTHONPATH=/path/to/other/tree python bench/bench_run_split.py` (run both in turn,
-with the load average printed by each).
+With `--baseline REF` the packages of git ref `REF` are exported (`bench/_baseline.py`) and the
+measurement runs in child processes, one per tree, the old tree then this one, `--rounds` times:
+in turn, not in lock step, so the two trees' figures differ by the machine's drift as well
+(`bench_commit_cost.py --baseline` is the side-by-side comparison).
 
     .venv/bin/python bench/bench_run_split.py                   # a plain exchange, 400 runs
     .venv/bin/python bench/bench_run_split.py --tool            # one tool call, then the answer
+    .venv/bin/python bench/bench_run_split.py --baseline main   # main's packages, then this tree's, twice
 """
 
 from __future__ import annotations
@@ -32,7 +34,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -43,7 +47,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _baseline import load_average
+from _baseline import HERE, TREE_VARIABLE, export, load_average, measured_tree
 from bench_capability import exchanges, make_agent
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
@@ -187,9 +191,22 @@ def main() -> None:
     parser.add_argument(
         '--tool', action='store_true', help='a tool exchange (7 write transactions) instead of a plain one'
     )
+    parser.add_argument('--baseline', default='', help='git ref of another tree to measure in turn with this one')
+    parser.add_argument('--rounds', type=int, default=2, help='with --baseline: how many times each tree runs')
     args = parser.parse_args()
-    print(f'load average before: {load_average()}')
-    asyncio.run(measure(args.exchanges, args.skip, args.tool))
+    if not args.baseline:
+        print(f'load average before: {load_average()}; measuring the packages of {measured_tree()}')
+        asyncio.run(measure(args.exchanges, args.skip, args.tool))
+        return
+    child = [sys.executable, __file__, '--exchanges', str(args.exchanges), '--skip', str(args.skip)]
+    if args.tool:
+        child.append('--tool')
+    with tempfile.TemporaryDirectory(prefix='bench-run-split-tree-') as tmp:
+        old = export(args.baseline, Path(tmp))
+        for round_ in range(1, args.rounds + 1):
+            for label, tree in ((f'old ({args.baseline})', old), ('new (this tree)', HERE)):
+                print(f'\n== round {round_}: {label}', flush=True)
+                subprocess.run(child, env={**os.environ, TREE_VARIABLE: str(tree)}, check=True)
 
 
 if __name__ == '__main__':
