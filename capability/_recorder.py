@@ -30,6 +30,7 @@ from eventlog import (
     DurableError,
     EventLog,
     EventLogError,
+    InvalidArgumentError,
     RecallInfo,
     RunLeaseError,
     compaction_entry,
@@ -68,6 +69,10 @@ class EventLogPersistenceError(EventLogError):
 
 class EventLogPersistenceWarning(UserWarning):
     """The event log could not record (all of) a run and `on_error='warn'` let it continue."""
+
+
+class _BranchGone(Exception):
+    """The run's first write was refused because the remembered branch it continues is gone."""
 
 
 @dataclass(slots=True)
@@ -192,14 +197,24 @@ class RunRecorder:
     """The request recorded before the model was called and its payload, to check it was sent unchanged."""
     last: Outgoing | None = None
     """The last message planned, to spare encoding it again."""
+    unchecked: list[ModelMessage] | None = None
+    """The handed-in history, while the remembered branch it continues was taken without reading
+    the log (`start(check_branch=False)`): the run's first write checks the branch still exists
+    (its `run_started` entry names the branch's tip as its parent, which the log verifies), and a
+    write refused because that tip is gone matches this history against the log and writes again."""
 
     # --- the run's life ----------------------------------------------------------------------
 
-    async def start(self, history: list[ModelMessage]) -> None:
+    async def start(self, history: list[ModelMessage], *, check_branch: bool = True) -> None:
         """Find what the handed-in `history` continues, store what the log lacks of it, and
-        prepare the `run_started` entry."""
+        prepare the `run_started` entry.
+
+        A remembered branch is checked to still exist with a read, unless `check_branch` is false:
+        then the run's first write checks it (`unchecked`). Only for runs no durable engine
+        journals: a write refused and made again would add a step to the journal.
+        """
         self.started = True
-        layout, unseen = await self._resolve_history(history)
+        layout, unseen = await self._resolve_history(history, check_branch=check_branch)
         self.layout = layout
         started = run_started_entry(
             conversation_id=self.conversation_id,
@@ -210,14 +225,19 @@ class RunRecorder:
             parent=layout.tip,
         )
         self.pending.append(Outgoing(WireEntry('run_started', started.payload, 'start', parent=layout.tip)))
-        if unseen:
-            items = [
-                Outgoing(WireEntry('message', self.redaction.encode(m), f'inherited:{i}', inherited=True), m)
-                for i, m in enumerate(unseen)
-            ]
-            seqs = await self._write(items)
-            if seqs is not None:
-                advance(layout, SyncPlan(new_messages=list(unseen)), unseen, compaction=None, anchors=seqs)
+        await self._store_unseen(layout, unseen)
+
+    async def _store_unseen(self, layout: Layout, unseen: list[ModelMessage]) -> None:
+        """Append the handed-in messages the log lacks (with the pending `run_started` entry)."""
+        if not unseen:
+            return
+        items = [
+            Outgoing(WireEntry('message', self.redaction.encode(m), f'inherited:{i}', inherited=True), m)
+            for i, m in enumerate(unseen)
+        ]
+        seqs = await self._write(items)
+        if seqs is not None:
+            advance(layout, SyncPlan(new_messages=list(unseen)), unseen, compaction=None, anchors=seqs)
 
     async def sync(
         self,
@@ -238,7 +258,14 @@ class RunRecorder:
             items.append(Outgoing(closing))
         if not items and not self.pending:
             return
-        seqs = await self._write(items)
+        try:
+            seqs = await self._write(items)
+        except _BranchGone:
+            # Nothing was written: plan again from the branch the history continues in the log.
+            self._unplan(items)
+            await self._rebase()
+            await self.sync(live, upto=upto, closing=closing, unwinding=unwinding)
+            return
         if seqs is None or unwinding:
             return
         compaction = None
@@ -291,7 +318,12 @@ class RunRecorder:
             status=status,
             error=error,
         )
-        await self._write([Outgoing(WireEntry('tool_effect', entry.payload, f'{key}:{status}'))])
+        items = [Outgoing(WireEntry('tool_effect', entry.payload, f'{key}:{status}'))]
+        try:
+            await self._write(items)
+        except _BranchGone:  # the run's first write (a run resumed at its tool calls)
+            await self._rebase()
+            await self._write(items)
 
     def recall(self, info: RecallInfo) -> None:
         """Record what a recall capability added to the request about to be sent.
@@ -392,6 +424,7 @@ class RunRecorder:
                 run_id=self.run_id, conversation_id=self.conversation_id, entries=[item.entry for item in batch]
             )
             self.pending.clear()
+            self.unchecked = None  # the run has started: its parent was an entry of the log
             for item, (seq, held) in zip(batch, appended, strict=True):
                 if item.message is not None and held != digest(item.entry.payload):
                     self.last = None  # the message takes the recorded content
@@ -399,9 +432,56 @@ class RunRecorder:
         except DurableError:
             raise  # a durable run that cannot go on from its journal: not a failure to record
         except (EventLogError, OSError) as exc:
+            if isinstance(exc, InvalidArgumentError) and await self._branch_gone():
+                raise _BranchGone from None
             self._failed(exc)
             return None
         return [seq for seq, _ in appended[skip:]]
+
+    async def _branch_gone(self) -> bool:
+        """Whether a refused write was the run's first, taken from an unchecked remembered branch
+        whose tip the log no longer holds (its conversation was deleted since)."""
+        if self.unchecked is None:
+            return False
+        tip = next((o.entry.parent for o in self.pending if o.entry.kind == 'run_started'), None)
+        if tip is None:
+            return False
+        try:
+            return await self.log.get_entry(tip) is None
+        except (EventLogError, OSError):
+            return False  # the refusal is reported as it was
+
+    def _unplan(self, items: list[Outgoing]) -> None:
+        """Take back the counters `_plan_items` moved for `items`, which were not written."""
+        for item in items:
+            if item.message is not None and item.entry.kind == 'message':
+                self.messages -= 1
+            elif item.entry.kind == 'compaction':
+                self.compactions -= 1
+        self.last = None
+
+    async def _rebase(self) -> None:
+        """Match the unchecked history against the log (its remembered branch is gone), point the
+        pending `run_started` entry at what it continues there, and store what the log lacks."""
+        history = self.unchecked or []
+        self.unchecked = None
+        try:
+            layout, unseen = await self._match_in_log(history) if history else (Layout(), [])
+        except (EventLogError, OSError) as exc:
+            self._failed(exc)
+            layout, unseen = Layout(), []
+        self.layout = layout
+        # As in `start`: the inherited messages go with the `run_started` entry alone, anything
+        # pending since (a recall record) after them.
+        started = [item for item in self.pending if item.entry.kind == 'run_started']
+        later = [item for item in self.pending if item.entry.kind != 'run_started']
+        for item in started:
+            item.entry.parent = layout.tip
+        self.pending[:] = started
+        try:
+            await self._store_unseen(layout, unseen)
+        finally:
+            self.pending.extend(later)
 
     async def _adopt(self, message: ModelMessage, seq: int) -> None:
         """Give the live `message` the content of the `message` entry `seq` recorded for it."""
@@ -431,11 +511,16 @@ class RunRecorder:
 
     # --- threading -------------------------------------------------------------------------------
 
-    async def _resolve_history(self, history: list[ModelMessage]) -> tuple[Layout, list[ModelMessage]]:
+    async def _resolve_history(
+        self, history: list[ModelMessage], *, check_branch: bool = True
+    ) -> tuple[Layout, list[ModelMessage]]:
         """The layout of the stored branch `history` continues, and the messages the log lacks."""
         if not history:
             return Layout(), []
         recalled = self.recent.recall(history, self.redaction.encode)
+        if recalled is not None and recalled.tip is not None and not check_branch:
+            self.unchecked = history  # the first write checks the branch (`_branch_gone`)
+            return recalled, []
         try:
             # One cheap read guards against a branch deleted since it was remembered.
             if recalled is not None and recalled.tip is not None and await self.log.get_entry(recalled.tip):

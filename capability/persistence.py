@@ -261,7 +261,11 @@ class EventLogPersistence(AbstractCapability[AgentDepsT]):
             # Resuming without a prompt: pydantic-ai sends (a copy of) the trailing request as this
             # run's own request, so it is recorded as this run's, not as inherited history.
             history = history[:-1]
-        await self._recording(ctx).start(history)
+        # Outside a durable run, the remembered branch is checked by the run's first write rather
+        # than by a read of its own (`RunRecorder.unchecked`); a durable run keeps the read, so a
+        # refused first write never adds a step to its journal.
+        check_branch = not (isinstance(self.log, EventLogBase) and _unjournaled(self.id))
+        await self._recording(ctx).start(history, check_branch=check_branch)
 
     async def before_model_request(
         self, ctx: RunContext[AgentDepsT], request_context: ModelRequestContext
@@ -416,6 +420,12 @@ def _runs_inline(capability_id: str | None) -> bool:
     if operations is _UNKNOWN:
         return False
     return operations is None or operations.get((capability_id, 'append')) is None
+
+
+_unjournaled = _runs_inline
+"""The same test, asked by `before_run` (a run whose appends no engine journals may check its
+remembered branch with its first write): a name of its own, so that what counts the appends'
+decisions (`_runs_inline`) counts only theirs."""
 
 
 def _result_usage(result: AgentRunResult[Any]) -> RunUsage:

@@ -88,7 +88,8 @@ def append_entries(
     seen: set[object] = set()
     checked = [_check_new_entry(entry, seen) for entry in entries]
     unvalidated = [e.payload for e in checked if e.kind == 'message' and not e.prevalidated]
-    validate_messages(unvalidated)
+    if unvalidated:
+        validate_messages(unvalidated)
     if fence is not None:
         check_fence(txn, fence)
     batch = _Batch(txn)

@@ -362,7 +362,9 @@ _conv_decoder = msgspec.msgpack.Decoder(ConversationRecord)
 
 def encode_run(record: RunRecord) -> bytes:
     """The RUNS value of a run record."""
-    return _record_encoder.encode(StoredRun(*[getattr(record, name) for name in _RUN_FIELDS]))
+    # `StoredRun` is `RunRecord` without its first field (the run id), encoded as an array: the
+    # record's other values as a tuple encode to the same bytes, without building the struct.
+    return _record_encoder.encode(msgspec.structs.astuple(record)[1:])
 
 
 def decode_run(run_id: str, raw: bytes) -> RunRecord:

@@ -670,6 +670,97 @@ async def test_threading_from_a_deleted_conversation_stores_the_history_again(lo
     second = await agent.run('start over', message_history=first.all_messages(), conversation_id='kept')
     assert [e.inherited for e in await message_entries(log, second.run_id)] == [True, True, False, False]
     assert await replayed(log, second.run_id) == dump(second.all_messages())
+    # The refused first write left nothing: one run_started, every key once, the chains intact.
+    assert [e.kind for e in await log.entries(run_id=second.run_id)].count('run_started') == 1
+    assert (await log.verify()).ok
+
+
+def _count_reads(log: EventLogBase, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The seqs `log.get_entry` is asked for from now on."""
+    asked: list[int] = []
+    get_entry = log.get_entry
+
+    async def counting(seq: int) -> Entry | None:
+        asked.append(seq)
+        return await get_entry(seq)
+
+    monkeypatch.setattr(log, 'get_entry', counting)
+    return asked
+
+
+async def test_a_threaded_run_checks_its_remembered_branch_with_its_first_write(
+    log: EventLogBase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Outside a durable engine, a run continuing a remembered branch makes no read of its own to
+    check the branch still exists: its `run_started` entry names the branch's tip as its parent,
+    which the first write checks."""
+    agent = make_agent(log)
+    first = await agent.run('hello', conversation_id='c')
+    tip = (await message_entries(log, first.run_id))[-1].seq
+    asked = _count_reads(log, monkeypatch)
+    second = await agent.run('and again', message_history=first.all_messages(), conversation_id='c')
+    assert asked == []
+    [started] = await log.entries(run_id=second.run_id, kinds=['run_started'])
+    assert started.parent == tip
+    assert [e.inherited for e in await message_entries(log, second.run_id)] == [False, False]
+    assert await replayed(log, second.run_id) == dump(second.all_messages())
+
+
+async def test_a_durable_run_keeps_the_read_that_checks_its_remembered_branch(
+    log: EventLogBase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run an engine may journal checks the branch with a read before its first write, so a
+    write refused and made again never adds a step to its journal."""
+    import capability.persistence as persistence_module
+
+    agent = make_agent(log)
+    first = await agent.run('hello', conversation_id='c')
+    tip = (await message_entries(log, first.run_id))[-1].seq
+    monkeypatch.setattr(persistence_module, '_unjournaled', lambda capability_id: False)
+    asked = _count_reads(log, monkeypatch)
+    await agent.run('and again', message_history=first.all_messages(), conversation_id='c')
+    assert asked == [tip]
+
+
+async def test_a_run_resumed_at_its_tool_calls_from_a_deleted_conversation_stores_the_history_again(
+    log: EventLogBase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run's first write is then a tool's `started` record: refused (the branch's tip is gone),
+    the history is matched against the log, stored again, and the record written after it."""
+    from pydantic_ai import DeferredToolRequests, DeferredToolResults
+    from pydantic_ai.messages import ToolReturnPart
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        last = messages[-1]
+        if isinstance(last, ModelRequest) and any(isinstance(p, ToolReturnPart) for p in last.parts):
+            return ModelResponse(parts=[TextPart('launched')])
+        return ModelResponse(parts=[ToolCallPart('launch', {'target': 'moon'}, tool_call_id='call-1')])
+
+    agent = Agent(
+        FunctionModel(model), capabilities=[EventLogPersistence(log)], output_type=[str, DeferredToolRequests]
+    )
+
+    @agent.tool_plain(requires_approval=True)
+    def launch(target: str) -> str:  # pyright: ignore[reportUnusedFunction]
+        return f'on the way to the {target}'
+
+    first = await agent.run('launch it', conversation_id='gone')
+    assert isinstance(first.output, DeferredToolRequests)
+    await log.delete_conversation('gone')
+    asked = _count_reads(log, monkeypatch)
+    second = await agent.run(
+        message_history=first.all_messages(),
+        deferred_tool_results=DeferredToolResults(approvals={'call-1': True}),
+        conversation_id='kept',
+    )
+    assert second.output == 'launched'
+    assert len(asked) == 1, 'one read, after the refused write, finds the branch gone'
+    kinds = [(e.kind, e.inherited) for e in await log.entries(run_id=second.run_id)]
+    assert kinds[:4] == [('run_started', False), ('message', True), ('message', True), ('tool_effect', False)]
+    [started] = await log.entries(run_id=second.run_id, kinds=['run_started'])
+    assert started.parent is None
+    assert await replayed(log, second.run_id) == dump(second.all_messages())
+    assert (await log.verify()).ok
 
 
 def test_the_append_is_a_durable_operation_engines_can_journal() -> None:

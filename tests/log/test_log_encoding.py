@@ -10,6 +10,7 @@ Regenerate the fixture only for a deliberate format change (`python -m tests.log
 from __future__ import annotations
 
 import json
+import warnings
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -168,3 +169,36 @@ def test_stored_and_exported_bytes_of_every_kind_are_unchanged() -> None:
 
 if __name__ == '__main__':  # pragma: no cover - regenerates the fixture
     GOLDEN.write_text(json.dumps(dump(), indent=1) + '\n')
+
+
+def test_encode_message_writes_the_adapters_bytes() -> None:
+    """`encode_message`'s direct path (one serializer per message class) writes exactly what
+    pydantic-ai's `ModelMessagesTypeAdapter` writes, for every part kind, for bytes inside a
+    value typed `Any` (which only the adapter's config encodes as base64), and for messages it
+    leaves to the adapter (a subclass, a `kind` not the class's own)."""
+    from dataclasses import dataclass
+
+    from pydantic_ai.messages import ModelMessagesTypeAdapter, ModelRequest, ModelResponse, TextPart, ToolReturnPart
+
+    from eventlog.entries import _SERIALIZERS, encode_message  # pyright: ignore[reportPrivateUsage]
+    from tests.search.searchtools import every_part_kind
+
+    @dataclass(repr=False)
+    class Subclassed(ModelResponse):
+        pass
+
+    odd_kind = ModelResponse(parts=[TextPart('kind edited')])
+    odd_kind.kind = 'request'  # pyright: ignore[reportAttributeAccessIssue]
+    messages = [
+        *every_part_kind(),
+        ModelRequest(parts=[ToolReturnPart('raw', {'bytes': b'\x00\xff', 'nan': float('nan')}, tool_call_id='c')]),
+        Subclassed(parts=[TextPart('a subclass')]),
+    ]
+    for message in messages:
+        assert encode_message(message) == ModelMessagesTypeAdapter.dump_json([message])[1:-1]
+    assert {ModelRequest, ModelResponse} <= set(_SERIALIZERS), 'the direct path is off: every message pays the union'
+    assert _SERIALIZERS[ModelResponse][0] == 'response'
+    # A `kind` that is not its class's goes through the tagged union, which fails on it or not as the adapter does.
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')  # pydantic warns that the value is not the branch's class
+        assert encode_message(odd_kind) == ModelMessagesTypeAdapter.dump_json([odd_kind])[1:-1]
