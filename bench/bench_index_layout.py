@@ -16,11 +16,13 @@ end), with `lmdb` directly, into stores of two index layouts:
   last seq, chain head) at `ck(conv) + b'\\xff' * 8` (after every seq); the rest of the record
   (title, flags, creation) stays in CONVS, written when the conversation is created; a run id ->
   `ck(conv) + start seq8` key, RUN_ORDER and CONV_RUNS written once at the run's start. A lookup
-  by run id reads one key more.
+  by run id reads one key more;
+- `lean`: `proposed` without CONV_RUNS (a conversation's runs found among its own keys, the
+  tagged run records), so a run's start writes one leaf less.
 
 Each store is pre-filled like a real one (`--conversations` conversations, `--runs` runs spread
 over them at random, entries of a few hundred bytes to 1.5 KB in the `entries` database), then
-the measured runs go to a conversation drawn at random, the four stores (two layouts, synced and
+the measured runs go to a conversation drawn at random, the six stores (three layouts, synced and
 unsynced, LMDB's `sync` and `metasync` as `LmdbEventLog` opens a store) taking turns run by run in
 a rotating order. Per store: pages written per commit (bytes handed to write system calls,
 `wchar` of /proc/self/io, over 4096; LMDB writes each dirty page with `pwrite`), per commit kind;
@@ -146,6 +148,12 @@ class Store:
         with self.env.begin(write=True) as txn:
             (self._current if self.layout == 'current' else self._proposed)(txn, conv, run_id, steps)
 
+    @property
+    def conv_runs(self) -> bool:
+        """Whether the proposed layout keeps CONV_RUNS (`lean` drops it: a conversation's runs are
+        then found among its keys, the tagged run records)."""
+        return self.layout != 'lean'
+
     def _entry(self, txn: Any, conv: str, run_id: str, step: Step) -> int:
         seq = self.next_seq
         self.next_seq += 1
@@ -208,7 +216,8 @@ class Store:
                 where = prefix + seq8(start)
                 txn.put(RUN_IDS + run_id.encode(), where[1:], True, True, False, index)
                 txn.put(RUN_ORDER + seq8(start), run_id.encode(), True, True, False, index)
-                txn.put(CONV_RUNS + ck(conv) + seq8(start), run_id.encode(), True, True, False, index)
+                if self.conv_runs:
+                    txn.put(CONV_RUNS + ck(conv) + seq8(start), run_id.encode(), True, True, False, index)
             assert run is not None
             assert where is not None
             idem = where + TAG_IDEM + step.key.encode()
@@ -251,7 +260,7 @@ def main() -> None:
     parser.add_argument('--seed', type=int, default=42)
     args = parser.parse_args()
     print(f'load average before: {load_average()}', flush=True)
-    variants = [(layout, sync) for sync in (True, False) for layout in ('current', 'proposed')]
+    variants = [(layout, sync) for sync in (True, False) for layout in ('current', 'proposed', 'lean')]
     with tempfile.TemporaryDirectory(prefix='bench-index-layout-') as tmp:
         stores: dict[tuple[str, bool], Store] = {}
         for layout, sync in variants:
@@ -320,13 +329,14 @@ def main() -> None:
             f'{ms:10.3f} | {cpu_ms:10.3f}'
         )
     for sync in (True, False):
-        old, new = summary['current', sync], summary['proposed', sync]
-        diffs = [a - b for a, b in zip(wall['current', sync], wall['proposed', sync], strict=True)]
-        print(
-            f'sync={sync}: proposed / current pages {new[0] / old[0]:.2f}x, time per run {new[1] / old[1]:.2f}x; '
-            f'saving per run {old[1] - new[1]:.3f} ms (median of the run-by-run differences '
-            f'{statistics.median(diffs) * 1e3:.3f} ms), CPU {old[2] - new[2]:.3f} ms'
-        )
+        for layout in ('proposed', 'lean'):
+            old, new = summary['current', sync], summary[layout, sync]
+            diffs = [a - b for a, b in zip(wall['current', sync], wall[layout, sync], strict=True)]
+            print(
+                f'sync={sync}: {layout} / current pages {new[0] / old[0]:.2f}x, time per run {new[1] / old[1]:.2f}x; '
+                f'saving per run {old[1] - new[1]:.3f} ms (median of the run-by-run differences '
+                f'{statistics.median(diffs) * 1e3:.3f} ms), CPU {old[2] - new[2]:.3f} ms'
+            )
     if os.environ.get('BENCH_RAW'):
         print({f'{k[0]}-{k[1]}': v for k, v in summary.items()})
 
