@@ -17,6 +17,12 @@ __all__ = ['EXIT_STORE_CRASHED', 'main']
 EXIT_STORE_CRASHED = 3
 """Exit status when reading the store crashed the storage engine (a damaged file): see `main`."""
 
+_SOCKET_COMMANDS = frozenset({'demo', 'serve'})
+"""Commands that write to sockets, where SIGPIPE stays ignored: a peer that closes its end (a
+browser tab closed while a page loads, a model's connection dropped) is an error of that one
+connection (EPIPE), not the end of the process. Every other command dies of SIGPIPE, as a
+filter should when its reader goes away."""
+
 _CRASH_SIGNALS = frozenset({signal.SIGBUS, signal.SIGSEGV, signal.SIGABRT, signal.SIGILL, signal.SIGFPE})
 """Signals a damaged store can raise inside LMDB (a map past the file's end, a bad page, an assertion)."""
 
@@ -57,7 +63,7 @@ def _child(argv: list[str], noise_fd: int) -> NoReturn:
         real = os.dup(2)
         os.dup2(noise_fd, 2)
         sys.stderr = open(real, 'w', encoding=sys.stderr.encoding, errors='backslashreplace', buffering=1)  # noqa: SIM115
-        if 'demo' not in argv:  # the demo may talk to a model over a socket: keep EPIPE an error there
+        if (argv[0] if argv else '') not in _SOCKET_COMMANDS:
             signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `eventlog show | head` ends quietly
         try:
             code = _command(argv)

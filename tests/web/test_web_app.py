@@ -6,12 +6,14 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import socket
+import time
 from collections.abc import Iterator
 
 import httpx
 import pytest
 from starlette.testclient import TestClient
-from webtools import BINARY, ESC_TEXT, IMG_TEXT, ODD_ID, REPLY_TEXT, SCRIPT_TEXT, TOKEN, Server, WebStore
+from webtools import BINARY, ESC_TEXT, IMG_TEXT, ODD_ID, REPLY_TEXT, SCRIPT_TEXT, TOKEN, Server, WebStore, serving
 
 from eventlog import LmdbEventLog
 from eventlog_cli.web import CONTENT_SECURITY_POLICY, TOKEN_COOKIE, create_app
@@ -66,6 +68,23 @@ def test_the_token_opens_every_page_by_query_cookie_or_header(log: LmdbEventLog)
     assert odd.headers['location'] == '/c/team/a%20b%20%3Ci%3E%3F%23'  # the path as requested
     fresh = TestClient(create_app(log, store='s', token=TOKEN))
     assert fresh.get('/stats', headers={'authorization': f'Bearer {TOKEN}'}).status_code == 200
+
+
+def test_the_server_outlives_clients_that_leave_before_the_page_is_written(web_store: WebStore) -> None:
+    """A browser that closes its connection while a long page is being written (a tab closed, a
+    link clicked while loading) makes the server's next write to it fail: that is an error of
+    the connection (EPIPE), never SIGPIPE ending the whole viewer."""
+    with serving(web_store.path) as running:
+        port = int(running.base.rsplit(':', 1)[1])
+        for attempt in range(60):
+            with socket.create_connection(('127.0.0.1', port), timeout=10) as client:
+                client.sendall(b'GET /c/long HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n')
+                time.sleep(0.001 * (attempt % 10))
+            assert running.process.poll() is None, (
+                f'the server ended ({running.process.returncode}) after {attempt + 1}'
+            )
+        response = httpx.get(running.base + '/c/long', timeout=60)
+        assert response.status_code == 200 and 'long answer number' in response.text
 
 
 def test_the_real_server_checks_its_token(token_server: Server) -> None:
