@@ -181,11 +181,7 @@ class Store:
             idem = IDEM + b'r' + seq8(run[9]) + step.key.encode()
             if step.kind != 'run_started' and run[9] < self.next_seq:
                 assert txn.get(idem, None, index) is None
-            seq = self._entry(txn, conv, run_id, step)
-            txn.put(BY_CONV + prefix + seq8(seq), b'', True, True, False, index)
-            txn.put(idem, seq8(seq), True, True, False, index)
-            run[11] = seq
-            run[12] += 1
+            self._step(txn, conv, run_id, step, run, BY_CONV + prefix, idem)
             count += 1
             payload += step.size
         assert run is not None
@@ -193,6 +189,15 @@ class Store:
         whole = conv_whole(conv, first, self.next_seq - 1, count, runs, payload)
         txn.put(CONVS + conv.encode(), _encode(whole), True, True, False, index)
         self.convs[conv] = (first, count, runs, payload)
+
+    def _step(self, txn: Any, conv: str, run_id: str, step: Step, run: list[Any], entries: bytes, idem: bytes) -> None:
+        """One entry of a run: its body, its key under `entries` (the conversation's entry keys),
+        its idempotency key `idem`, and the run record's last `seq` and count brought up to date."""
+        seq = self._entry(txn, conv, run_id, step)
+        txn.put(entries + seq8(seq), b'', True, True, False, self.index)
+        txn.put(idem, seq8(seq), True, True, False, self.index)
+        run[11] = seq
+        run[12] += 1
 
     def _proposed(self, txn: Any, conv: str, run_id: str, steps: list[Step]) -> None:
         index = self.index
@@ -223,11 +228,7 @@ class Store:
             idem = where + TAG_IDEM + step.key.encode()
             if step.kind != 'run_started' and run[9] < self.next_seq:
                 assert txn.get(idem, None, index) is None
-            seq = self._entry(txn, conv, run_id, step)
-            txn.put(prefix + seq8(seq), b'', True, True, False, index)
-            txn.put(idem, seq8(seq), True, True, False, index)
-            run[11] = seq
-            run[12] += 1
+            self._step(txn, conv, run_id, step, run, prefix, idem)
             count += 1
             payload += step.size
         assert run is not None
