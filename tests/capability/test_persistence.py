@@ -870,3 +870,28 @@ async def test_a_run_threaded_from_the_last_result_continues_without_reading_the
         run = await log.get_run(result.run_id)
         assert run is not None and run.branch_parent == tip and run.message_count == 2
         assert await replayed(log, result.run_id) == dump(result.all_messages())
+
+
+async def test_runs_branching_from_one_remembered_result_each_record_their_own_branch() -> None:
+    """Two runs threaded at once from the same result (the first borrows the remembered history,
+    the second gets a copy), then a run threaded from each: none reads the log, and each records
+    and replays its own branch."""
+    log = _CountingLog()
+    agent = make_agent(log)
+    first = await agent.run('one', conversation_id='branches')
+    left, right = await asyncio.gather(
+        agent.run('left', message_history=first.all_messages()),
+        agent.run('right', message_history=first.all_messages()),
+    )
+    left_on = await agent.run('left again', message_history=left.all_messages())
+    right_on = await agent.run('right again', message_history=right.all_messages())
+    assert log.branches_read == 0
+    assert await log.entries(kinds=['compaction']) == []  # each history only grew, as each run saw it
+    tip = (await message_entries(log, first.run_id))[-1].seq
+    parents = {left.run_id: tip, right.run_id: tip}
+    parents[left_on.run_id] = (await message_entries(log, left.run_id))[-1].seq
+    parents[right_on.run_id] = (await message_entries(log, right.run_id))[-1].seq
+    for result in (left, right, left_on, right_on):
+        run = await log.get_run(result.run_id)
+        assert run is not None and run.branch_parent == parents[result.run_id] and run.message_count == 2
+        assert await replayed(log, result.run_id) == dump(result.all_messages())

@@ -30,6 +30,7 @@ from hypothesis import HealthCheck, given, settings
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart
 
 from capability._persistence_sync import Layout, SyncPlan, advance, match_branch, plan_sync
+from capability._recorder import RecentRuns
 from eventlog import (
     Entry,
     InMemoryEventLog,
@@ -353,3 +354,22 @@ def test_a_message_both_in_the_summary_and_after_it_is_not_kept_twice() -> None:
         assert await recording.context() == payloads(live)
 
     asyncio.run(scenario())
+
+
+def test_a_history_other_than_the_remembered_one_is_not_recalled() -> None:
+    """A finished run's layout is recalled for a history of the same messages (the last one the
+    very object recorded, unchanged since), and for nothing else."""
+    new = _Messages()
+    messages = [new.new() for _ in range(4)]
+    for message in messages:
+        message.run_id = 'finished-run'
+    recent = RecentRuns()
+    recent.remember(Layout(list(messages), [1, 2, 3, 4], set(), 4), encode_message(messages[-1]))
+    recalled = recent.recall(list(messages))
+    assert recalled is not None and recalled.messages == messages and recalled.anchors == [1, 2, 3, 4]
+    assert recent.recall([*messages[:2], copy.deepcopy(messages[2]), messages[3]]) is not None  # an equal copy
+    assert recent.recall([*messages[:3], copy.deepcopy(messages[3])]) is None  # the last one is another object
+    assert recent.recall([messages[0], new.new(), *messages[2:]]) is None  # another message inside
+    assert recent.recall(messages[1:]) is None  # shorter
+    messages[-1].parts.append(TextPart('edited after it was recorded'))
+    assert recent.recall(list(messages)) is None
