@@ -23,7 +23,11 @@ $(VENV)/.installed: pyproject.toml
 $(VENV_LATEST)/.installed: pyproject.toml $(VENV)/.installed
 	$(PYTHON) -m venv --without-pip $(VENV_LATEST)
 	$(VENV)/bin/python -m pip --python $(PY_LATEST) install --quiet --disable-pip-version-check $(TORCH)
-	$(UV) pip install --python $(PY_LATEST) --quiet --upgrade --compile-bytecode -e '.[test,cli,english,semantic]' pydantic-ai-slim
+	# Only pydantic-ai-slim is moved to its newest release: a blanket --upgrade would replace the CPU torch
+	# installed above with a CUDA build of several GB (the constraint pins it where pip put it).
+	echo '$(TORCH)' > $(VENV_LATEST)/torch-constraint.txt
+	$(UV) pip install --python $(PY_LATEST) --quiet --upgrade-package pydantic-ai-slim --compile-bytecode \
+		--constraint $(VENV_LATEST)/torch-constraint.txt -e '.[test,cli,english,semantic]' pydantic-ai-slim
 	touch $@
 
 install: $(VENV)/.installed
