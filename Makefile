@@ -2,13 +2,14 @@
 PYTHON ?= python3
 VENV := .venv
 VENV_LATEST := .venv-latest
+VENV_DEMO := .venv-demo
 UV := $(VENV)/bin/uv
 PY := $(VENV)/bin/python
 PY_LATEST := $(VENV_LATEST)/bin/python
 PYTEST_ARGS ?=
 TORCH ?= torch==2.13.0
 
-.PHONY: install install-latest browser lint typecheck test test-ref test-latest test-long demo bench clean
+.PHONY: install install-latest install-demo browser lint typecheck test test-ref test-latest test-long demo bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV) || (rm -rf $(VENV) && $(PYTHON) -m venv $(VENV))
@@ -78,8 +79,17 @@ test: lint typecheck test-ref test-latest
 test-long: install
 	EVENTLOG_LONG=1 $(PY) -m pytest -q --timeout=3600 tests/log/test_log_properties.py tests/log/test_log_lmdb.py tests/log/test_log_damage.py tests/cli/test_cli_fuzz.py tests/faults $(PYTEST_ARGS)
 
-demo: install
-	$(VENV)/bin/eventlog demo
+# The demo needs only the package and its `cli` extra: a venv of its own (about 160 MB, seconds to
+# install), not the development environment (torch, the reference, the test tools: gigabytes).
+$(VENV_DEMO)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV_DEMO) || (rm -rf $(VENV_DEMO) && $(PYTHON) -m venv $(VENV_DEMO))
+	$(VENV_DEMO)/bin/python -m pip install --quiet --disable-pip-version-check -e '.[cli]'
+	touch $@
+
+install-demo: $(VENV_DEMO)/.installed
+
+demo: install-demo
+	$(VENV_DEMO)/bin/eventlog demo
 
 # Each script measures this project and the reference in one run and prints the ratios
 # (bench_commit_cost breaks this project's overhead per agent run down instead);
@@ -92,4 +102,4 @@ bench: install
 	$(PY) bench/bench_search.py --quick
 
 clean:
-	rm -rf $(VENV) $(VENV_LATEST) .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(VENV_LATEST) $(VENV_DEMO) .pytest_cache .ruff_cache .hypothesis
