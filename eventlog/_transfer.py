@@ -28,7 +28,7 @@ from eventlog._files import open_export_file
 from eventlog._keys import chain_hash, encode_body_of
 from eventlog._read import get_conversation, get_entry, iter_entries, list_runs
 from eventlog._storage import ReadTxn, WriteTxn
-from eventlog.encryption import is_sealed
+from eventlog.encryption import check_sealed, is_sealed, read_store_id
 from eventlog.entries import CompactionInfo, Entry, ForkInfo, Kind, NewEntry
 from eventlog.errors import ConversationNotFound, InvalidArgumentError
 
@@ -141,12 +141,15 @@ def export_lines(txn: ReadTxn, conversation_ids: list[str] | None) -> Iterator[b
     there are no entries), so the number of chunks after the first is the number of entries.
     """
     wanted = None if conversation_ids is None else _closure(txn, conversation_ids)
+    encrypted = read_store_id(txn) is not None
     pending = _encoder.encode(Header(FORMAT_NAME, EXPORT_VERSION)) + b'\n'
     heads: dict[str, str] = {}
     count = 0
     for entry in iter_entries(txn):
         if wanted is not None and entry.conversation_id not in wanted:
             continue
+        if encrypted:  # an unsealed content entry is never exported as if it were genuine
+            check_sealed(entry.seq, entry.conversation_id, entry.kind, entry.payload)
         yield pending
         line = _exported(entry, detached=_is_detached(txn, entry, wanted))
         heads[entry.conversation_id] = line.hash
