@@ -11,33 +11,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import lmdb
-import msgspec
 import pytest
 from backends import keyring_for, make_log, postgres_dsn, schema_for
+from forgery import Raw, RawLmdb, RawPostgres, forge
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from capability.persistence import EventLogPersistence, EventLogPersistenceError
 from eventlog import LmdbEventLog, message_entry, run_started_entry
-from eventlog._keys import (
-    TABLE_NAMES,
-    Table,
-    TableId,
-    chain_hash,
-    conv_key,
-    decode_body,
-    decode_conversation,
-    encode_body,
-    encode_conversation,
-    encode_erased_body,
-    is_erased_value,
-    key_seq,
-    lmdb_key,
-    seq_key,
-    split_value,
-)
+from eventlog._keys import Table, decode_body, is_erased_value
 from eventlog.checkpoint import write_key_pair
 from eventlog.encryption import META_ENCRYPTION, FileKeyProvider, is_sealed
 from eventlog.entries import encode_message
@@ -69,94 +52,6 @@ async def _record(log: EventLogBase, conversation_id: str, *prompts: str) -> lis
     return history
 
 
-# --- the attacker's raw access ---------------------------------------------------------------
-
-
-class _Raw:
-    """Write access to a store's tables that bypasses the library (what the attacker has)."""
-
-    def entries(self) -> dict[int, bytes]:
-        raise NotImplementedError
-
-    def get(self, table: TableId, key: bytes) -> bytes | None:
-        raise NotImplementedError
-
-    def put(self, table: TableId, key: bytes, value: bytes) -> None:
-        raise NotImplementedError
-
-    def delete(self, table: TableId, key: bytes) -> None:
-        raise NotImplementedError
-
-    def close(self) -> None:
-        pass
-
-
-class _RawLmdb(_Raw):
-    def __init__(self, path: Path) -> None:
-        self.env = lmdb.open(str(path), max_dbs=32)
-        self.dbs = {name: self.env.open_db(name) for name in (b'entries', b'index')}
-
-    def _where(self, table: TableId, key: bytes) -> tuple[Any, bytes]:
-        if table == Table.ENTRIES:
-            return self.dbs[b'entries'], key
-        return self.dbs[b'index'], lmdb_key(table, key)
-
-    def entries(self) -> dict[int, bytes]:
-        with self.env.begin(db=self.dbs[b'entries']) as txn:
-            return {key_seq(bytes(k)): bytes(v) for k, v in txn.cursor()}
-
-    def get(self, table: TableId, key: bytes) -> bytes | None:
-        db, where = self._where(table, key)
-        with self.env.begin(db=db) as txn:
-            found = txn.get(where)
-            return None if found is None else bytes(found)
-
-    def put(self, table: TableId, key: bytes, value: bytes) -> None:
-        db, where = self._where(table, key)
-        with self.env.begin(write=True, db=db) as txn:
-            txn.put(where, value)
-
-    def delete(self, table: TableId, key: bytes) -> None:
-        db, where = self._where(table, key)
-        with self.env.begin(write=True, db=db) as txn:
-            txn.delete(where)
-
-    def close(self) -> None:
-        self.env.close()
-
-
-class _RawPostgres(_Raw):
-    def __init__(self, schema: str) -> None:
-        import psycopg
-
-        self.schema = schema
-        self.conn = psycopg.connect(postgres_dsn(), autocommit=True)
-        self.conn.execute("SET session_replication_role = 'replica'")  # past the append-only trigger
-
-    def _table(self, table: TableId) -> str:
-        return f'"{self.schema}"."{TABLE_NAMES[table].decode()}"'
-
-    def entries(self) -> dict[int, bytes]:
-        rows = self.conn.execute(f'SELECT k, v FROM {self._table(Table.ENTRIES)}').fetchall()
-        return {key_seq(bytes(k)): bytes(v) for k, v in rows}
-
-    def get(self, table: TableId, key: bytes) -> bytes | None:
-        row = self.conn.execute(f'SELECT v FROM {self._table(table)} WHERE k = %s', (key,)).fetchone()
-        return None if row is None else bytes(row[0])
-
-    def put(self, table: TableId, key: bytes, value: bytes) -> None:
-        self.conn.execute(
-            f'INSERT INTO {self._table(table)} (k, v) VALUES (%s, %s) ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v',
-            (key, value),
-        )
-
-    def delete(self, table: TableId, key: bytes) -> None:
-        self.conn.execute(f'DELETE FROM {self._table(table)} WHERE k = %s', (key,))
-
-    def close(self) -> None:
-        self.conn.close()
-
-
 @dataclass
 class _Case:
     backend: str
@@ -183,10 +78,10 @@ class _Case:
 
         return PostgresEventLog(postgres_dsn(), schema=schema_for(self.lmdb_path), read_only=True)
 
-    def raw(self) -> _Raw:
+    def raw(self) -> Raw:
         if self.backend == 'lmdb-encrypted':
-            return _RawLmdb(self.lmdb_path)
-        return _RawPostgres(schema_for(self.lmdb_path))
+            return RawLmdb(self.lmdb_path)
+        return RawPostgres(schema_for(self.lmdb_path))
 
 
 @pytest.fixture(params=BACKENDS)
@@ -198,36 +93,6 @@ async def case(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[
         from pgserver import drop_schema
 
         drop_schema(postgres_dsn(), schema_for(tmp_path / 'store.lmdb'))
-
-
-def _forge(raw: _Raw, seq: int, payload: bytes) -> None:
-    """Put `payload` in clear in entry `seq` (keeping an erased entry's mark and hash) and
-    recompute its conversation's chain and record, as an attacker without keys can."""
-    values = raw.entries()
-    target = decode_body(seq, values[seq])
-    conv_id = target.conversation_id
-    prev = b''
-    grown = 0
-    for at in sorted(values):
-        value = values[at]
-        body = decode_body(at, value)
-        if body.conversation_id != conv_id:
-            continue
-        hashed, stored = split_value(value)
-        if at == seq:
-            grown = len(payload) - len(body.payload)
-            body = msgspec.structs.replace(body, payload=payload)
-            hashed = encode_erased_body(body) if is_erased_value(value) else encode_body(body)
-        digest = stored if is_erased_value(value) else chain_hash(prev, hashed)
-        if hashed + digest != value:
-            raw.put(Table.ENTRIES, seq_key(at), hashed + digest)
-        prev = digest
-    record = raw.get(Table.CONVS, conv_key(conv_id))
-    assert record is not None
-    conv = decode_conversation(conv_id, record)
-    conv.head_hash = prev
-    conv.payload_bytes += grown
-    raw.put(Table.CONVS, conv_key(conv_id), encode_conversation(conv))
 
 
 def _forged_response() -> bytes:
@@ -280,7 +145,7 @@ async def test_plaintext_forged_over_a_sealed_payload_is_a_finding_and_refused(c
         log.close()
     raw = case.raw()
     try:
-        _forge(raw, seq, _forged_response())
+        forge(raw, seq, _forged_response())
     finally:
         raw.close()
     log = case.open()
@@ -316,7 +181,7 @@ async def test_plaintext_forged_over_an_erased_entrys_sealed_placeholder(case: _
     raw = case.raw()
     try:
         assert is_erased_value(raw.entries()[first]) and is_sealed(decode_body(first, raw.entries()[first]).payload)
-        _forge(raw, first, encode_message(ModelRequest.user_text_prompt(FORGED)))
+        forge(raw, first, encode_message(ModelRequest.user_text_prompt(FORGED)))
     finally:
         raw.close()
     log = case.open()
@@ -467,11 +332,11 @@ async def test_clear_erased_placeholders_of_an_older_encrypt_are_sealed_once_ope
         assert await plain.encrypt(keyring_for(tmp_path)) > 0
     finally:
         plain.close()
-    raw = _RawLmdb(tmp_path / 'store.lmdb')
+    raw = RawLmdb(tmp_path / 'store.lmdb')
     try:  # what the older version left: the placeholder in clear, no `erased_sealed`
         value = raw.entries()[first]
         assert is_sealed(decode_body(first, value).payload)
-        _forge(raw, first, clear)
+        forge(raw, first, clear)
         record = json.loads(raw.get(Table.META, META_ENCRYPTION) or b'')
         assert record.pop('erased_sealed') is True
         raw.put(Table.META, META_ENCRYPTION, json.dumps(record).encode())
@@ -483,7 +348,7 @@ async def test_clear_erased_placeholders_of_an_older_encrypt_are_sealed_once_ope
         assert '[erased:' in str(await log.transcript('c1'))
     finally:
         log.close()
-    raw = _RawLmdb(tmp_path / 'store.lmdb')
+    raw = RawLmdb(tmp_path / 'store.lmdb')
     try:
         assert is_sealed(decode_body(first, raw.entries()[first]).payload)
     finally:
