@@ -277,7 +277,7 @@ class FileKeyProvider:
         except (msgspec.DecodeError, ValueError, _invalid_tag()):
             raise WrongKeyError(
                 f'the data key of conversation {conversation_id!r} in {self.path} cannot be unwrapped '
-                'with this key-encryption key'
+                'with this key-encryption key (another keyring, or a key file copied from another conversation)'
             ) from None
 
     def data_key(self, store_id: str, conversation_id: str, *, create: bool) -> bytes | None:
