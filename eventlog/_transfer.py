@@ -28,7 +28,7 @@ from eventlog._files import open_export_file
 from eventlog._keys import chain_hash, encode_body_of
 from eventlog._read import get_conversation, get_entry, iter_entries, list_runs
 from eventlog._storage import ReadTxn, WriteTxn
-from eventlog.encryption import is_sealed
+from eventlog.encryption import check_sealed, is_sealed, read_store_id, seal_problem
 from eventlog.entries import CompactionInfo, Entry, ForkInfo, Kind, NewEntry
 from eventlog.errors import ConversationNotFound, InvalidArgumentError
 
@@ -141,12 +141,15 @@ def export_lines(txn: ReadTxn, conversation_ids: list[str] | None) -> Iterator[b
     there are no entries), so the number of chunks after the first is the number of entries.
     """
     wanted = None if conversation_ids is None else _closure(txn, conversation_ids)
+    encrypted = read_store_id(txn) is not None
     pending = _encoder.encode(Header(FORMAT_NAME, EXPORT_VERSION)) + b'\n'
     heads: dict[str, str] = {}
     count = 0
     for entry in iter_entries(txn):
         if wanted is not None and entry.conversation_id not in wanted:
             continue
+        if encrypted:  # an unsealed content entry is never exported as if it were genuine
+            check_sealed(entry.seq, entry.conversation_id, entry.kind, entry.payload)
         yield pending
         line = _exported(entry, detached=_is_detached(txn, entry, wanted))
         heads[entry.conversation_id] = line.hash
@@ -272,6 +275,10 @@ def read_export(
     last = 0
     count = 0
     closing: Closing | None = None
+    sealed = False
+    """Whether a line carries a sealed payload: the export is an encrypted store's."""
+    in_clear: tuple[int, ExportedEntry] | None = None
+    """The first line whose content is in clear (breaking the sealing rule of an encrypted store)."""
     for number, raw in enumerate(it, start=2):
         if not raw.strip():
             continue
@@ -309,7 +316,17 @@ def read_export(
             )
         heads[line.conversation_id] = digest
         count += 1
+        payload = payload_of(line)
+        sealed = sealed or is_sealed(payload)
+        if in_clear is None and seal_problem(True, line.kind, payload) is not None:
+            in_clear = (number, line)
         yield number, line
+    if sealed and in_clear is not None:
+        number, line = in_clear
+        raise InvalidArgumentError(
+            f'line {number} (seq {line.seq}) holds {line.kind} content in clear in an export of an encrypted '
+            'store, where every content payload is sealed: the export was altered; nothing was imported'
+        )
     if header.version == 1:
         return
     if closing is None:

@@ -57,7 +57,7 @@ from eventlog._keys import (
 )
 from eventlog._read import derives_last_seq
 from eventlog._storage import ReadTxn
-from eventlog.encryption import is_sealed
+from eventlog.encryption import META_ENCRYPTION, is_sealed, seal_problem
 from eventlog.entries import (
     CompactionInfo,
     ConversationRecord,
@@ -366,6 +366,7 @@ def verify(txn: ReadTxn) -> VerifyReport:
     marked: dict[str, set[int]] = {}
     """The `seq`s of each conversation's entries that carry the erasure mark."""
     checked = 0
+    encrypted = txn.get(Table.META, META_ENCRYPTION) is not None
     for key, value in txn.scan(Table.ENTRIES):
         checked += 1
         if len(key) != SEQ_SIZE:
@@ -381,6 +382,7 @@ def verify(txn: ReadTxn) -> VerifyReport:
             )
             continue
         conv_id = body.conversation_id
+        _check_seal(encrypted, body, findings)
         try:
             rebuild.apply(seq, body)
         except _Invalid as exc:
@@ -459,6 +461,14 @@ def report_of(problems: Iterable[VerifyProblem], base: VerifyReport | None = Non
         problems=merged,
         scrub_pending=base.scrub_pending,
     )
+
+
+def _check_seal(encrypted: bool, body: StoredBody, findings: _Findings) -> None:
+    """An `entry-unsealed` finding when the entry breaks the sealing rule (`encryption.seal_problem`):
+    a content entry of an encrypted store that is not sealed, or a sealed payload in a plain store."""
+    problem = seal_problem(encrypted, body.kind, body.payload)
+    if problem is not None:
+        findings.add('entry-unsealed', body.conversation_id, body.seq, problem)
 
 
 # --- chains -----------------------------------------------------------------------------------

@@ -33,16 +33,19 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, cast, runtime_checkable
 import msgspec
 
 from eventlog._keys import (
+    SEQ_SIZE,
     StoredBody,
     Table,
     TableId,
     chain_hash,
+    ck,
     conv_key,
     decode_body,
     decode_conversation,
     encode_body,
     encode_conversation,
     encode_erased_body,
+    entry_key_of,
     is_erased_value,
     key_seq,
     seq_key,
@@ -55,6 +58,7 @@ from eventlog.errors import (
     KeyMissingError,
     MissingExtraError,
     PayloadMovedError,
+    UnsealedPayloadError,
     WrongKeyError,
 )
 
@@ -75,9 +79,12 @@ __all__ = [
     'KeyProvider',
     'SealedTxn',
     'Sealer',
+    'check_sealed',
     'encrypt_entries',
     'is_sealed',
+    'key_fingerprint',
     'seal_body',
+    'seal_problem',
 ]
 
 SCHEME: Final = 'aes-256-gcm/1'
@@ -143,6 +150,35 @@ def is_sealed(payload: bytes) -> bool:
     return payload[:3] == _MAGIC
 
 
+def seal_problem(encrypted: bool, kind: str, payload: bytes) -> str | None:
+    """What breaks the sealing rule in an entry's stored payload, or `None`: every content entry
+    (`SEALED_KINDS`, erased ones included) of an encrypted store is sealed, and no payload of a
+    plain store is. The one owner of the rule: `check_sealed` (reads and exports) and `verify`
+    ask it."""
+    if encrypted:
+        if kind in SEALED_KINDS and not is_sealed(payload):
+            return (
+                f'the {kind} entry of an encrypted store holds a payload that is not sealed: it was written '
+                'around the seal (the store was altered)'
+            )
+    elif is_sealed(payload):
+        return 'the entry holds a sealed payload but the store records no encryption (its record was removed)'
+    return None
+
+
+def check_sealed(seq: int, conversation_id: str, kind: str, payload: bytes) -> None:
+    """An encrypted store's entry as read: `UnsealedPayloadError` when it breaks the sealing rule
+    (`seal_problem`), so it is never shown as if it were genuine."""
+    problem = seal_problem(True, kind, payload)
+    if problem is not None:
+        raise UnsealedPayloadError(f'entry {seq} of conversation {conversation_id!r}: {problem}; run verify')
+
+
+def key_fingerprint(payload: bytes) -> bytes:
+    """The fingerprint of the data key a sealed payload was sealed with (stored beside it)."""
+    return payload[4 : 4 + _FINGERPRINT]
+
+
 def _fingerprint(key: bytes) -> bytes:
     return hashlib.sha256(b'eventlog data key\x00' + key).digest()[:_FINGERPRINT]
 
@@ -161,6 +197,11 @@ class KeyProvider(Protocol):
 
     Destroying a key must be durable when `destroy` returns: that is what makes a shred reach every
     copy of the store (docs/encryption.md, "Where the keys live").
+
+    A provider may also answer `destroyed(store_id, conversation_id) -> bool`: whether it destroyed
+    that key itself (`FileKeyProvider` does). `shred` refuses a provider that does not hold the key
+    the conversation's payloads were sealed with, unless it answers so: then a shred interrupted
+    after destroying the key is finished by shredding again.
     """
 
     def data_key(self, store_id: str, conversation_id: str, *, create: bool) -> bytes | None:
@@ -229,12 +270,14 @@ class FileKeyProvider:
 
     def _unwrap(self, raw: bytes, store_id: str, conversation_id: str) -> bytes:
         try:
-            held_store, held_conv, nonce, wrapped = msgspec.msgpack.decode(raw, type=tuple[str, str, bytes, bytes])
-            return self._kek.decrypt(nonce, wrapped, self._ad(held_store, held_conv))
+            _, _, nonce, wrapped = msgspec.msgpack.decode(raw, type=tuple[str, str, bytes, bytes])
+            # Unwrapped under the identity asked for, not the one the file names: a key file
+            # copied over another conversation's fails here instead of serving its key.
+            return self._kek.decrypt(nonce, wrapped, self._ad(store_id, conversation_id))
         except (msgspec.DecodeError, ValueError, _invalid_tag()):
             raise WrongKeyError(
                 f'the data key of conversation {conversation_id!r} in {self.path} cannot be unwrapped '
-                'with this key-encryption key'
+                'with this key-encryption key (another keyring, or a key file copied from another conversation)'
             ) from None
 
     def data_key(self, store_id: str, conversation_id: str, *, create: bool) -> bytes | None:
@@ -245,6 +288,7 @@ class FileKeyProvider:
         except FileNotFoundError:
             if not create:
                 return None
+        path.with_suffix('.destroyed').unlink(missing_ok=True)  # a new key of a reused conversation id
         key = secrets.token_bytes(32)
         nonce = secrets.token_bytes(_NONCE)
         wrapped = self._kek.encrypt(nonce, key, self._ad(store_id, conversation_id))
@@ -260,9 +304,10 @@ class FileKeyProvider:
         return key
 
     def destroy(self, store_id: str, conversation_id: str) -> bool:
-        """See `KeyProvider.destroy`: the file is overwritten with zeros and synced, removed, and
-        the directory synced (on a copy-on-write file system or an SSD the old blocks may survive
-        the overwrite; they hold the key wrapped, never in clear)."""
+        """See `KeyProvider.destroy`: an empty `.destroyed` file is left in its place (see
+        `destroyed`), then the key file is overwritten with zeros and synced, removed, and the
+        directory synced (on a copy-on-write file system or an SSD the old blocks may survive the
+        overwrite; they hold the key wrapped, never in clear)."""
         path = self._file(store_id, conversation_id)
         with self._lock:
             try:
@@ -270,6 +315,8 @@ class FileKeyProvider:
             except FileNotFoundError:
                 return False
             try:
+                os.close(os.open(path.with_suffix('.destroyed'), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
+                _sync_dir(self._dir)
                 size = os.fstat(fd).st_size
                 os.write(fd, b'\x00' * size)
                 os.fsync(fd)
@@ -278,6 +325,10 @@ class FileKeyProvider:
             path.unlink(missing_ok=True)
             _sync_dir(self._dir)
             return True
+
+    def destroyed(self, store_id: str, conversation_id: str) -> bool:
+        """Whether this keyring destroyed the conversation's data key (and made none since)."""
+        return self._file(store_id, conversation_id).with_suffix('.destroyed').exists()
 
     def held(self) -> Iterator[tuple[str, str, bytes]]:
         """Every data key the keyring still holds, unwrapped: (store id, conversation id, key)."""
@@ -321,18 +372,29 @@ class Sealer:
         self._ciphers: collections.OrderedDict[str, tuple[AESGCM, bytes]] = collections.OrderedDict()
         self._ciphers_lock = threading.Lock()
 
-    def _cipher(self, conversation_id: str, *, create: bool) -> tuple[AESGCM, bytes]:
-        with self._ciphers_lock:
-            found = self._ciphers.get(conversation_id)
-            if found is not None:
-                self._ciphers.move_to_end(conversation_id)
-                return found
+    def _provider(self, conversation_id: str) -> KeyProvider:
         if self.provider is None:
             raise KeyMissingError(
                 f'conversation {conversation_id!r} is encrypted and this store was opened without its keys '
                 '(keys=..., or --keys on the command line)'
             )
-        key = self.provider.data_key(self.store_id, conversation_id, create=create)
+        return self.provider
+
+    def _cipher(
+        self, conversation_id: str, *, create: bool, recorded: Callable[[], bytes | None] | None = None
+    ) -> tuple[AESGCM, bytes]:
+        with self._ciphers_lock:
+            found = self._ciphers.get(conversation_id)
+            if found is not None:
+                self._ciphers.move_to_end(conversation_id)
+                return found
+        provider = self._provider(conversation_id)
+        # A new data key only for a conversation that has none yet: one whose payloads were sealed
+        # already keeps its key, and a provider lacking it (or holding another) is the wrong one.
+        held = None if not create or recorded is None else recorded()
+        key = provider.data_key(self.store_id, conversation_id, create=create and held is None)
+        if held is not None:
+            self._check_own(conversation_id, key, held, 'nothing was written')
         if key is None:
             raise KeyMissingError(f'the key provider holds no data key for conversation {conversation_id!r}')
         found = (_aesgcm(key), _fingerprint(key))
@@ -342,16 +404,57 @@ class Sealer:
                 self._ciphers.popitem(last=False)  # the least recently used; fetched again when needed
         return found
 
+    def _check_own(self, conversation_id: str, key: bytes | None, held: bytes, outcome: str) -> None:
+        """`KeyMissingError` or `WrongKeyError` unless `key` is the one whose fingerprint the
+        conversation's sealed payloads carry (`held`); `outcome` says what was not done."""
+        if key is None:
+            raise KeyMissingError(
+                f'conversation {conversation_id!r} already has a data key and the key provider does not hold it '
+                f'(another keyring?): {outcome}; use the keyring its content was sealed with'
+            )
+        if _fingerprint(key) != held:
+            raise WrongKeyError(
+                f'the key provider holds another data key for conversation {conversation_id!r} than the one its '
+                f'content was sealed with (another keyring?): {outcome}'
+            )
+
+    def check_own_key(self, conversation_id: str, held: bytes | None) -> None:
+        """Before destroying a conversation's key (`shred`): the provider must hold the key its
+        payloads were sealed with (`held`, their fingerprint; `None` when none is sealed), else
+        `KeyMissingError` or `WrongKeyError`. A provider that lacks it because it destroyed it
+        itself (a shred interrupted after that, see `KeyProvider`) passes, so shredding again
+        finishes the job."""
+        provider = self._provider(conversation_id)
+        key = provider.data_key(self.store_id, conversation_id, create=False)
+        if held is None:
+            return
+        if key is None:
+            destroyed = getattr(provider, 'destroyed', None)
+            if destroyed is not None and cast('Callable[[str, str], bool]', destroyed)(self.store_id, conversation_id):
+                return
+        self._check_own(conversation_id, key, held, 'nothing was shredded')
+
     def forget(self, conversation_id: str) -> None:
         """Drop the cached data key of a conversation (after it was destroyed)."""
         with self._ciphers_lock:
             self._ciphers.pop(conversation_id, None)
 
-    def seal(self, seq: int, conversation_id: str, kind: str, payload: bytes) -> bytes:
-        """The stored form of an entry's payload: sealed under its conversation's data key (made
-        when it has none yet) with the entry's identity as associated data. The one place a
-        payload is sealed: every writer of a body calls it (through `seal_body`)."""
-        cipher, fingerprint = self._cipher(conversation_id, create=True)
+    def seal(
+        self,
+        seq: int,
+        conversation_id: str,
+        kind: str,
+        payload: bytes,
+        *,
+        recorded: Callable[[], bytes | None] | None = None,
+    ) -> bytes:
+        """The stored form of an entry's payload: sealed under its conversation's data key with the
+        entry's identity as associated data. The one place a payload is sealed: every writer of a
+        body calls it (through `seal_body`). `recorded` gives the fingerprint of the key the
+        conversation's payloads were sealed with (`None`: none is); a new key is made only then,
+        and a provider lacking that key, or holding another, raises `KeyMissingError` or
+        `WrongKeyError` instead of sealing under a second key."""
+        cipher, fingerprint = self._cipher(conversation_id, create=True, recorded=recorded)
         role = _NO_ROLE
         if kind == 'message':
             try:
@@ -365,7 +468,7 @@ class Sealer:
     def open(self, seq: int, conversation_id: str, stored: bytes) -> bytes:
         """The plaintext of a sealed payload; `KeyMissingError`, `WrongKeyError` or `PayloadMovedError`."""
         cipher, fingerprint = self._cipher(conversation_id, create=False)
-        if stored[4 : 4 + _FINGERPRINT] != fingerprint:
+        if key_fingerprint(stored) != fingerprint:
             raise WrongKeyError(
                 f'entry {seq} was sealed with another data key than the one the provider holds for '
                 f'conversation {conversation_id!r} (another keyring, or a payload moved from another conversation)'
@@ -392,7 +495,14 @@ def seal_body(txn: ReadTxn, body: StoredBody) -> StoredBody:
         view.refuse_shredded(body.conversation_id)
     if body.kind not in SEALED_KINDS:
         return body
-    return msgspec.structs.replace(body, payload=sealer.seal(body.seq, body.conversation_id, body.kind, body.payload))
+    sealed = sealer.seal(
+        body.seq,
+        body.conversation_id,
+        body.kind,
+        body.payload,
+        recorded=lambda: view.key_fingerprint_of(body.conversation_id),
+    )
+    return msgspec.structs.replace(body, payload=sealed)
 
 
 def read_store_id(txn: ReadTxn) -> str | None:
@@ -411,11 +521,82 @@ def read_store_id(txn: ReadTxn) -> str | None:
     return store_id
 
 
+_ERASED_SEALED: Final = 'erased_sealed'
+"""The key of the encryption record saying every erased entry's placeholder is sealed: absent in
+stores encrypted by an `eventlog encrypt` of an earlier version, which kept them in clear."""
+
+
 def mark_encrypted(txn: WriteTxn) -> str:
     """Record in META that the store is encrypted, with a fresh store id; return the id."""
     store_id = secrets.token_hex(16)
-    txn.put(Table.META, META_ENCRYPTION, json.dumps({'scheme': SCHEME, 'store_id': store_id}).encode())
+    record = {'scheme': SCHEME, 'store_id': store_id, _ERASED_SEALED: True}
+    txn.put(Table.META, META_ENCRYPTION, json.dumps(record).encode())
     return store_id
+
+
+def erased_placeholders_sealed(txn: ReadTxn) -> bool:
+    """Whether an encrypted store's record says its erased entries' placeholders are all sealed
+    (else `seal_erased_placeholders` migrates it)."""
+    raw = txn.get(Table.META, META_ENCRYPTION)
+    try:
+        return raw is None or json.loads(raw).get(_ERASED_SEALED) is True
+    except (ValueError, AttributeError):
+        return False
+
+
+class _Discarded:
+    """A provider of one random data key that nobody keeps: what a placeholder of a shredded
+    conversation is sealed with when it must be sealed after its key was destroyed."""
+
+    def __init__(self) -> None:
+        self._key = secrets.token_bytes(32)
+
+    def data_key(self, store_id: str, conversation_id: str, *, create: bool) -> bytes | None:
+        return self._key
+
+    def destroy(self, store_id: str, conversation_id: str) -> bool:
+        return False
+
+
+def seal_erased_placeholders(txn: WriteTxn, sealer: Sealer) -> int:
+    """Migrate a store encrypted by an `eventlog encrypt` of an earlier version, which left the
+    placeholders of entries erased before it in clear: seal them (a shredded conversation's under
+    a key nobody keeps), adjust their conversations' sizes and record it (`_ERASED_SEALED`) so it
+    runs once. An erased entry's hash is taken as stored, so no chain changes. Returns how many
+    placeholders were sealed."""
+    if erased_placeholders_sealed(txn):
+        return 0
+    view = SealedTxn(txn, sealer)
+    discarded = Sealer(sealer.store_id, _Discarded())
+    grown: dict[str, int] = {}
+    for key, value in list(txn.scan(Table.ENTRIES)):
+        if not is_erased_value(value):
+            continue
+        seq = key_seq(key)
+        body = decode_body(seq, value)
+        conv_id = body.conversation_id
+        if body.kind not in SEALED_KINDS or is_sealed(body.payload):
+            continue
+        if view.shredded_by(conv_id) is not None:
+            payload = discarded.seal(seq, conv_id, body.kind, body.payload)
+        else:
+            payload = sealer.seal(
+                seq, conv_id, body.kind, body.payload, recorded=lambda c=conv_id: view.key_fingerprint_of(c)
+            )
+        body = msgspec.structs.replace(body, payload=payload)
+        txn.put(Table.ENTRIES, key, encode_erased_body(body) + split_value(value)[1])
+        grown[conv_id] = grown.get(conv_id, 0) + SEAL_OVERHEAD
+    for conv_id, extra in grown.items():
+        raw = txn.get(Table.CONVS, conv_key(conv_id))
+        if raw is not None:
+            conv = decode_conversation(conv_id, raw)
+            if not conv.deleted:
+                conv.payload_bytes += extra
+                txn.put(Table.CONVS, conv_key(conv_id), encode_conversation(conv))
+    record = json.loads(txn.get(Table.META, META_ENCRYPTION) or b'{}')
+    record[_ERASED_SEALED] = True
+    txn.put(Table.META, META_ENCRYPTION, json.dumps(record).encode())
+    return sum(grown.values()) // SEAL_OVERHEAD
 
 
 def encrypt_entries(txn: WriteTxn, provider: KeyProvider) -> tuple[str, int]:
@@ -424,8 +605,8 @@ def encrypt_entries(txn: WriteTxn, provider: KeyProvider) -> tuple[str, int]:
     and every conversation's head and size. Returns the new store id and how many payloads were
     sealed. All or nothing: the caller's transaction aborts on any error, the store then unchanged.
 
-    An erased entry keeps its stored bytes and hash (its placeholder holds no content; its original
-    hash cannot be recomputed); the chain goes on from it as `verify` checks it.
+    An erased entry keeps its stored hash (its original hash cannot be recomputed; the chain goes
+    on from it as `verify` checks it) and has its placeholder sealed like any content payload.
     """
     from eventlog._admin import mark_scrub_pending
     from eventlog._read import last_seq
@@ -446,6 +627,10 @@ def encrypt_entries(txn: WriteTxn, provider: KeyProvider) -> tuple[str, int]:
         hashed, stored_hash = split_value(value)
         if is_erased_value(value):
             heads[conv_id] = stored_hash
+            if body.kind in SEALED_KINDS:
+                body = msgspec.structs.replace(body, payload=sealer.seal(seq, conv_id, body.kind, body.payload))
+                updates.append((key, encode_erased_body(body) + stored_hash))
+                grown[conv_id] = grown.get(conv_id, 0) + SEAL_OVERHEAD
             continue
         if body.kind in SEALED_KINDS:
             body = msgspec.structs.replace(body, payload=sealer.seal(seq, conv_id, body.kind, body.payload))
@@ -528,6 +713,21 @@ class SealedTxn:
                 f'conversation {conversation_id!r} was shredded (entry {seq}); nothing more can be appended to it'
             )
 
+    def key_fingerprint_of(self, conversation_id: str) -> bytes | None:
+        """The fingerprint of the data key the conversation's payloads were sealed with (its first
+        sealed entry's), or `None` when none of its entries is sealed (its key is not made yet)."""
+        prefix = ck(conversation_id)
+        for index_key, _ in self.raw.scan(Table.BY_CONV, prefix=prefix):
+            if len(index_key) != len(prefix) + SEQ_SIZE:
+                continue
+            value = self.raw.get(Table.ENTRIES, entry_key_of(index_key))
+            if value is None:
+                continue
+            payload = decode_body(key_seq(index_key), value).payload
+            if is_sealed(payload):
+                return key_fingerprint(payload)
+        return None
+
     def note_appended(self, conversation_id: str, seq: int, kind: str) -> None:
         """Keep the shredded state current after this transaction appended an entry."""
         self._shredded[conversation_id] = seq if kind == 'shred' else None
@@ -537,6 +737,7 @@ class SealedTxn:
         seq = key_seq(key)
         body = decode_body(seq, value)
         if not is_sealed(body.payload):
+            check_sealed(seq, body.conversation_id, body.kind, body.payload)
             return value
         shred = self.shredded_by(body.conversation_id)
         if shred is not None:

@@ -47,6 +47,7 @@ __all__ = [
     'StoreLocationError',
     'StoreReplacedError',
     'StoreVersionError',
+    'UnsealedPayloadError',
     'VectorIndexMismatch',
     'WrongKeyError',
 ]
@@ -228,6 +229,11 @@ class WrongKeyError(EncryptionError):
 class PayloadMovedError(EncryptionError, CorruptEntryError):
     """A sealed payload fails authentication under its entry's identity: it was moved from
     another entry (or another store) or its bytes were altered."""
+
+
+class UnsealedPayloadError(EncryptionError, CorruptEntryError):
+    """A content entry of an encrypted store holds a payload that is not sealed: it was written
+    around the seal (an altered store), so it is never read as if it were genuine."""
 
 
 class ConversationShreddedError(EncryptionError):

@@ -30,7 +30,16 @@ from eventlog._files import open_destination
 from eventlog._ids import IdKind
 from eventlog._storage import ReadTxn, WriteTxn
 from eventlog._threads import to_thread
-from eventlog.encryption import KeyProvider, SealedTxn, Sealer, encrypt_entries, mark_encrypted, read_store_id
+from eventlog.encryption import (
+    KeyProvider,
+    SealedTxn,
+    Sealer,
+    encrypt_entries,
+    erased_placeholders_sealed,
+    mark_encrypted,
+    read_store_id,
+    seal_erased_placeholders,
+)
 from eventlog.entries import (
     ConversationRecord,
     Entry,
@@ -313,7 +322,9 @@ class EventLogBase(ABC):
                 f'{self._store_name()} is encrypted: open it with keys=... to write (or read-only, to read '
                 'records and verify without keys)'
             )
-        self._sealer = Sealer(store_id, keys)
+        sealer = self._sealer = Sealer(store_id, keys)
+        if keys is not None and self.read_only_reason is None and not self._read_sync(erased_placeholders_sealed):
+            self._write_sync(lambda txn: seal_erased_placeholders(txn, sealer))  # once, for an older store
         self._keep_projections_in_memory()
 
     async def encrypt(self, keys: KeyProvider) -> int:
@@ -842,7 +853,9 @@ class EventLogBase(ABC):
         crash never leaves a conversation recorded as shredded whose content can still be read.
 
         Raises `EncryptionSetupError` (a plain store, or one opened without keys),
-        `ConversationNotFound`, or `ConversationShreddedError` (shredded already).
+        `ConversationNotFound`, `ConversationShreddedError` (shredded already), or, changing
+        nothing, `KeyMissingError` / `WrongKeyError` when the provider does not hold the key the
+        conversation's payloads were sealed with (another keyring).
         """
         engine.check_id(conversation_id, 'conversation_id')
         reason = erasure.check_text(reason, 'reason')
@@ -854,13 +867,15 @@ class EventLogBase(ABC):
             raise EncryptionSetupError(f'{self._store_name()} is not encrypted with a key provider; nothing to shred')
         provider = sealer.provider
 
-        def check(txn: SealedTxn) -> None:
+        def check(txn: SealedTxn) -> bytes | None:
             conv = engine.get_conversation(txn, conversation_id)
             if conv is None or conv.deleted:
                 raise ConversationNotFound(f'no conversation {conversation_id!r} in this log')
             txn.refuse_shredded(conversation_id)
+            return txn.key_fingerprint_of(conversation_id)
 
-        await self._read(cast('Callable[[ReadTxn], None]', check))
+        held = await self._read(cast('Callable[[ReadTxn], bytes | None]', check))
+        await to_thread(sealer.check_own_key, conversation_id, held)  # the right keyring, or nothing done
         sealer.forget(conversation_id)
         await to_thread(provider.destroy, sealer.store_id, conversation_id)
         payload = encode_info(ShredInfo(reason=reason, by=by))
