@@ -23,7 +23,7 @@ from eventlog import LmdbEventLog, ReplayHistorySource, message_entry, run_start
 from eventlog.errors import VectorIndexMismatch
 from eventlog.log import EventLogBase
 from search import SearchEngine, SearchOptions
-from search.lmdb_index import LmdbIndex
+from search.persistent_index import PersistentIndex as LmdbIndex
 from search.memory_index import HistorySourceBackend
 from search.vector_index import VectorIndex
 from tests.search.semtools import HashingEmbeddingModel
