@@ -379,7 +379,8 @@ def _open_tables(shared: _SharedEnv) -> _Layout:
 
 def _open_tables_read_only(shared: _SharedEnv) -> _Layout:
     """Open the log's tables of a store opened read-only, creating nothing: the store must hold
-    them, in the current format (an older one needs its migration, a write)."""
+    them, in the current format or one read as it is (`engine.readable_as_is`; an older one needs
+    its migration, a write)."""
     env = shared.env
     try:
         opened = {name: env.open_db(name, create=False) for name in PHYSICAL_NAMES}
@@ -390,7 +391,7 @@ def _open_tables_read_only(shared: _SharedEnv) -> _Layout:
     dbs = {table: (opened[name], prefix) for table, (name, prefix) in LMDB_TABLES.items()}
     with env.begin() as txn:
         version = engine.check_format(_LmdbTxn(txn, dbs))
-    if version != engine.FORMAT_VERSION:
+    if not engine.readable_as_is(version):
         raise ReadOnlyStoreError(
             f'the store at {shared.path} is in format {version or "(none recorded)"}, which is brought to format '
             f'{engine.FORMAT_VERSION} by opening it for writing once; opened read-only, nothing may be written'

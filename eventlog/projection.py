@@ -46,10 +46,10 @@ from eventlog.entries import ConversationRecord, Entry, RunRecord
 from eventlog.errors import InvalidArgumentError
 
 __all__ = [
+    'MAINTAINER_GROUP',
     'BranchMessage',
     'CatalogueEntry',
     'CataloguedStore',
-    'MAINTAINER_GROUP',
     'LogReader',
     'ProjectionRecords',
     'ProjectionSpec',

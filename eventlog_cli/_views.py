@@ -87,12 +87,15 @@ class CliError(Exception):
     """A mistake the user can fix; reported in one line, exit status 1."""
 
 
-def open_store(store: str | Path, *, create: bool = False) -> AbstractAsyncContextManager[StoreLog]:
+def open_store(
+    store: str | Path, *, create: bool = False, writes: bool = False
+) -> AbstractAsyncContextManager[StoreLog]:
     """The store `store` names (a directory, or a PostgreSQL URL: `eventlog_cli._store`); unless
-    `create`, refuse one that does not exist yet (`no store at ...`)."""
+    `create`, refuse one that does not exist yet (`no store at ...`). Opened read-only unless the
+    command `writes` (or `create`s): a reading command changes nothing in the store."""
     from eventlog_cli._store import open_store as open_location
 
-    return open_location(store, create=create)
+    return open_location(store, create=create, writes=writes or create)
 
 
 async def conversation_record(log: EventLogBase, conversation_id: str) -> ConversationRecord:

@@ -268,7 +268,7 @@ async def _reindex(store: str, analyzer: Analyzer, as_json: bool) -> None:
     from eventlog_cli.commands.transfer import progress_bar
 
     progress = progress_bar(in_bytes=False)
-    async with views.open_store(store) as log:
+    async with views.open_store(store, writes=True) as log:
         with progress:
             task = progress.add_task('indexing runs', total=None)
 

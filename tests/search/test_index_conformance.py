@@ -38,8 +38,8 @@ from eventlog.log import EventLogBase
 from eventlog.postgres_log import PostgresEventLog
 from search import SearchEngine, SearchOptions
 from search.index_format import INDEX_PROJECTION
-from search.persistent_index import PersistentIndex as LmdbIndex
 from search.memory_index import HistorySourceBackend
+from search.persistent_index import PersistentIndex as LmdbIndex
 from tests.log.logtools import at
 from tests.search.test_lmdb_index import WORDS
 

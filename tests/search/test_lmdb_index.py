@@ -24,8 +24,9 @@ from capability import ConversationSearch
 from capability.search import backend_for
 from eventlog import LmdbEventLog, ReplayHistorySource, message_entry, run_finished_entry, run_started_entry
 from search import DefaultAnalyzer, SearchEngine, SearchOptions
-from search.persistent_index import IndexAnalyzerMismatch, PersistentIndex as LmdbIndex
 from search.memory_index import HistorySourceBackend
+from search.persistent_index import IndexAnalyzerMismatch
+from search.persistent_index import PersistentIndex as LmdbIndex
 
 WORDS = [
     'deploy',
