@@ -274,7 +274,11 @@ async def read_stats(log: StoreLog, store: str | Path) -> dict[str, Any]:
 def stats_rows(data: dict[str, Any]) -> list[Row]:
     """`stats`'s rows, from `read_stats`."""
     index = data['index']
-    current = 'current' if index['current'] else f'behind (at #{index["position"]}; catches up at the next search)'
+    current = (
+        'current'
+        if index['current']
+        else f"behind (at #{index['position']}; `eventlog reindex` or the application's next search catches it up)"
+    )
     built = f'{index["documents"]} documents, {index["analyzer"]} analyzer, {current}'
     if index['kind'] == 'memory':
         built = 'none at rest (an encrypted store is indexed in memory, by each process that searches it)'
