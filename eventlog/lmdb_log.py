@@ -48,7 +48,14 @@ from eventlog.errors import (
     StoreReplacedError,
 )
 from eventlog.log import EventLogBase
-from eventlog.projection import CatalogueEntry, LogReader, ProjectionSpec, read_catalogue, record_in_catalogue
+from eventlog.projection import (
+    CatalogueEntry,
+    LogReader,
+    ProjectionSpec,
+    is_projection_name,
+    read_catalogue,
+    record_in_catalogue,
+)
 
 if TYPE_CHECKING:
     from eventlog.retention import RetentionPolicy
@@ -603,12 +610,14 @@ class LmdbEventLog(EventLogBase):
         return self.run_in_txn(lmdb_projection.present_projections, write=False)
 
     def clear_projection(self, name: str) -> None:
-        """Empty every table of the projection `name` and forget its position."""
+        """Empty every table of the projection `name` and forget its position (a database under its
+        name whose table name no projection can have is left alone, `is_projection_name`)."""
         if self._memory_projections is not None:
             self._memory_projections.begin(name).clear()
             return
         self._refuse_write()
-        tables = self.run_in_txn(lambda txn: lmdb_projection.projection_tables(txn, name), write=False)
+        found = self.run_in_txn(lambda txn: lmdb_projection.projection_tables(txn, name), write=False)
+        tables = tuple(table for table in found if is_projection_name(table))
         self._run_projection(ProjectionSpec(name, tables), lambda records, _: records.clear(), write=True)
 
     def has_projection(self, name: str) -> bool:

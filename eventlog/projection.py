@@ -56,6 +56,7 @@ __all__ = [
     'ProjectionStore',
     'ProjectionWriter',
     'id_prefix',
+    'is_projection_name',
     'keep_as_is',
     'key_seq',
     'maintain_projections',
@@ -69,6 +70,13 @@ BranchMessage = tuple[int, str, bytes]
 """A message on a branch: its `seq`, its conversation, and its pydantic-ai JSON."""
 
 _NAME = re.compile(r'[a-z][a-z0-9_]{0,31}')
+
+
+def is_projection_name(name: str) -> bool:
+    """Whether `name` can name a projection or one of its tables (lowercase letters, digits and
+    `_`, starting with a letter, up to 32). Other names found in a store were not written by a
+    projection: a scrub leaves them alone rather than failing on them."""
+    return _NAME.fullmatch(name) is not None
 
 
 # --- keys of a projection's records -----------------------------------------------------------
@@ -110,7 +118,7 @@ class ProjectionSpec:
 
     def __post_init__(self) -> None:
         for part in (self.name, *self.tables):
-            if not _NAME.fullmatch(part):
+            if not is_projection_name(part):
                 raise InvalidArgumentError(
                     f'{part!r} is not a projection or table name (lowercase letters, digits and _, up to 32)'
                 )
@@ -353,11 +361,13 @@ def maintain_projections(store: CataloguedStore) -> list[str]:
 
     Returns the names of the projections cleared. Clearing is always safe (a projection rebuilds
     from the log), so what a process has installed never decides whether erased text stays in one.
-    Errors of clearing itself propagate (the scrub then reports it did not finish).
+    A name no projection can have (`is_projection_name`; written into the store by hand) is left
+    alone, so that it cannot keep the scrub from finishing. Errors of clearing itself propagate
+    (the scrub then reports it did not finish).
     """
     catalogued = {entry.name for entry in store.projection_catalogue()}
     cleared: list[str] = []
-    for name in sorted(store.present_projections() | catalogued):
+    for name in sorted(n for n in store.present_projections() | catalogued if is_projection_name(n)):
         maintainer = maintainer_for(name) if name in catalogued else None
         if maintainer is not None:
             try:

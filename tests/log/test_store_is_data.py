@@ -27,6 +27,7 @@ from eventlog._keys import META_PROJECTION_PREFIX, META_SCRUB_PENDING, Table
 from eventlog._storage import WriteTxn
 from eventlog.log import EventLogBase
 from eventlog.projection import ProjectionSpec, maintainer_for
+from search.index_format import TABLES as INDEX_TABLES
 from tests.log.logtools import add_run, exchange
 from tests.log.maintainer_plugin import install_maintainer
 
@@ -34,6 +35,8 @@ ROOT = Path(__file__).resolve().parents[2]
 EVIL = ProjectionSpec('evil', ('docs',))
 SECRET = b'held-by-the-attackers-projection'
 ZEN = 'Beautiful is better than ugly'
+OLD_REFERENCE = 'search.lmdb_index:maintain_index'
+"""What stores of earlier versions record as the index's maintainer."""
 
 
 @pytest.fixture
@@ -177,5 +180,54 @@ async def test_postgres_retention_at_open_and_erase_run_nothing_the_catalogue_na
     log = PostgresEventLog(pg_dsn, schema=schema, read_only=True)
     try:
         assert log.read_projection(EVIL, lambda r, _: list(r.scan('docs'))) == []
+    finally:
+        log.close()
+
+
+async def test_an_old_stores_catalogue_entry_of_the_index_is_maintained_by_its_kind(tmp_path: Path) -> None:
+    """Stores of earlier versions name the index's maintainer `search.lmdb_index:maintain_index`, a
+    module that no longer exists: the string is ignored, the kind `ix` is maintained (caught up
+    before the compaction), not cleared."""
+    from search.persistent_index import PersistentIndex
+
+    store = tmp_path / 'store.lmdb'
+    log = LmdbEventLog(store)
+    try:
+        await add_run(log, 'c', 'r0', exchange(0, 'walrus'))
+        PersistentIndex(log).catch_up()
+        entry = {'name': 'ix', 'tables': list(INDEX_TABLES), 'format': '3', 'maintainer': OLD_REFERENCE}
+
+        def write(txn: WriteTxn) -> None:
+            txn.put(Table.META, META_PROJECTION_PREFIX + b'ix', json.dumps(entry).encode())
+
+        log._write_sync(write)  # pyright: ignore[reportPrivateUsage]
+        await add_run(log, 'c', 'r1', exchange(1, 'narwhal'))
+        lagging = PersistentIndex.open_existing(log).state()
+        assert lagging.position < lagging.log_position
+        await log.compact()
+        state = PersistentIndex.open_existing(log).state()
+        assert state.analyzer is not None and state.position == state.log_position == await log.last_seq()
+    finally:
+        log.close()
+
+
+async def test_names_that_are_no_projections_do_not_stop_a_scrub(tmp_path: Path) -> None:
+    """A catalogue entry or a database whose name no projection can have (written by hand into the
+    store) is left alone: it cannot keep an erasure's scrub from finishing."""
+    store = tmp_path / 'store.lmdb'
+    log = LmdbEventLog(store)
+    try:
+        await add_run(log, 'c', 'r', exchange(0, 'walrus'))
+        entry = {'name': 'Not A Name!', 'tables': ['x'], 'format': '', 'maintainer': None}
+
+        def write(txn: WriteTxn) -> None:
+            txn.put(Table.META, META_PROJECTION_PREFIX + b'odd', json.dumps(entry).encode())
+
+        log._write_sync(write)  # pyright: ignore[reportPrivateUsage]
+        log.env.open_db(b'Odd Name.docs')  # a database no projection can have
+        log.env.open_db(b'demo.Bad Table')
+        done = await log.erase('c', reason='request')
+        assert done.scrubbed, done.scrub_error
+        assert await log.scrub_pending() is None
     finally:
         log.close()
