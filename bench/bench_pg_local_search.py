@@ -39,7 +39,7 @@ from bench_postgres import load_conversation
 
 from eventlog import LmdbEventLog, PostgresEventLog
 from search import SearchEngine, SearchOptions
-from search.lmdb_index import LmdbIndex
+from search.persistent_index import PersistentIndex as LmdbIndex
 from search.render import index_text
 
 try:

@@ -62,7 +62,7 @@ from capability.persistence import EventLogPersistence
 from eventlog import LmdbEventLog, NewEntry, PostgresEventLog, message_entry, run_started_entry
 from eventlog.log import EventLogBase
 from search import SearchEngine, SearchOptions
-from search.lmdb_index import LmdbIndex
+from search.persistent_index import PersistentIndex as LmdbIndex
 from search.render import index_text
 
 try:

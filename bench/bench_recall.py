@@ -56,7 +56,7 @@ from bench._realistic import store as store_realistic
 from bench._search_corpus import conversation_messages
 from eventlog import LmdbEventLog, message_entry, run_started_entry
 from search import SearchEngine, SearchOptions, get_analyzer
-from search.lmdb_index import LmdbIndex
+from search.persistent_index import PersistentIndex as LmdbIndex
 from search.semantic import HYBRID_LEAD_BONUS, HYBRID_LEAD_DEPTH, HYBRID_LEAD_GAP, HYBRID_LEXICAL_WEIGHT
 from search.vector_index import VectorIndex
 

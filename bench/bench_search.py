@@ -54,8 +54,8 @@ from eventlog import LmdbEventLog, NewEntry, ReplayHistorySource, message_entry,
 from search import SearchEngine, SearchOptions, get_analyzer
 from search.analyzers import Analyzer, DefaultAnalyzer
 from search.bm25 import unique_terms
-from search.lmdb_index import LmdbIndex
 from search.memory_index import HistorySourceBackend
+from search.persistent_index import PersistentIndex as LmdbIndex
 from search.render import index_text
 
 try:

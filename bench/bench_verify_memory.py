@@ -37,7 +37,7 @@ _BUILD = """
 import asyncio, random, sys
 from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
 from eventlog import LmdbEventLog, message_entry, run_finished_entry, run_started_entry
-from search.lmdb_index import LmdbIndex
+from search.persistent_index import PersistentIndex as LmdbIndex
 
 async def main(path, count):
     rng = random.Random(7)
@@ -84,7 +84,7 @@ def sample():
         time.sleep(0.005)
 
 from eventlog import LmdbEventLog
-from search.lmdb_index import LmdbIndex
+from search.persistent_index import PersistentIndex as LmdbIndex
 from eventlog_cli._views import read_verify
 
 threading.Thread(target=sample, daemon=True).start()

@@ -62,6 +62,13 @@ def check_format(txn: ReadTxn) -> int | None:
     return version
 
 
+def readable_as_is(version: int | None) -> bool:
+    """Whether a store of format `version` reads correctly without its migration (what a read-only
+    handle needs): format 2 differs from 3 only in its format record and in keeping META
+    `last_seq` current, which reads do not need. Format 1 names runs differently in its indexes."""
+    return version in (2, FORMAT_VERSION)
+
+
 def init_format(txn: WriteTxn) -> None:
     """Record the format of a new store; bring an older store up to date (`migrate`)."""
     version = check_format(txn)

@@ -22,6 +22,7 @@ from eventlog._admin import (
     fork,
     init_format,
     migrate,
+    readable_as_is,
     scrub_pending,
 )
 from eventlog._append import append_entries, utcnow
@@ -101,6 +102,7 @@ __all__ = [
     'list_conversations',
     'list_runs',
     'migrate',
+    'readable_as_is',
     'run_idem_prefix',
     'run_message_payloads',
     'scrub_pending',

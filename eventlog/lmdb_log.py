@@ -48,7 +48,14 @@ from eventlog.errors import (
     StoreReplacedError,
 )
 from eventlog.log import EventLogBase
-from eventlog.projection import CatalogueEntry, LogReader, ProjectionSpec, read_catalogue, record_in_catalogue
+from eventlog.projection import (
+    CatalogueEntry,
+    LogReader,
+    ProjectionSpec,
+    is_projection_name,
+    read_catalogue,
+    record_in_catalogue,
+)
 
 if TYPE_CHECKING:
     from eventlog.retention import RetentionPolicy
@@ -379,7 +386,8 @@ def _open_tables(shared: _SharedEnv) -> _Layout:
 
 def _open_tables_read_only(shared: _SharedEnv) -> _Layout:
     """Open the log's tables of a store opened read-only, creating nothing: the store must hold
-    them, in the current format (an older one needs its migration, a write)."""
+    them, in the current format or one read as it is (`engine.readable_as_is`; an older one needs
+    its migration, a write)."""
     env = shared.env
     try:
         opened = {name: env.open_db(name, create=False) for name in PHYSICAL_NAMES}
@@ -390,7 +398,7 @@ def _open_tables_read_only(shared: _SharedEnv) -> _Layout:
     dbs = {table: (opened[name], prefix) for table, (name, prefix) in LMDB_TABLES.items()}
     with env.begin() as txn:
         version = engine.check_format(_LmdbTxn(txn, dbs))
-    if version != engine.FORMAT_VERSION:
+    if not engine.readable_as_is(version):
         raise ReadOnlyStoreError(
             f'the store at {shared.path} is in format {version or "(none recorded)"}, which is brought to format '
             f'{engine.FORMAT_VERSION} by opening it for writing once; opened read-only, nothing may be written'
@@ -602,12 +610,14 @@ class LmdbEventLog(EventLogBase):
         return self.run_in_txn(lmdb_projection.present_projections, write=False)
 
     def clear_projection(self, name: str) -> None:
-        """Empty every table of the projection `name` and forget its position."""
+        """Empty every table of the projection `name` and forget its position (a database under its
+        name whose table name no projection can have is left alone, `is_projection_name`)."""
         if self._memory_projections is not None:
             self._memory_projections.begin(name).clear()
             return
         self._refuse_write()
-        tables = self.run_in_txn(lambda txn: lmdb_projection.projection_tables(txn, name), write=False)
+        found = self.run_in_txn(lambda txn: lmdb_projection.projection_tables(txn, name), write=False)
+        tables = tuple(table for table in found if is_projection_name(table))
         self._run_projection(ProjectionSpec(name, tables), lambda records, _: records.clear(), write=True)
 
     def has_projection(self, name: str) -> bool:

@@ -350,12 +350,12 @@ class PostgresEventLog(EventLogBase):
                 # Most opens find the format current and need no writers' lock: opening never waits
                 # for a writer in the middle of its transaction.
                 found = engine.check_format(PgReadTxn(cur, self._relations))
-                if found != engine.FORMAT_VERSION and self.read_only_reason is not None:
+                if not engine.readable_as_is(found) and self.read_only_reason is not None:
                     raise ReadOnlyStoreError(
                         f'{self.location} is in format {found or "(none recorded)"}, which opening it for writing '
                         f'once brings to format {engine.FORMAT_VERSION}; opened read-only, nothing may be written'
                     )
-                if found != engine.FORMAT_VERSION:
+                if found != engine.FORMAT_VERSION and self.read_only_reason is None:
                     with conn.transaction():
                         cur.execute(self._lock_sql)
                         cur.execute(f'SELECT last_value FROM {self._q}.seq_counter'.encode())

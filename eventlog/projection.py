@@ -30,10 +30,11 @@ one id's prefix never matches another id's keys.
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol, TypeVar, cast, runtime_checkable
+from typing import Final, Protocol, TypeVar, cast, runtime_checkable
 
 import msgspec
 
@@ -45,6 +46,7 @@ from eventlog.entries import ConversationRecord, Entry, RunRecord
 from eventlog.errors import InvalidArgumentError
 
 __all__ = [
+    'MAINTAINER_GROUP',
     'BranchMessage',
     'CatalogueEntry',
     'CataloguedStore',
@@ -54,9 +56,11 @@ __all__ = [
     'ProjectionStore',
     'ProjectionWriter',
     'id_prefix',
+    'is_projection_name',
     'keep_as_is',
     'key_seq',
     'maintain_projections',
+    'maintainer_for',
     'seq_key',
 ]
 
@@ -66,6 +70,13 @@ BranchMessage = tuple[int, str, bytes]
 """A message on a branch: its `seq`, its conversation, and its pydantic-ai JSON."""
 
 _NAME = re.compile(r'[a-z][a-z0-9_]{0,31}')
+
+
+def is_projection_name(name: str) -> bool:
+    """Whether `name` can name a projection or one of its tables (lowercase letters, digits and
+    `_`, starting with a letter, up to 32). Other names found in a store were not written by a
+    projection: a scrub leaves them alone rather than failing on them."""
+    return _NAME.fullmatch(name) is not None
 
 
 # --- keys of a projection's records -----------------------------------------------------------
@@ -93,31 +104,26 @@ class ProjectionSpec:
 
     Backends derive their storage names from these: LMDB keeps table `t` of projection
     `p` in the named database `p.t`. The first write of a projection records it, with its
-    `format` and `maintainer`, in the store's catalogue of projections (`CatalogueEntry`).
+    `format`, in the store's catalogue of projections (`CatalogueEntry`).
+
+    The name is also the projection's kind: it is all the log goes by to choose the code that
+    maintains the projection before a scrub or a compaction (`maintainer_for`), code installed in
+    this process, never named by the store.
     """
 
     name: str
     tables: tuple[str, ...]
     format: str = ''
     """The layout of the records, as the catalogue records it (the projection's own version)."""
-    maintainer: str | None = None
-    """`'module:function'`: what the log imports and calls with the store before every scrub and
-    compaction, so that the projection drops what was erased or deleted (the BM25 index catches
-    up). `None`: the log clears the projection instead (it rebuilds from the log)."""
 
     def __post_init__(self) -> None:
         for part in (self.name, *self.tables):
-            if not _NAME.fullmatch(part):
+            if not is_projection_name(part):
                 raise InvalidArgumentError(
                     f'{part!r} is not a projection or table name (lowercase letters, digits and _, up to 32)'
                 )
         if len(set(self.tables)) != len(self.tables):
             raise InvalidArgumentError(f'projection {self.name!r} names a table twice')
-        if self.maintainer is not None and not _REFERENCE.fullmatch(self.maintainer):
-            raise InvalidArgumentError(f'a maintainer is a module:function reference, got {self.maintainer!r}')
-
-
-_REFERENCE = re.compile(r'[A-Za-z_][\w.]*:[A-Za-z_]\w*')
 
 
 class CatalogueEntry(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
@@ -126,13 +132,15 @@ class CatalogueEntry(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
     name: str
     tables: tuple[str, ...]
     format: str
-    maintainer: str | None
-    """What the log runs before a scrub or a compaction (`ProjectionSpec.maintainer`)."""
+    maintainer: str | None = None
+    """Earlier versions recorded a `module:function` here, which the log imported and called. It
+    is read and ignored: the projection's name (its kind) alone chooses its maintainer, from code
+    installed in this process (`maintainer_for`). New entries record `None`."""
 
     @classmethod
     def of(cls, spec: ProjectionSpec) -> CatalogueEntry:
         """The entry recording `spec`."""
-        return cls(spec.name, spec.tables, spec.format, spec.maintainer)
+        return cls(spec.name, spec.tables, spec.format)
 
 
 _entry_enc = msgspec.json.Encoder()
@@ -314,32 +322,59 @@ def keep_as_is(store: ProjectionStore) -> None:
     scrub or a compaction leaves it as it is."""
 
 
+MAINTAINER_GROUP: Final = 'eventlog.projections'
+"""The entry-point group through which an installed package names the maintainer of its own
+projection kind: an entry `mykind = mypackage.module:maintain` in the package's metadata. Whoever
+installed the package chose that code; a store only ever names the kind."""
+
+_BUILT_IN: Final[Mapping[str, tuple[str, str]]] = {
+    'ix': ('search.persistent_index', 'maintain_index'),
+    'vx': ('search.vector_index', 'maintain_vectors'),
+}
+"""The kinds this distribution ships, by name: the persistent search index and the vectors.
+Their modules are imported only when a store holds them (`eventlog` never imports `search`)."""
+
+
+def maintainer_for(kind: str) -> Callable[[ProjectionStore], object] | None:
+    """The code that maintains projections of `kind` (a projection's name) before a scrub or a
+    compaction: this distribution's own for the kinds it ships (`ix`, `vx`), else an entry of
+    `MAINTAINER_GROUP` in installed packages' metadata; `None` when there is none or it cannot be
+    loaded (the projection is then cleared, which is always safe). Nothing read from a store is
+    imported: the kind is only looked up in these two tables."""
+    built_in = _BUILT_IN.get(kind)
+    try:
+        if built_in is not None:
+            module, function = built_in
+            found: object = getattr(importlib.import_module(module), function)
+        else:
+            entries = importlib.metadata.entry_points(group=MAINTAINER_GROUP, name=kind)
+            found = next(iter(entries)).load() if entries else None
+    except Exception:  # not installed, or broken: the projection is cleared instead
+        return None
+    return cast('Callable[[ProjectionStore], object]', found) if callable(found) else None
+
+
 def maintain_projections(store: CataloguedStore) -> list[str]:
-    """Before a scrub or a compaction: run the maintainer of every projection the store holds, and
-    clear each one without a maintainer, or whose maintainer cannot be imported or fails.
+    """Before a scrub or a compaction: run the maintainer of every catalogued projection
+    (`maintainer_for` its name), and clear each one without a maintainer, whose maintainer fails,
+    or that the store holds without a catalogue entry.
 
     Returns the names of the projections cleared. Clearing is always safe (a projection rebuilds
-    from the log), so what a process imported never decides whether erased text stays in one.
-    Errors of clearing itself propagate (the scrub then reports it did not finish).
+    from the log), so what a process has installed never decides whether erased text stays in one.
+    A name no projection can have (`is_projection_name`; written into the store by hand) is left
+    alone, so that it cannot keep the scrub from finishing. Errors of clearing itself propagate
+    (the scrub then reports it did not finish).
     """
-    catalogue = {entry.name: entry for entry in store.projection_catalogue()}
+    catalogued = {entry.name for entry in store.projection_catalogue()}
     cleared: list[str] = []
-    for name in sorted(store.present_projections() | catalogue.keys()):
-        entry = catalogue.get(name)
-        if entry is not None and entry.maintainer is not None:
+    for name in sorted(n for n in store.present_projections() | catalogued if is_projection_name(n)):
+        maintainer = maintainer_for(name) if name in catalogued else None
+        if maintainer is not None:
             try:
-                _resolve(entry.maintainer)(store)
+                maintainer(store)
                 continue
             except Exception:  # any failure: clear instead, which is always safe
                 pass
         store.clear_projection(name)
         cleared.append(name)
     return cleared
-
-
-def _resolve(reference: str) -> Callable[[ProjectionStore], object]:
-    module, _, function = reference.partition(':')
-    found = getattr(importlib.import_module(module), function)
-    if not callable(found):
-        raise TypeError(f'{reference} is not callable')
-    return cast('Callable[[ProjectionStore], object]', found)

@@ -7,7 +7,10 @@ fragment is the command line's own notation and is never sent to the server (lib
 `schema` parameter); a `#` inside a password is written `%23`, as in any URL.
 
 Reading commands never create a store: a path that holds none, or a schema without an event
-log in it, is refused with one line (`no store at ...`); `import` creates one.
+log in it, is refused with one line (`no store at ...`); `import` creates one. They never change
+one either: a reading command opens the store read-only, so that it finishes no pending scrub,
+runs no projection maintainer, migrates no older format and persists no search index
+(`open_store`'s `writes`).
 
 A store this process cannot write (read-only media or mount, a directory or files of another
 user, a database role with only SELECT) is opened read-only: every reading command works, and a
@@ -209,21 +212,35 @@ def _check_directory(store: Path) -> None:
 
 @asynccontextmanager
 async def open_store(
-    store: StoreLocation | str, *, create: bool = False, read_only: bool | None = None, with_keys: bool = True
+    store: StoreLocation | str,
+    *,
+    create: bool = False,
+    read_only: bool | None = None,
+    with_keys: bool = True,
+    writes: bool = False,
 ) -> AsyncGenerator[StoreLog]:
     """The store `store` names, closed afterwards; unless `create`, refuse one that does not exist yet.
 
-    `read_only`: `True` opens it read-only; `None` (the default) does so when `$EVENTLOG_READ_ONLY`
-    asks (`read_only_wanted`) or when this process cannot write the store, so that reading
-    commands work on a write-protected copy and writing ones refuse it with one line
-    (`ReadOnlyStoreError`, naming why); `False` opens it for writing or fails.
+    `writes`: whether the command writes the store. A reading one (the default) always opens it
+    read-only, whatever `read_only` says: an auditor's `verify`, `show` or `search` of a store
+    someone handed them changes nothing in it and runs none of its maintenance (a pending scrub
+    stays pending, an older format is read as it is where it can be, the search indexes in memory
+    what the store's index lacks). `create` implies `writes`.
+
+    For a writing command, `read_only`: `True` opens it read-only; `None` (the default) does so
+    when `$EVENTLOG_READ_ONLY` asks (`read_only_wanted`) or when this process cannot write the
+    store, so that it refuses a write-protected store with one line (`ReadOnlyStoreError`, naming
+    why); `False` opens it for writing or fails.
 
     The keyring `$EVENTLOG_KEYS` names (`--keys`) opens an encrypted store; without one, an
     encrypted store is opened read-only (its records and `verify` need no key). `with_keys=False`
     opens the store as plain whatever `$EVENTLOG_KEYS` says (`eventlog encrypt`)."""
     where = parse_store(store) if isinstance(store, str) else store
-    if read_only is None:
-        read_only = read_only_wanted()
+    wanted = read_only_wanted()  # checked whatever the command: a bad value is refused
+    if not writes and not create:
+        read_only = True
+    elif read_only is None:
+        read_only = wanted
     keys = keys_wanted() if with_keys else None
     try:
         log = _open(where, create=create, read_only=read_only, keys=keys)

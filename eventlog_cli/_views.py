@@ -87,12 +87,15 @@ class CliError(Exception):
     """A mistake the user can fix; reported in one line, exit status 1."""
 
 
-def open_store(store: str | Path, *, create: bool = False) -> AbstractAsyncContextManager[StoreLog]:
+def open_store(
+    store: str | Path, *, create: bool = False, writes: bool = False
+) -> AbstractAsyncContextManager[StoreLog]:
     """The store `store` names (a directory, or a PostgreSQL URL: `eventlog_cli._store`); unless
-    `create`, refuse one that does not exist yet (`no store at ...`)."""
+    `create`, refuse one that does not exist yet (`no store at ...`). Opened read-only unless the
+    command `writes` (or `create`s): a reading command changes nothing in the store."""
     from eventlog_cli._store import open_store as open_location
 
-    return open_location(store, create=create)
+    return open_location(store, create=create, writes=writes or create)
 
 
 async def conversation_record(log: EventLogBase, conversation_id: str) -> ConversationRecord:
@@ -271,7 +274,11 @@ async def read_stats(log: StoreLog, store: str | Path) -> dict[str, Any]:
 def stats_rows(data: dict[str, Any]) -> list[Row]:
     """`stats`'s rows, from `read_stats`."""
     index = data['index']
-    current = 'current' if index['current'] else f'behind (at #{index["position"]}; catches up at the next search)'
+    current = (
+        'current'
+        if index['current']
+        else f"behind (at #{index['position']}; `eventlog reindex` or the application's next search catches it up)"
+    )
     built = f'{index["documents"]} documents, {index["analyzer"]} analyzer, {current}'
     if index['kind'] == 'memory':
         built = 'none at rest (an encrypted store is indexed in memory, by each process that searches it)'

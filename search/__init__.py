@@ -20,7 +20,7 @@ capabilities, and the event log never imports search. Its parts:
 - `search.persistent_index`: the index kept in the log's store, current with the log by position,
   on every backend (`PersistentIndex`); its parts are `search.index_format` (tables and codecs),
   `search.index_writer`, `search.index_check` (what `verify` compares) and `search.index_corpus`
-  (the query side). `search.lmdb_index` is its former name, kept as an alias.
+  (the query side).
 - `search.vector_index`: message embeddings kept in the log's store the same way (extra `semantic`
   for a local model: `search.local_model`).
 - `search.semantic`: the `'semantic'` and `'hybrid'` search modes (cosine similarity, rank fusion).

@@ -80,16 +80,13 @@ POS = struct.Struct('>I')
 TRIPLE = struct.Struct('<qqq')
 SEQ = struct.Struct('>Q')
 BLOCK_NO = struct.Struct('>I')
-_MAINTAINER: Final = 'search.lmdb_index:maintain_index'
-"""`search.persistent_index.maintain_index` by its old module, which re-exports it: stores record
-this reference in their catalogue, and processes of earlier versions sharing a store resolve it
-(one they cannot import would make them clear the index rather than maintain it)."""
 TABLES = ('meta', 'post', 'stats', 'runs', 'convruns', 'pos', 'held', 'copies', 'starts')
 
-INDEX_PROJECTION: Final = ProjectionSpec('ix', TABLES, format=str(INDEX_FORMAT), maintainer=_MAINTAINER)
-"""The index as a projection of the store: its name, tables, format and maintainer (the log runs
-`maintain_index` before every scrub and compaction, whatever the calling process imported)."""
-LOCAL_INDEX_PROJECTION: Final = ProjectionSpec('ix', TABLES, format=str(LOCAL_INDEX_FORMAT), maintainer=_MAINTAINER)
+INDEX_PROJECTION: Final = ProjectionSpec('ix', TABLES, format=str(INDEX_FORMAT))
+"""The index as a projection of the store: its name (the kind `ix`, whose maintainer the log runs
+before every scrub and compaction, `maintain_index`, whatever the calling process imported), its
+tables and its format."""
+LOCAL_INDEX_PROJECTION: Final = ProjectionSpec('ix', TABLES, format=str(LOCAL_INDEX_FORMAT))
 """`INDEX_PROJECTION` for an index kept apart from its log (format `LOCAL_INDEX_FORMAT`)."""
 
 

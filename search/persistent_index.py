@@ -22,7 +22,7 @@ the conversation's records, and an erased conversation is indexed again from its
 The index is split by job: its tables and codecs (`search.index_format`), the writer applying
 entries (`search.index_writer`), the check `verify` runs (`search.index_check`), and the query
 side a search reads (`search.index_corpus`). This module holds the index itself, what keeps it
-current, and its maintainer. `search.lmdb_index`, its former name, re-exports it.
+current, and its maintainer.
 """
 
 from __future__ import annotations
@@ -455,7 +455,7 @@ def backend_for(
 
 
 def maintain_index(store: IndexedLog) -> None:
-    """The index's maintainer (`INDEX_PROJECTION.maintainer`): bring the store's index up to date,
+    """The maintainer of the kind `ix` (`eventlog.projection.maintainer_for`): bring the store's index up to date,
     so that erased messages and deleted conversations leave its records before the log rewrites
     its files. The log runs it before every scrub and compaction and clears the index if it raises."""
     index = PersistentIndex.open_existing(store)

@@ -63,11 +63,10 @@ __all__ = ['VECTOR_PROJECTION', 'VectorIndex', 'VectorState', 'embedder_name', '
 VECTOR_FORMAT: Final = 1
 """The layout of the `vx` tables; an index of another format is rebuilt when opened."""
 _TABLES = ('meta', 'vec', 'conv')
-VECTOR_PROJECTION: Final = ProjectionSpec(
-    'vx', _TABLES, format=str(VECTOR_FORMAT), maintainer='search.vector_index:maintain_vectors'
-)
-"""The vector index as a projection of the store: its name, tables, format and maintainer (the log
-runs `maintain_vectors` before every scrub and compaction, whatever the calling process imported)."""
+VECTOR_PROJECTION: Final = ProjectionSpec('vx', _TABLES, format=str(VECTOR_FORMAT))
+"""The vector index as a projection of the store: its name (the kind `vx`, whose maintainer the log
+runs before every scrub and compaction, `maintain_vectors`, whatever the calling process imported),
+its tables and its format."""
 
 DEFAULT_BATCH: Final = 64
 """Messages embedded per call of the embedding model."""
@@ -416,7 +415,7 @@ class VectorIndex:
 
 
 def maintain_vectors(store: ProjectionStore) -> None:
-    """The vector index's maintainer (`VECTOR_PROJECTION.maintainer`): remove the vectors of what
+    """The maintainer of the kind `vx` (`eventlog.projection.maintainer_for`): remove the vectors of what
     was erased or deleted after the index's position, without embedding anything (no model is
     needed) and without moving the position. Catching up later removes them again, which changes
     nothing; the messages it has still to embed are read erased, or not at all once deleted."""

@@ -276,7 +276,7 @@ async def _checkpoint(store: str, key: Path, output: Path, *, full: bool) -> Non
     from eventlog_cli import _views as views
 
     signer = Signer.from_file(key)  # a bad key is refused before the store is opened
-    async with views.open_store(store) as log:
+    async with views.open_store(store, writes=True) as log:
         made = await log.checkpoint(signer, path=output, full=full)
     listed = sum(len(head.entries) for head in made.body.conversations)
     sys.stdout.write(

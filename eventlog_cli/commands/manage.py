@@ -188,7 +188,7 @@ async def _fork(store: str, conversation_id: str, at: int | None, new_id: str | 
     from eventlog_cli import _views as views
     from eventlog_cli._ids import resolve_conversation
 
-    async with views.open_store(store) as log:
+    async with views.open_store(store, writes=True) as log:
         conversation_id = await resolve_conversation(log, conversation_id)
         await views.conversation_record(log, conversation_id)
         created = await log.fork(conversation_id, at_seq=at, new_conversation_id=new_id)
@@ -212,7 +212,7 @@ async def _title(store: str, conversation_id: str, text: str) -> None:
     from eventlog_cli import _views as views
     from eventlog_cli._ids import resolve_conversation
 
-    async with views.open_store(store) as log:
+    async with views.open_store(store, writes=True) as log:
         conversation_id = await resolve_conversation(log, conversation_id)
         await views.conversation_record(log, conversation_id)
         seq = await log.set_title(conversation_id, text)
@@ -229,7 +229,7 @@ async def _archive(store: str, conversation_id: str, *, archived: bool) -> None:
     from eventlog_cli import _views as views
     from eventlog_cli._ids import resolve_conversation
 
-    async with views.open_store(store) as log:
+    async with views.open_store(store, writes=True) as log:
         conversation_id = await resolve_conversation(log, conversation_id)
         record = await views.conversation_record(log, conversation_id)
         if record.archived == archived:
@@ -253,7 +253,7 @@ async def _delete(store: str, conversation_id: str, yes: bool) -> None:
     from eventlog_cli import _views as views
     from eventlog_cli._ids import resolve_conversation
 
-    async with views.open_store(store) as log:
+    async with views.open_store(store, writes=True) as log:
         conversation_id = await resolve_conversation(log, conversation_id)
         record = await views.conversation_record(log, conversation_id)
         if not yes:
@@ -290,7 +290,7 @@ async def _compact(store: str, as_json: bool) -> None:
     from eventlog_cli import _views as views
     from eventlog_cli._store import describe
 
-    async with views.open_store(store) as log:
+    async with views.open_store(store, writes=True) as log:
         if not isinstance(log, LmdbEventLog):
             problem = await log.scrub()
             if problem is not None:
@@ -329,7 +329,7 @@ async def _shred(store: str, conversation: str, reason: str | None, by: str | No
     from eventlog_cli._ids import resolve_conversation
     from eventlog_cli._store import describe
 
-    async with views.open_store(store) as log:
+    async with views.open_store(store, writes=True) as log:
         if not log.encrypted:
             raise views.CliError(f'{describe(store)} is not encrypted: there is no key to shred (see eventlog encrypt)')
         conversation_id = await resolve_conversation(log, conversation)
@@ -365,7 +365,7 @@ async def _encrypt(store: str, as_json: bool) -> None:
         )
     from eventlog_cli._store import open_store as open_location
 
-    async with open_location(store, read_only=False, with_keys=False) as log:
+    async with open_location(store, read_only=False, with_keys=False, writes=True) as log:
         sealed = await log.encrypt(keys)
         pending = await log.scrub_pending()
     if as_json:
@@ -405,7 +405,7 @@ async def _erase(
     from eventlog_cli import _views as views
     from eventlog_cli._ids import resolve_conversation, resolve_run
 
-    async with views.open_store(store) as log:
+    async with views.open_store(store, writes=True) as log:
         conversation_id = await resolve_conversation(log, conversation)
         await views.conversation_record(log, conversation_id)
         run_id = None if run is None else await resolve_run(log, run)
@@ -521,7 +521,7 @@ async def _retain(
         raise views.CliError('give --max-age (e.g. --max-age 30d) or --conversation-age ID=AGE')
     action: RetentionAction = 'delete' if delete else 'erase'
     policy = RetentionPolicy(max_age=max_age, conversations=ages, action=action)
-    async with views.open_store(store) as log:
+    async with views.open_store(store, writes=True) as log:
         report = await log.retain(policy, dry_run=dry_run)
         lmdb = isinstance(log, LmdbEventLog)
     _report_retention(store, lmdb, report, as_json)

@@ -165,7 +165,7 @@ async def _search(
             f'the query has {len(result.terms)} distinct words; a search takes at most {MAX_QUERY_TERMS}'
         )
     if as_json:
-        # The index's analyzer as it stands after the search (a first search builds the index).
+        # The analyzer the index has, or the one the search ran with where none was built yet.
         render.print_json(_search_json(result, analyzer_, analyzer_.name if note is None else built, note))
         return
     if note is not None:
@@ -268,7 +268,7 @@ async def _reindex(store: str, analyzer: Analyzer, as_json: bool) -> None:
     from eventlog_cli.commands.transfer import progress_bar
 
     progress = progress_bar(in_bytes=False)
-    async with views.open_store(store) as log:
+    async with views.open_store(store, writes=True) as log:
         with progress:
             task = progress.add_task('indexing runs', total=None)
 

@@ -109,7 +109,7 @@ async def _export(
         from eventlog.checkpoint import Signer
 
         signing = {'signed': True, 'signer': None if key is None else Signer.from_file(key)}
-    async with views.open_store(store) as log:
+    async with views.open_store(store, writes=signed) as log:  # a signed export records its checkpoint
         if conversation_ids is not None:
             conversation_ids = [await resolve_conversation(log, c) for c in conversation_ids]
             for conversation_id in conversation_ids:

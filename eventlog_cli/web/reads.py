@@ -2,8 +2,8 @@
 
 Every read is bounded: lists and transcripts come a page at a time (`PAGE` entries, resumed
 after an entry number), so a conversation of any length opens its first page in one short read.
-Nothing here writes to the log; the search index (derived data) catches up before a search, as
-every search of the store does.
+Nothing here writes to the store, which `eventlog serve` opens read-only: a search reads the
+store's index where it is current and indexes what it lacks in memory.
 """
 
 from __future__ import annotations

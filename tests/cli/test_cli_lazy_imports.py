@@ -113,7 +113,8 @@ def test_the_views_of_messages_read_them_without_pydantic_ai(shared: Store, tmp_
 def test_search_shows_hits_without_pydantic_ai(shared: Store, tmp_path: Path, where: list[str]) -> None:
     """A search of the persistent index ranks with numpy and shows its hits from their stored
     payloads (`SearchEngine.find(decode=False)`): pydantic-ai is never imported, and the lazy
-    import of numpy really happens."""
+    import of numpy really happens. (A search writes nothing: `reindex` makes the index current.)"""
+    assert invoke('reindex', store=shared.path).exit_code == 0
     status, stdout, modules = _run(tmp_path, 'search', 'quokka', *where, '--store', str(shared.path))
     assert status == 0 and 'quokka' in stdout
     assert 'pydantic_ai' not in modules and 'pydantic' not in modules

@@ -197,6 +197,10 @@ def test_the_views_of_a_postgres_store_match_the_lmdb_store_it_was_imported_from
 
 
 def test_search_builds_and_uses_the_persistent_index_in_postgres(setup: Setup) -> None:
+    first = setup.pg('search', 'quokka bucket', '--conversation', 'alpha', '--json')
+    assert first.code == 0, first.err
+    assert json.loads(setup.pg('stats', '--json').out)['index']['analyzer'] is None  # a search writes no index
+    assert setup.pg('reindex').code == 0
     done = setup.pg('search', 'quokka bucket', '--conversation', 'alpha', '--json')
     assert done.code == 0, done.err
     found = json.loads(done.out)

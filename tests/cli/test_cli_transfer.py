@@ -140,6 +140,9 @@ def test_reindex_and_the_index_state(fresh: Store) -> None:
     assert before['kind'] == 'persistent' and before['analyzer'] is None
     assert 'not built yet' in invoke('stats', store=fresh.path).stdout
     assert invoke('search', 'quokka', '-c', 'alpha', store=fresh.path).exit_code == 0
+    searched = json.loads(invoke('stats', '--json', store=fresh.path).stdout)['index']
+    assert searched['analyzer'] is None  # a search writes nothing: it indexed in memory
+    assert invoke('reindex', store=fresh.path).exit_code == 0
     built = json.loads(invoke('stats', '--json', store=fresh.path).stdout)['index']
     assert built['analyzer'] == 'default' and built['current'] is True and built['documents'] == 12
     assert '12 documents, default analyzer, current' in invoke('stats', store=fresh.path).stdout

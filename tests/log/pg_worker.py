@@ -281,7 +281,7 @@ async def open_fresh(dsn: str, schema: str) -> None:
 
 
 async def index(dsn: str, schema: str) -> None:
-    from search.lmdb_index import LmdbIndex
+    from search.persistent_index import PersistentIndex as LmdbIndex
 
     log = PostgresEventLog(dsn, schema=schema, pool_size=2)
     say('ready')

@@ -15,7 +15,7 @@ from logtools import add_run, exchange
 from eventlog import LmdbEventLog
 from eventlog.errors import StoreBusyError
 from eventlog.lmdb_log import COMPACT_LOCK_FILE, LOCK_FILE, CompactResult
-from search.lmdb_index import LmdbIndex
+from search.persistent_index import PersistentIndex as LmdbIndex
 
 GONE = 'quixotrombuslanthe'
 """A word only the deleted conversation ever held."""

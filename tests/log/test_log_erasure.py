@@ -39,7 +39,8 @@ from eventlog._erase import ERASED_METADATA_KEY
 from eventlog._keys import Table, encode_body, encode_erased_body, seq_key
 from eventlog._read import get_body
 from eventlog.log import EventLogBase
-from search.lmdb_index import INDEX_PROJECTION, LmdbIndex
+from search.index_format import INDEX_PROJECTION
+from search.persistent_index import PersistentIndex as LmdbIndex
 from tests.log.logtools import add_run, at, exchange, tool_exchange
 
 SECRET = 'zqxsecretvalue'

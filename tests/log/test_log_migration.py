@@ -201,10 +201,27 @@ def _meta(path: Path, key: bytes) -> bytes | None:
         env.close()
 
 
-def test_a_format_2_store_opened_read_only_names_its_migration(v2_store: Path) -> None:
-    with pytest.raises(ReadOnlyStoreError, match='in format 2, which is brought to format 3 by opening it for writing'):
-        LmdbEventLog(v2_store, read_only=True)
-    assert _meta(v2_store, b'format') == b'2'
+async def test_a_format_2_store_opened_read_only_reads_and_verifies_as_it_is(v2_store: Path) -> None:
+    """A read-only handle (an auditor's `verify`) reads a format-2 store without migrating it."""
+    expected = json.loads((FIXTURES / 'v2-expected.json').read_text())
+    before = (v2_store / 'data.mdb').read_bytes()
+    log = LmdbEventLog(v2_store, read_only=True)
+    try:
+        assert await log.last_seq() == expected['last_seq']
+        exported = io.BytesIO()
+        await log.export(exported)
+        assert exported.getvalue() == (FIXTURES / 'v2-export.jsonl').read_bytes()
+        assert (await log.verify()).ok
+    finally:
+        log.close()
+    assert (v2_store / 'data.mdb').read_bytes() == before
+
+
+def test_a_format_1_store_opened_read_only_names_its_migration(v1_store: Path) -> None:
+    before = (v1_store / 'data.mdb').read_bytes()
+    with pytest.raises(ReadOnlyStoreError, match='in format 1, which is brought to format 3 by opening it for writing'):
+        LmdbEventLog(v1_store, read_only=True)
+    assert (v1_store / 'data.mdb').read_bytes() == before
 
 
 async def test_a_format_2_store_is_migrated_and_reads_as_before(v2_store: Path) -> None:

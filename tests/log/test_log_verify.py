@@ -272,7 +272,7 @@ async def test_every_finding_is_an_event_log_error_free_report(log: EventLogBase
 
 
 async def test_the_search_index_is_checked_against_the_log(tmp_path: Path) -> None:
-    from search.lmdb_index import LmdbIndex
+    from search.persistent_index import PersistentIndex as LmdbIndex
 
     log = LmdbEventLog(tmp_path / 's')
     try:

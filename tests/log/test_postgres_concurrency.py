@@ -20,7 +20,7 @@ from pgworkers import Worker, check_entry, lock_waiters, schema_fixture, wait_un
 from eventlog import message_entry, run_started_entry
 from eventlog.postgres_log import SCHEMA_VERSION, PostgresEventLog
 from search import SearchEngine, SearchOptions
-from search.lmdb_index import LmdbIndex
+from search.persistent_index import PersistentIndex as LmdbIndex
 
 __all__ = ['schema_fixture', 'workers_fixture']  # fixtures used by the tests below
 

@@ -31,7 +31,7 @@ from eventlog.errors import (
     StoreVersionError,
 )
 from eventlog.postgres_log import SCHEMA_VERSION, PostgresEventLog
-from search.lmdb_index import LmdbIndex
+from search.persistent_index import PersistentIndex as LmdbIndex
 
 __all__ = ['schema_fixture', 'workers_fixture']  # fixtures used by the tests below
 

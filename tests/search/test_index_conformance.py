@@ -1,7 +1,7 @@
 """One conformance suite for the search index, run on the in-memory, LMDB and PostgreSQL backends,
 and on PostgreSQL with the index kept in a local LMDB directory (`LocalProjections`).
 
-The index (`search.persistent_index.PersistentIndex`, alias `search.lmdb_index.LmdbIndex`) stands
+The index (`search.persistent_index.PersistentIndex`) stands
 on the storage protocol's projection API, so the same code runs on both backends. On each: catching up step by step gives exactly
 the records a rebuild gives, the ranking is the in-memory `HistorySourceBackend`'s, and
 deletes, archives, context compactions, forks and store compaction are followed. Both
@@ -37,8 +37,9 @@ from eventlog import (
 from eventlog.log import EventLogBase
 from eventlog.postgres_log import PostgresEventLog
 from search import SearchEngine, SearchOptions
-from search.lmdb_index import INDEX_PROJECTION, LmdbIndex
+from search.index_format import INDEX_PROJECTION
 from search.memory_index import HistorySourceBackend
+from search.persistent_index import PersistentIndex as LmdbIndex
 from tests.log.logtools import at
 from tests.search.test_lmdb_index import WORDS
 

@@ -12,7 +12,7 @@ import pytest
 
 from eventlog import EventLogError, LmdbEventLog
 from eventlog.projection import LogReader, ProjectionWriter
-from search.lmdb_index import LmdbIndex
+from search.persistent_index import PersistentIndex as LmdbIndex
 from tests.search.test_lmdb_index import Builder
 
 _APPEND = textwrap.dedent(

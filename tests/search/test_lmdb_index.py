@@ -24,8 +24,9 @@ from capability import ConversationSearch
 from capability.search import backend_for
 from eventlog import LmdbEventLog, ReplayHistorySource, message_entry, run_finished_entry, run_started_entry
 from search import DefaultAnalyzer, SearchEngine, SearchOptions
-from search.lmdb_index import IndexAnalyzerMismatch, LmdbIndex
 from search.memory_index import HistorySourceBackend
+from search.persistent_index import IndexAnalyzerMismatch
+from search.persistent_index import PersistentIndex as LmdbIndex
 
 WORDS = [
     'deploy',
@@ -263,7 +264,7 @@ async def test_a_message_another_process_erased_is_not_shown_from_this_ones_cach
     code = (
         'import asyncio\n'
         'from eventlog import LmdbEventLog\n'
-        'from search.lmdb_index import LmdbIndex\n'
+        'from search.persistent_index import PersistentIndex as LmdbIndex\n'
         'async def main():\n'
         f'    log = LmdbEventLog({str(path)!r})\n'
         "    await log.erase('c', run_id='r')\n"
@@ -410,7 +411,7 @@ async def test_verify_walks_the_tables_and_finds_each_kind_of_damage(tmp_path: P
     from eventlog import InMemoryEventLog
     from eventlog.projection import ProjectionWriter
     from search.index_check import MAX_INDEX_FINDINGS
-    from search.lmdb_index import INDEX_PROJECTION
+    from search.index_format import INDEX_PROJECTION
 
     log = LmdbEventLog(tmp_path / 's', sync=False) if backend == 'lmdb' else InMemoryEventLog()
     try:

@@ -20,7 +20,8 @@ from pydantic_ai.messages import ModelRequest, UserPromptPart
 from eventlog import PostgresEventLog, message_entry, run_started_entry
 from eventlog._keys import key_seq
 from search import SearchEngine, SearchOptions
-from search.lmdb_index import INDEX_PROJECTION, LmdbIndex
+from search.index_format import INDEX_PROJECTION
+from search.persistent_index import PersistentIndex as LmdbIndex
 from tests.log.logtools import at
 
 

@@ -23,7 +23,8 @@ from eventlog._storage import Table
 from eventlog.log import EventLogBase
 from eventlog.projection import ProjectionSpec
 from search import SearchEngine, SearchOptions
-from search.lmdb_index import INDEX_PROJECTION, LmdbIndex
+from search.index_format import INDEX_PROJECTION
+from search.persistent_index import PersistentIndex as LmdbIndex
 from search.vector_index import VectorIndex
 from tests.log.logtools import add_run, exchange
 from tests.search.semtools import HashingEmbeddingModel
@@ -133,8 +134,8 @@ async def test_an_erasure_by_a_process_without_search_scrubs_the_local_projectio
 
 
 async def test_a_projection_without_a_usable_maintainer_is_cleared(tmp_path: Path) -> None:
-    """An index whose maintainer cannot be imported, and a projection never catalogued, are cleared
-    by the scrub; the index rebuilds from the log on its next search."""
+    """A projection of a kind nothing installed maintains, and a projection never catalogued, are
+    cleared by the scrub; the index, maintained by its kind, still answers."""
     from eventlog.projection import record_in_catalogue
 
     store = tmp_path / 'store.lmdb'
@@ -143,8 +144,9 @@ async def test_a_projection_without_a_usable_maintainer_is_cleared(tmp_path: Pat
         await _build(log)
         uncatalogued = ProjectionSpec('notes', ('text',))
         log.write_projection(uncatalogued, lambda records, _: records.put('text', b'k', MARKER.encode()))
-        broken = ProjectionSpec('ix', INDEX_PROJECTION.tables, format='3', maintainer='no_such_module:maintain')
-        log._write_sync(lambda txn: record_in_catalogue(txn, broken))  # pyright: ignore[reportPrivateUsage]
+        unknown = ProjectionSpec('mystery', ('text',))
+        log.write_projection(unknown, lambda records, _: records.put('text', b'k', MARKER.encode()))
+        log._write_sync(lambda txn: record_in_catalogue(txn, unknown))  # pyright: ignore[reportPrivateUsage]
         log._write_sync(lambda txn: txn.delete(Table.META, b'projection/notes'))  # pyright: ignore[reportPrivateUsage]
     finally:
         log.close()
@@ -154,8 +156,9 @@ async def test_a_projection_without_a_usable_maintainer_is_cleared(tmp_path: Pat
     assert _files_holding(store, MARKER.encode()) == []
     log = LmdbEventLog(store)
     try:
-        assert LmdbIndex.open_existing(log).state().analyzer is None  # cleared, not caught up
+        assert LmdbIndex.open_existing(log).state().analyzer is not None  # maintained, not cleared
         assert log.read_projection(ProjectionSpec('notes', ('text',)), lambda r, _: list(r.scan('text'))) == []
+        assert log.read_projection(unknown, lambda r, _: list(r.scan('text'))) == []
         index = LmdbIndex(log)
         engine = SearchEngine(index, SearchOptions(context_lines=0))
         assert 'walrus' in await engine.search('walrus', scope='conversation', conversation_id='c')
@@ -164,18 +167,13 @@ async def test_a_projection_without_a_usable_maintainer_is_cleared(tmp_path: Pat
         log.close()
 
 
-def test_the_recorded_maintainer_still_names_the_former_module_which_aliases_the_index() -> None:
-    """Stores record `search.lmdb_index:maintain_index` (processes of earlier versions resolve it):
-    the index's spec keeps naming it, and the former module re-exports the split index's names."""
-    import importlib
-
-    import search.lmdb_index as former
+def test_the_index_and_the_vectors_are_maintained_by_their_kind() -> None:
+    """The log picks the index's and the vectors' maintainers by the projections' names, from its
+    own table; what the catalogue records of them names no code."""
     import search.persistent_index as index
+    from eventlog.projection import CatalogueEntry, maintainer_for
+    from search.vector_index import VECTOR_PROJECTION, maintain_vectors
 
-    assert INDEX_PROJECTION.maintainer == 'search.lmdb_index:maintain_index'
-    module, _, function = INDEX_PROJECTION.maintainer.partition(':')
-    assert getattr(importlib.import_module(module), function) is index.maintain_index
-    assert former.LmdbIndex is LmdbIndex is index.PersistentIndex
-    assert former.INDEX_PROJECTION is index.INDEX_PROJECTION is INDEX_PROJECTION
-    for name in index.__all__:
-        assert getattr(former, name) is getattr(index, name)
+    assert maintainer_for(INDEX_PROJECTION.name) is index.maintain_index
+    assert maintainer_for(VECTOR_PROJECTION.name) is maintain_vectors
+    assert CatalogueEntry.of(INDEX_PROJECTION).maintainer is None

@@ -20,7 +20,7 @@ from pydantic_ai.messages import ModelMessage
 
 from eventlog import InMemoryEventLog, message_entry, run_started_entry
 from search import SearchEngine, SearchMode, SearchOptions
-from search.lmdb_index import LmdbIndex
+from search.persistent_index import PersistentIndex as LmdbIndex
 from tests.search.searchtools import ListSource, reply, user
 from tests.search.semtools import HashingEmbeddingModel
 

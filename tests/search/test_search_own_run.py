@@ -124,7 +124,8 @@ async def test_an_index_of_the_previous_format_is_rebuilt_without_search_calls(
 ) -> None:
     import search.render
     import search.wire_text
-    from search.lmdb_index import INDEX_FORMAT, LmdbIndex
+    from search.index_format import INDEX_FORMAT
+    from search.persistent_index import PersistentIndex as LmdbIndex
 
     log = LmdbEventLog(tmp_path / 'store')
     try:

@@ -19,8 +19,8 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from capability import ConversationSearch
 from eventlog import LmdbEventLog, message_entry, run_started_entry
 from search import SearchEngine, SearchOptions
-from search.lmdb_index import LmdbIndex
 from search.local_model import MINILM_NAME, minilm_embedder
+from search.persistent_index import PersistentIndex as LmdbIndex
 from search.vector_index import VectorIndex
 from tests.search.searchtools import reply, user
 

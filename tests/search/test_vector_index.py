@@ -23,8 +23,8 @@ from eventlog import LmdbEventLog, ReplayHistorySource, message_entry, run_start
 from eventlog.errors import VectorIndexMismatch
 from eventlog.log import EventLogBase
 from search import SearchEngine, SearchOptions
-from search.lmdb_index import LmdbIndex
 from search.memory_index import HistorySourceBackend
+from search.persistent_index import PersistentIndex as LmdbIndex
 from search.vector_index import VectorIndex
 from tests.search.semtools import HashingEmbeddingModel
 from tests.search.test_index_conformance import QUERIES, History, make
