@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 import msgspec
 
 from eventlog.errors import CorruptEntryError, InvalidPayloadError
-from eventlog.nesting import json_depth
+from eventlog.nesting import json_depth, may_nest_deeper
 
 if TYPE_CHECKING:
     from pydantic_ai.messages import ModelMessage
@@ -478,6 +478,7 @@ def encode_message(message: ModelMessage) -> bytes:
         raise InvalidPayloadError(f'the message cannot be serialized: {first}') from None
     if (
         payload.count(b'{') + payload.count(b'[') > _READ_CHECK_DEPTH
+        and may_nest_deeper(payload, _READ_CHECK_DEPTH)
         and (depth := json_depth(payload)) > _READ_CHECK_DEPTH
     ):
         from eventlog._checks import validate_messages

@@ -19,7 +19,7 @@ from typing import Any, Final
 
 import msgspec
 
-__all__ = ['CLIPPED', 'DEPTH_LIMIT', 'clip_json', 'decode_clipped', 'json_depth']
+__all__ = ['CLIPPED', 'DEPTH_LIMIT', 'clip_json', 'decode_clipped', 'json_depth', 'may_nest_deeper']
 
 DEPTH_LIMIT: Final = 32
 """The most levels of nested JSON (objects and arrays) a view shows or a walk descends."""
@@ -31,6 +31,8 @@ _TOKENS: Final = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.DOTALL)
 """The tokens that matter to nesting: whole strings (skipped, brackets in them are text) and brackets."""
 
 _decode: Final = msgspec.json.Decoder().decode
+_AS_BRACES: Final = bytes.maketrans(b'[]', b'{}')
+_NOT_BRACKETS: Final = bytes(sorted(set(range(256)) - set(b'[]{}')))
 
 
 def _brackets(text: str) -> Iterator[re.Match[str]]:
@@ -50,6 +52,18 @@ def json_depth(text: str | bytes) -> int:
         else:
             depth -= 1
     return deepest
+
+
+def may_nest_deeper(data: bytes, depth: int) -> bool:
+    """Whether JSON `data` may nest deeper than `depth` levels, told at C speed (no decoding, no
+    loop over characters): `False` is certain; `True` may come of brackets inside strings, so a
+    caller that must know confirms it with `json_depth`."""
+    brackets = data.translate(_AS_BRACES, _NOT_BRACKETS)
+    for _ in range(depth):  # each pass removes the innermost pairs: one level
+        if not brackets:
+            return False
+        brackets = brackets.replace(b'{}', b'')
+    return bool(brackets)
 
 
 def clip_json(text: str, limit: int = DEPTH_LIMIT) -> str:
@@ -81,6 +95,9 @@ def decode_clipped(text: str | bytes, limit: int = DEPTH_LIMIT) -> Any:
 
     Never raises `RecursionError`, however deep the text; raises `msgspec.DecodeError` when it is
     not JSON."""
+    data = text if isinstance(text, bytes) else text.encode('utf-8', 'surrogatepass')
+    if not may_nest_deeper(data, limit):
+        return _decode(data)
     if isinstance(text, bytes):
         try:
             text = text.decode()

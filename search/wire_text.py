@@ -19,7 +19,7 @@ from typing import Final, cast
 
 import msgspec
 
-from eventlog.nesting import DEPTH_LIMIT, json_depth
+from eventlog.nesting import DEPTH_LIMIT, json_depth, may_nest_deeper
 
 __all__ = ['LEGACY_SUMMARY_PREFIX', 'SEARCH_TOOL_NAME', 'wire_index_text', 'wire_lines']
 
@@ -68,7 +68,7 @@ def wire_lines(payload: bytes) -> tuple[str, list[tuple[str, str]]] | None:
             lines = [line for part in message.parts if (line := _response_line(part)) is not None]
         else:
             return None
-    except (msgspec.DecodeError, _Decline):
+    except (msgspec.DecodeError, UnicodeEncodeError, _Decline):  # a lone surrogate: read in full
         return None
     return message.kind, lines
 
@@ -116,7 +116,11 @@ def _args(args: object) -> dict[str, object]:
     """Tool-call arguments as a dict, when they are a JSON object or text holding one."""
     if args is None or args == '' or args == {}:
         return {}
-    if isinstance(args, str) and json_depth(args) > DEPTH_LIMIT:
+    if (
+        isinstance(args, str)
+        and may_nest_deeper(args.encode('utf-8', 'surrogatepass'), DEPTH_LIMIT)
+        and json_depth(args) > DEPTH_LIMIT
+    ):
         raise _Decline  # pydantic-ai reads text this deep its own way (as invalid JSON past its limit)
     value: object = _decode_args(args) if isinstance(args, str) else args
     if not isinstance(value, dict):

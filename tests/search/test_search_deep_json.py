@@ -25,7 +25,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from capability import AutoRecall, EventLogPersistence
 from eventlog import InvalidPayloadError, LmdbEventLog, NewEntry, decode_messages, message_entry, run_started_entry
-from eventlog.nesting import CLIPPED, DEPTH_LIMIT, clip_json, decode_clipped, json_depth
+from eventlog.nesting import CLIPPED, DEPTH_LIMIT, clip_json, decode_clipped, json_depth, may_nest_deeper
 from eventlog.replay import ReplayHistorySource
 from search.engine import SearchEngine, SearchOptions
 from search.index_writer import indexed_text
@@ -78,6 +78,19 @@ def test_clipping_keeps_what_is_shallow_and_brackets_inside_strings() -> None:
     assert msgspec.json.decode(clip_json(text, 2)) == {'a': [1, CLIPPED], 's': ']}[{', 'c': {'d': CLIPPED}}
     with pytest.raises(msgspec.DecodeError):
         decode_clipped('{"a": [1, 2}')  # not JSON stays not JSON
+
+
+@pytest.mark.parametrize('depth', [0, 1, 5, 31, 32, 33, 100, 600])
+def test_the_quick_bound_never_says_shallow_of_a_deeper_value(depth: int) -> None:
+    value: object = 'x'
+    for level in range(depth):  # strings holding brackets at every level, which must not fool it
+        value = [']}', value, '{['] if level % 2 else {'s': '}]', 'a': value}
+    data = msgspec.json.encode(value)
+    assert json_depth(data) == depth
+    for bound in (0, depth - 1, depth, depth + 1):
+        if bound >= 0 and not may_nest_deeper(data, bound):
+            assert depth <= bound
+    assert may_nest_deeper(data, depth - 1) if depth else not may_nest_deeper(data, 0)
 
 
 # --- the text a deep message is indexed by -----------------------------------------------------
