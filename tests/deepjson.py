@@ -128,3 +128,15 @@ async def build_deep_store(path: Path) -> DeepStore:
         return await add_deep_conversations(log)
     finally:
         log.close()
+
+
+def unreadable_payload() -> bytes:
+    """A response whose tool arguments nest 220 levels under a `kind` key: what an earlier version
+    stored, and what pydantic-ai (whose JSON reader stops near 200 levels) cannot read."""
+    args = '{"kind":"tree","a":' + '{"a":' * 220 + '1' + '}' * 221
+    return (
+        b'{"parts":[{"tool_name":"t","args":' + args.encode() + b',"tool_call_id":"x","id":null,'
+        b'"provider_name":null,"provider_details":null,"part_kind":"tool-call"}],"usage":{},"model_name":"m",'
+        b'"timestamp":"2026-01-01T00:00:00Z","kind":"response","provider_name":null,"provider_url":null,'
+        b'"provider_details":null,"provider_response_id":null,"finish_reason":null,"run_id":null,"metadata":null}'
+    )

@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 from clitools import invoke, open_log
-from deepjson import AFTER, FACT, HUGE_TEXT, NEEDLE, OTHER, DeepStore, build_deep_store
+from deepjson import AFTER, FACT, HUGE_TEXT, NEEDLE, OTHER, DeepStore, build_deep_store, unreadable_payload
+from pydantic_ai.messages import ModelRequest, UserPromptPart
 
+from eventlog import LmdbEventLog, NewEntry, message_entry, run_started_entry
 from eventlog.nesting import CLIPPED
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,3 +109,36 @@ def test_the_console_script_shows_the_deep_conversation(deep: tuple[Path, DeepSt
         )
         assert done.returncode == 0 and done.stderr == '', done.stderr[-2000:]
         assert CLIPPED in done.stdout
+
+
+def test_a_message_pydantic_ai_cannot_read_is_reported_by_search_and_stats(tmp_path: Path) -> None:
+    """As an earlier version could store it (tool arguments 220 levels deep, which pydantic-ai
+    writes but does not read back): every view shows it, search goes on and names it, stats counts it."""
+    path = tmp_path / 'store.lmdb'
+    log = LmdbEventLog(path)
+    try:
+
+        async def fill() -> int:
+            await log.append(run_started_entry(conversation_id='old', run_id='run-old'))
+            prompt = ModelRequest(parts=[UserPromptPart('the otter swims')])
+            await log.append(message_entry(prompt, conversation_id='old', run_id='run-old'))
+            return await log.append(
+                NewEntry(
+                    conversation_id='old',
+                    run_id='run-old',
+                    kind='message',
+                    payload=unreadable_payload(),
+                    prevalidated=True,
+                )
+            )
+
+        bad = asyncio.run(fill())
+    finally:
+        log.close()
+    note = f'1 message could not be read to be indexed, so no search finds them: #{bad}'
+    result = invoke('search', 'otter', '--all', store=path)
+    assert result.exit_code == 0 and 'the otter swims' in result.stdout
+    assert f'eventlog: note: {note}' in result.stderr
+    assert json.loads(_ok('search', 'otter', '--all', '--json', store=path))['unindexed'] == [bad]
+    assert note in _ok('stats', store=path)
+    assert f'#{bad}' in _ok('show', 'old', store=path)  # shown, clipped like any deep value

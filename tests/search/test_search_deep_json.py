@@ -18,13 +18,32 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from deepjson import AFTER, DEPTH, FACT, HUGE_DEPTH, HUGE_TEXT, NEEDLE, OTHER, DeepStore, add_deep_conversations
+from deepjson import (
+    AFTER,
+    DEPTH,
+    FACT,
+    HUGE_DEPTH,
+    HUGE_TEXT,
+    NEEDLE,
+    OTHER,
+    DeepStore,
+    add_deep_conversations,
+    unreadable_payload,
+)
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart, UserPromptPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from capability import AutoRecall, EventLogPersistence
-from eventlog import InvalidPayloadError, LmdbEventLog, NewEntry, decode_messages, message_entry, run_started_entry
+from eventlog import (
+    EventLogBase,
+    InvalidPayloadError,
+    LmdbEventLog,
+    NewEntry,
+    decode_messages,
+    message_entry,
+    run_started_entry,
+)
 from eventlog.nesting import CLIPPED, DEPTH_LIMIT, clip_json, decode_clipped, json_depth, may_nest_deeper
 from eventlog.replay import ReplayHistorySource
 from search.engine import SearchEngine, SearchOptions
@@ -177,21 +196,9 @@ async def test_auto_recall_keeps_recalling_the_conversation_around_the_deep_call
 # --- a message pydantic-ai cannot read: counted, reported, passed over -------------------------
 
 
-def _unreadable_payload() -> bytes:
-    """A response whose tool arguments nest 220 levels under a `kind` key: what an earlier version
-    stored, and what pydantic-ai (whose JSON reader stops near 200 levels) cannot read."""
-    args = '{"kind":"tree","a":' + '{"a":' * 220 + '1' + '}' * 221
-    return (
-        b'{"parts":[{"tool_name":"t","args":' + args.encode() + b',"tool_call_id":"x","id":null,'
-        b'"provider_name":null,"provider_details":null,"part_kind":"tool-call"}],"usage":{},"model_name":"m",'
-        b'"timestamp":"2026-01-01T00:00:00Z","kind":"response","provider_name":null,"provider_url":null,'
-        b'"provider_details":null,"provider_response_id":null,"finish_reason":null,"run_id":null,"metadata":null}'
-    )
-
-
-async def test_an_unreadable_message_is_counted_and_every_search_goes_on(deep: Opened) -> None:
-    log = deep.log
-    payload = _unreadable_payload()
+async def test_an_unreadable_message_is_counted_and_every_search_goes_on(log: EventLogBase) -> None:
+    await add_deep_conversations(log, huge=False)
+    payload = unreadable_payload()
     with pytest.raises(InvalidPayloadError):  # the API refuses it today
         await log.append(NewEntry(conversation_id='old', run_id='run-old', kind='message', payload=payload))
     await log.append(run_started_entry(conversation_id='old', run_id='run-old'))
@@ -226,4 +233,4 @@ async def test_an_unreadable_message_is_counted_and_every_search_goes_on(deep: O
 
 def test_the_unreadable_payload_is_what_pydantic_ai_cannot_read() -> None:
     with pytest.raises(Exception, match=re.escape('cannot be decoded')):
-        decode_messages([_unreadable_payload()])
+        decode_messages([unreadable_payload()])

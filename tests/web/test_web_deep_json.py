@@ -8,12 +8,14 @@ import asyncio
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
-from deepjson import AFTER, HUGE_TEXT, NEEDLE, OTHER, DeepStore, build_deep_store
+from deepjson import AFTER, HUGE_TEXT, NEEDLE, OTHER, DeepStore, build_deep_store, unreadable_payload
+from pydantic_ai.messages import ModelRequest, UserPromptPart
 from starlette.testclient import TestClient
 
-from eventlog import LmdbEventLog
+from eventlog import LmdbEventLog, NewEntry, message_entry, run_started_entry
 from eventlog.nesting import CLIPPED
 from eventlog_cli.web.app import create_app
 
@@ -87,3 +89,26 @@ def test_search_pages_answer_and_show_the_deep_calls_clipped(viewer: Viewer) -> 
     assert f'#{viewer.store.deep_call_seq}' in page and CLIPPED in page
     assert HUGE_TEXT in _unmarked(viewer, '/search?q=giraffe&c=huge')
     assert 'could not be read' not in _page(viewer, '/stats')
+
+
+def test_the_search_page_names_a_message_pydantic_ai_cannot_read(tmp_path: Path) -> None:
+    log = LmdbEventLog(tmp_path / 'store.lmdb')
+    try:
+
+        async def fill() -> int:
+            await log.append(run_started_entry(conversation_id='old', run_id='run-old'))
+            prompt = ModelRequest(parts=[UserPromptPart('the otter swims')])
+            await log.append(message_entry(prompt, conversation_id='old', run_id='run-old'))
+            payload = unreadable_payload()  # as an earlier version could store it
+            return await log.append(
+                NewEntry(conversation_id='old', run_id='run-old', kind='message', payload=payload, prevalidated=True)
+            )
+
+        bad = asyncio.run(fill())
+        client = TestClient(create_app(log, store='old'), raise_server_exceptions=False)
+        page = client.get('/search?q=otter')
+        assert page.status_code == 200 and 'otter</mark> swims' in page.text
+        assert f'could not be read to be indexed, so no search finds them: #{bad}' in page.text
+        assert client.get(f'/e/{bad}').status_code == 200
+    finally:
+        log.close()
