@@ -62,6 +62,7 @@ from eventlog import (
     RunRecord,
     ToolEffectInfo,
 )
+from eventlog.nesting import DEPTH_LIMIT
 
 __all__ = ['Divergence', 'RerunReport', 'UnitView', 'check']
 
@@ -658,11 +659,15 @@ def _plain(messages: Sequence[ModelMessage]) -> list[Any]:
     return _without_timestamps(json.loads(ModelMessagesTypeAdapter.dump_json(list(messages))))
 
 
-def _without_timestamps(value: Any) -> Any:
+def _without_timestamps(value: Any, room: int = DEPTH_LIMIT) -> Any:
+    """`value` without `timestamp` keys, down to `room` levels (a message's own lie a few levels
+    down; deeper is tool data, left as it is, so the walk stays bounded however deep that nests)."""
+    if room <= 0:
+        return value
     if isinstance(value, dict):
-        return {k: _without_timestamps(v) for k, v in value.items() if k != 'timestamp'}  # pyright: ignore[reportUnknownVariableType]
+        return {k: _without_timestamps(v, room - 1) for k, v in value.items() if k != 'timestamp'}  # pyright: ignore[reportUnknownVariableType]
     if isinstance(value, list):
-        return [_without_timestamps(v) for v in value]  # pyright: ignore[reportUnknownVariableType]
+        return [_without_timestamps(v, room - 1) for v in value]  # pyright: ignore[reportUnknownVariableType]
     return value
 
 
@@ -670,8 +675,11 @@ def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
 
 
-def _first_difference(recorded: Any, current: Any, path: str = '') -> str | None:
-    """Where two JSON values first differ (`[0].instructions: 'a' -> 'b'`), or None when equal."""
+def _first_difference(recorded: Any, current: Any, path: str = '', room: int = DEPTH_LIMIT) -> str | None:
+    """Where two JSON values first differ (`[0].instructions: 'a' -> 'b'`), or None when equal;
+    below `room` levels a difference is placed at the level above (the walk stays bounded)."""
+    if room <= 0:
+        return None if recorded == current else f'{path}: {_short(recorded)} -> {_short(current)}'
     if isinstance(recorded, dict) and isinstance(current, dict):
         before, now = cast('dict[str, Any]', recorded), cast('dict[str, Any]', current)
         for key in sorted(set(before) | set(now)):
@@ -679,14 +687,14 @@ def _first_difference(recorded: Any, current: Any, path: str = '') -> str | None
                 return f'{path}.{key}: (absent) -> {_short(now[key])}'
             if key not in now:
                 return f'{path}.{key}: {_short(before[key])} -> (absent)'
-            found = _first_difference(before[key], now[key], f'{path}.{key}')
+            found = _first_difference(before[key], now[key], f'{path}.{key}', room - 1)
             if found is not None:
                 return found
         return None
     if isinstance(recorded, list) and isinstance(current, list):
         earlier, later = cast('list[Any]', recorded), cast('list[Any]', current)
         for index, (a, b) in enumerate(zip(earlier, later, strict=False)):
-            found = _first_difference(a, b, f'{path}[{index}]')
+            found = _first_difference(a, b, f'{path}[{index}]', room - 1)
             if found is not None:
                 return found
         if len(earlier) != len(later):

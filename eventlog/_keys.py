@@ -167,8 +167,14 @@ def seq_key(seq: int) -> bytes:
 
 
 def key_seq(key: bytes) -> int:
-    """The `seq` at the end of a key (an ENTRIES, BY_CONV, RUN_ORDER or CONV_RUNS key)."""
-    return _SEQ.unpack_from(key, len(key) - SEQ_SIZE)[0]
+    """The `seq` at the end of a key (an ENTRIES, BY_CONV, RUN_ORDER or CONV_RUNS key);
+    `CorruptStoreError` for a key too short to hold one (damaged storage)."""
+    try:
+        return _SEQ.unpack_from(key, len(key) - SEQ_SIZE)[0]
+    except struct.error:
+        raise CorruptStoreError(
+            f'the store holds a key of {len(key)} bytes where an entry number was expected; run verify'
+        ) from None
 
 
 def ck(identifier: str) -> bytes:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 import msgspec
 
 from eventlog.errors import CorruptEntryError, InvalidPayloadError
+from eventlog.nesting import json_depth, may_nest_deeper
 
 if TYPE_CHECKING:
     from pydantic_ai.messages import ModelMessage
@@ -460,19 +461,41 @@ def encode_message(message: ModelMessage) -> bytes:
     dispatching on the tagged union, about half the cost. Anything else goes through the adapter.
 
     Raises `InvalidPayloadError` when pydantic-ai cannot serialize it (tool arguments nested
-    deeper than its limit, values it cannot encode, lone surrogates).
+    deeper than its limit, values it cannot encode, lone surrogates) or could not read it back
+    (nested deeper than its JSON reader goes).
     """
     serializers = _SERIALIZERS or _message_serializers()
     try:
         direct = serializers.get(type(message))
         if direct is not None and direct[0] == message.kind:
-            return direct[1](message)
-        from pydantic_ai.messages import ModelMessagesTypeAdapter  # imported on first use: keeps start-up fast
+            payload = direct[1](message)
+        else:
+            from pydantic_ai.messages import ModelMessagesTypeAdapter  # imported on first use: keeps start-up fast
 
-        return ModelMessagesTypeAdapter.dump_json([message])[1:-1]
+            payload = ModelMessagesTypeAdapter.dump_json([message])[1:-1]
     except (ValueError, TypeError, RecursionError) as exc:  # PydanticSerializationError is a ValueError
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise InvalidPayloadError(f'the message cannot be serialized: {first}') from None
+    if (
+        payload.count(b'{') + payload.count(b'[') > _READ_CHECK_DEPTH
+        and may_nest_deeper(payload, _READ_CHECK_DEPTH)
+        and (depth := json_depth(payload)) > _READ_CHECK_DEPTH
+    ):
+        from eventlog._checks import validate_messages
+
+        try:
+            validate_messages([payload])  # pydantic-ai writes deeper JSON than it reads back
+        except InvalidPayloadError:
+            raise InvalidPayloadError(
+                f'the message nests {depth} levels deep, deeper than pydantic-ai reads back'
+            ) from None
+    return payload
+
+
+_READ_CHECK_DEPTH: Final = 100
+"""Nesting past which `encode_message` checks that pydantic-ai reads the message back (its JSON
+reader stops at about 200 levels, its writer does not): a message stored but unreadable would
+break every replay of its run."""
 
 
 _SERIALIZERS: dict[type, tuple[str, Callable[[ModelMessage], bytes]]] = {}

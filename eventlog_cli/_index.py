@@ -42,6 +42,7 @@ def index_state(log: IndexedLog) -> dict[str, object]:
         'kind': 'memory' if getattr(log, 'encrypted', False) is True else 'persistent',
         'analyzer': state.analyzer,
         'documents': state.documents,
+        'unindexed': list(state.unindexed),
         'position': state.position,
         'log_position': state.log_position,
         'current': state.position >= state.log_position,

@@ -21,7 +21,7 @@ from eventlog.entries import RunStatus
 from eventlog.errors import InvalidArgumentError
 from eventlog_cli._ids import ShortIds, resolve_conversation, resolve_run
 from eventlog_cli._store import StoreLog, describe
-from eventlog_cli._text import clean, clip, conversation_json, entry_headline, size, timestamp
+from eventlog_cli._text import clean, clip, conversation_json, entry_headline, seq_list, size, timestamp
 
 if TYPE_CHECKING:
     from eventlog.entries import ConversationRecord, Entry, RunRecord, VerifyReport
@@ -58,6 +58,7 @@ __all__ = [
     'tail_backlog',
     'tail_parts',
     'tail_start',
+    'unindexed_note',
     'verify_ok_line',
 ]
 
@@ -271,6 +272,12 @@ async def read_stats(log: StoreLog, store: str | Path) -> dict[str, Any]:
     }
 
 
+def unindexed_note(seqs: Sequence[int]) -> str:
+    """What `search` and `stats` say of messages the index could not read (`SearchResult.unindexed`)."""
+    count = plural(len(seqs), 'message', 'messages')
+    return f'{count} could not be read to be indexed, so no search finds them: {seq_list(seqs)}'
+
+
 def stats_rows(data: dict[str, Any]) -> list[Row]:
     """`stats`'s rows, from `read_stats`."""
     index = data['index']
@@ -280,6 +287,8 @@ def stats_rows(data: dict[str, Any]) -> list[Row]:
         else f"behind (at #{index['position']}; `eventlog reindex` or the application's next search catches it up)"
     )
     built = f'{index["documents"]} documents, {index["analyzer"]} analyzer, {current}'
+    if index.get('unindexed'):
+        built += f'; {unindexed_note(index["unindexed"])}'
     if index['kind'] == 'memory':
         built = 'none at rest (an encrypted store is indexed in memory, by each process that searches it)'
     return [

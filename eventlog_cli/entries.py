@@ -28,6 +28,7 @@ import msgspec
 
 from eventlog.entries import CompactionInfo, Entry
 from eventlog.errors import CorruptEntryError
+from eventlog.nesting import CLIPPED, DEPTH_LIMIT, decode_clipped
 
 __all__ = [
     'LABELS',
@@ -185,6 +186,11 @@ _decode_part = msgspec.json.Decoder(_StoredPart).decode
 _decode_compaction = msgspec.json.Decoder(CompactionInfo).decode
 
 
+def _nested(value: object) -> bool:
+    """Whether `value` is a dict or a list (what nests)."""
+    return isinstance(value, dict | list)
+
+
 def _is_binary(value: object) -> bool:
     if not isinstance(value, dict):
         return False
@@ -221,9 +227,15 @@ class _Numbering:
         self.count += 1
         return found
 
-    def strip(self, value: object, part: Part) -> object:
+    def strip(self, value: object, part: Part, room: int = DEPTH_LIMIT) -> object:
         """`value` with each binary item replaced by a note (added to `part.files`), each URL
-        item by its URL (added to `part.urls`)."""
+        item by its URL (added to `part.urls`), and each dict or list nested below `room` more
+        levels by `eventlog.nesting.CLIPPED`.
+
+        `room` counts from a part's content (`DEPTH_LIMIT` there, one more for a whole part), so
+        that the items numbered are those `binary_item` finds."""
+        if room <= 0 and _nested(value):
+            return CLIPPED
         if _is_binary(value):
             found = self.item(cast(dict[str, Any], value))
             part.files.append(found)
@@ -232,19 +244,20 @@ class _Numbering:
             url = str(cast(dict[str, Any], value)['url'])
             return f'<url {url}>'
         if isinstance(value, dict):
-            return {str(key): self.strip(item, part) for key, item in cast(dict[Any, Any], value).items()}
+            return {str(key): self.strip(item, part, room - 1) for key, item in cast(dict[Any, Any], value).items()}
         if isinstance(value, list):
-            return [self.strip(item, part) for item in cast(list[Any], value)]
+            return [self.strip(item, part, room - 1) for item in cast(list[Any], value)]
         return value
 
 
 def _args_value(args: object) -> tuple[object, bool]:
-    """Tool call arguments as JSON data (a stored JSON string parsed), or as text when it is not JSON."""
+    """Tool call arguments as JSON data (a stored JSON string parsed, clipped at
+    `eventlog.nesting.DEPTH_LIMIT` levels however deep it nests), or as text when it is not JSON."""
     if args is None or args == '':
         return {}, True
     if isinstance(args, str):
         try:
-            return _decode_any(args), True
+            return decode_clipped(args), True
         except msgspec.DecodeError:
             return args, False
     return args, True
@@ -281,7 +294,7 @@ def _user_content(part: Part, content: object, numbering: _Numbering) -> None:
         elif isinstance(item, dict) and cast(dict[str, Any], item).get('kind') == 'cache-point':
             continue  # a caching hint for the provider: says nothing
         else:
-            texts.append(json.dumps(numbering.strip(cast(object, item), part), ensure_ascii=False))
+            texts.append(json.dumps(numbering.strip(cast(object, item), part, DEPTH_LIMIT - 1), ensure_ascii=False))
     part.text = ' '.join(texts)
 
 
@@ -290,7 +303,7 @@ def _part(raw: msgspec.Raw, numbering: _Numbering) -> Part:
         stored = _decode_part(raw)
     except msgspec.DecodeError:  # not an object, or `part_kind` not text: shown as stored
         generic = Part(kind='?', label='Part', structured=True)
-        generic.value = numbering.strip(_decode_any(raw), generic)
+        generic.value = numbering.strip(_decode_any(raw), generic, DEPTH_LIMIT + 1)
         return generic
     kind = stored.part_kind
     part = Part(kind=kind, label=LABELS.get(kind, kind))
@@ -323,7 +336,7 @@ def _part(raw: msgspec.Raw, numbering: _Numbering) -> Part:
         everything: dict[str, Any] = {
             k: v for k, v in cast(dict[str, Any], _decode_any(raw)).items() if k != 'part_kind'
         }
-        part.value, part.structured = numbering.strip(everything, part), True
+        part.value, part.structured = numbering.strip(everything, part, DEPTH_LIMIT + 1), True
     return part
 
 
@@ -332,7 +345,7 @@ def _message(data: bytes) -> MessageView:
         stored = _decode_message(data)
     except msgspec.ValidationError:  # JSON, but not a message: shown as stored
         whole = Part(kind='?', label='Stored', structured=True)
-        whole.value = _Numbering().strip(_decode_any(data), whole)
+        whole.value = _Numbering().strip(_decode_any(data), whole, DEPTH_LIMIT + 3)
         return MessageView(role='unknown', parts=[whole])
     numbering = _Numbering()
     parts = [_part(raw, numbering) for raw in stored.parts]
@@ -429,16 +442,19 @@ def hit_lines(payload: bytes, locate: Callable[[str], tuple[int, int] | None]) -
 # --- binary items -----------------------------------------------------------------------------
 
 
-def _binaries(value: object) -> Iterator[dict[str, Any]]:
-    """Every binary item inside `value`, in document order (the order `FileItem.index` counts)."""
+def _binaries(value: object, room: int) -> Iterator[dict[str, Any]]:
+    """Every binary item inside `value` within `room` levels, in document order (the items
+    `_Numbering.strip` numbers, in the order `FileItem.index` counts)."""
+    if room <= 0 and _nested(value):
+        return
     if _is_binary(value):
         yield cast(dict[str, Any], value)
     elif isinstance(value, dict):
         for item in cast(dict[str, Any], value).values():
-            yield from _binaries(item)
+            yield from _binaries(item, room - 1)
     elif isinstance(value, list):
         for item in cast(list[Any], value):
-            yield from _binaries(item)
+            yield from _binaries(item, room - 1)
 
 
 def _b64(data: str) -> bytes:
@@ -457,7 +473,7 @@ def binary_item(entry: Entry, index: int) -> tuple[bytes, str] | None:
     except msgspec.DecodeError:
         raise CorruptEntryError(f'entry {entry.seq} holds a payload that is not JSON; run verify') from None
     parts = cast(dict[str, Any], data).get('parts') if isinstance(data, dict) else None
-    for number, item in enumerate(_binaries(parts)):
+    for number, item in enumerate(_binaries(parts, DEPTH_LIMIT + 2)):  # the parts list, a part, its content
         if number == index:
             try:
                 return _b64(str(item['data'])), str(item.get('media_type') or 'application/octet-stream')

@@ -17,7 +17,7 @@ import logging
 import time
 from collections.abc import Iterator, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Literal, overload
+from typing import TYPE_CHECKING, Literal, cast, overload
 
 from search.backend import Corpus, Hit, NumberedCorpus, PayloadCorpus, RunSpan, SearchBackend
 from search.bm25 import unique_terms
@@ -184,12 +184,18 @@ class SearchEngine:
         began = time.perf_counter()
         corpus = await self.backend.open_corpus(conversation_id=within, run_id=run_id, analyzer=options.analyzer)
         opened = time.perf_counter()
+        facts = partial(facts, unindexed=_unindexed(corpus))
         if corpus.document_count == 0:
             outcome: SearchOutcome = 'unknown_run' if run_id is not None else 'nothing_stored'
             return facts(outcome=outcome, timings=SearchTimings(corpus=opened - began))
         if not terms:
             await _settle(corpus)
-            return facts(outcome='no_terms', documents=corpus.document_count, timings=SearchTimings(opened - began))
+            return facts(
+                outcome='no_terms',
+                documents=corpus.document_count,
+                timings=SearchTimings(opened - began),
+                unindexed=_unindexed(corpus),
+            )
 
         pending = 0
         if options.mode == 'bm25':
@@ -209,7 +215,7 @@ class SearchEngine:
                     hits = fuse_rankings([lexical, semantic])
                 else:
                     hits = fuse_scores(lexical, semantic, lexical_weight=options.lexical_weight)
-        facts = partial(facts, pending=pending)
+        facts = partial(facts, pending=pending, unindexed=_unindexed(corpus))  # a corpus settling may learn of more
         # A corpus may learn while ranking that the store moved on, and rank again: count after it.
         total = corpus.document_count
         if total == 0:
@@ -314,6 +320,13 @@ class _WithoutRun(Sequence[Hit]):
 
     def __getitem__(self, index: int | slice) -> Hit | Sequence[Hit]:
         return list(self)[index]
+
+
+def _unindexed(corpus: Corpus) -> tuple[int, ...]:
+    """The messages in scope a corpus could not read to index (`SearchResult.unindexed`): a
+    corpus built from stored payloads says so in `unindexed`; one built from decoded messages reads them all."""
+    found: object = getattr(corpus, 'unindexed', ())
+    return tuple(cast('tuple[int, ...]', found)) if isinstance(found, tuple) else ()
 
 
 async def _settle(corpus: Corpus) -> None:

@@ -14,12 +14,12 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from contextlib import suppress
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, TypeVar
 
 import msgspec
 
 from eventlog import EventLogBase, ReplayHistorySource, RunRecord, decode_messages
-from eventlog.errors import CorruptStoreError
+from eventlog.errors import CorruptEntryError, CorruptStoreError
 from eventlog.projection import LogReader, ProjectionRecords, seq_key
 from eventlog.projection import id_prefix as ck  # the body still calls it `ck`, its name in eventlog._keys
 from search.index_format import (
@@ -43,13 +43,31 @@ if TYPE_CHECKING:
     from search.analyzers import Analyzer
     from search.backend import CorpusDocuments, Hit, RankedHits, RunSpan
     from search.bm25 import TermPostings
-    from search.persistent_index import PersistentIndex
+    from search.persistent_index import PersistentIndex, Scope
 
 # numpy and pydantic-ai (with the search modules that need them) are imported where the index
 # is searched or messages are read, so that `eventlog stats` and `verify`, which open the
 # index, start without them.
 
 __all__ = ['DecodedCache', 'IndexCorpus', 'OneRun', 'RunPayloadCorpus']
+
+_K = TypeVar('_K')
+
+
+def _decode_readable(payloads: dict[_K, bytes]) -> dict[_K, ModelMessage]:
+    """The stored messages decoded, in one call when all can be; a message pydantic-ai cannot
+    read (`search.index_writer.readable_text`) is left out, so the messages around it still show."""
+    if not payloads:
+        return {}
+    try:
+        return dict(zip(payloads, decode_messages(list(payloads.values())), strict=True))
+    except CorruptEntryError:
+        decoded: dict[_K, ModelMessage] = {}
+        for key, payload in payloads.items():
+            with suppress(CorruptEntryError):
+                decoded[key] = decode_messages([payload])[0]
+        return decoded
+
 
 _LISTED_SCOPES: Final = 64
 """Scopes whose document lists an index remembers (for semantic and hybrid searches)."""
@@ -92,13 +110,16 @@ class RunPayloadCorpus:
         """Index the run's messages, `(seq, payload)` in record order."""
         from search.analyzers import term_counts
         from search.bm25 import TextPostings
-        from search.index_writer import indexed_text
+        from search.index_writer import readable_text
 
         self._run_id = run_id
         self._conversation_id = conversation_id
         self._seqs = [seq for seq, _ in entries]
         self._payloads = [payload for _, payload in entries]
-        self._texts = [indexed_text(payload, seq) for seq, payload in entries]
+        texts = [readable_text(payload, seq) for seq, payload in entries]
+        self.unindexed = tuple(seq for (seq, _), text in zip(entries, texts, strict=True) if text is None)
+        """The run's messages that could not be read to be indexed (`search.index_writer.readable_text`)."""
+        self._texts = [text or '' for text in texts]
         self._terms = TextPostings()
         for text in self._texts:
             self._terms.add(term_counts(analyzer, text))
@@ -134,9 +155,8 @@ class RunPayloadCorpus:
     async def messages(self, run_id: str, start: int, end: int) -> list[tuple[int, ModelMessage]]:
         """The run's messages at positions in `[start, end)`, decoded."""
         positions = self._positions(run_id, start, end)
-        where = f'a message of run {run_id!r}'
-        decoded = decode_messages([self._payloads[position] for position in positions], where=where)
-        return list(zip(positions, decoded, strict=True))
+        decoded = _decode_readable({position: self._payloads[position] for position in positions})
+        return [(position, decoded[position]) for position in positions if position in decoded]
 
     async def payloads_many(self, windows: Sequence[tuple[str, int, int]]) -> list[list[tuple[int, bytes]]]:
         """Each window's messages as stored (`search.backend.PayloadCorpus`)."""
@@ -172,14 +192,14 @@ class IndexCorpus:
         self,
         index: PersistentIndex,
         conversation_id: str | None,
-        count: int,
-        length: int,
+        scope: Scope,
         pending: tuple[PendingPosition, int, bytes] | None = None,
     ) -> None:
         self._ix = index
         self._conversation_id = conversation_id
-        self._count = count
-        self._length = length
+        self._count, self._length = scope[0].docs, scope[0].length
+        self.unindexed = scope[1]
+        """The messages in scope that could not be read to be indexed (`search.index_writer.readable_text`)."""
         self._spans: dict[str, RunSpan] = {}
         self._pending = pending
         """The log's position on its way, the index position the counts were read at, the scope's key."""
@@ -196,7 +216,10 @@ class IndexCorpus:
         if behind <= 0:
             return False
         await self._ix._catch_up_behind(behind)  # pyright: ignore[reportPrivateUsage]
-        stats = self._ix.log.read_projection(INDEX_PROJECTION, lambda records, _: self._ix._scope_stats(records, key))  # pyright: ignore[reportPrivateUsage]
+        scope_stats = self._ix._scope_stats  # pyright: ignore[reportPrivateUsage]
+        stats, self.unindexed = self._ix.log.read_projection(
+            INDEX_PROJECTION, lambda records, _: scope_stats(records, key)
+        )
         self._count, self._length = stats.docs, stats.length
         self._spans.clear()
         return True
@@ -449,8 +472,7 @@ class IndexCorpus:
 
             present.update((seq, payload) for seq, payload in zip(evicted, again, strict=True) if payload is not None)
         if present:
-            decoded = decode_messages(list(present.values()))
-            for seq, message in zip(present, decoded, strict=True):
+            for seq, message in _decode_readable(present).items():
                 cache.put(seq, message, generation)
                 messages[seq] = message
         return [[(position, messages[seq]) for position, seq, _ in window if seq in messages] for window in found]

@@ -6,7 +6,8 @@ Shared by the writer (`search.index_writer`), the check (`search.index_check`), 
 Tables of the projection `ix` (in LMDB the named databases `ix.<table>`); its position, the
 last `seq` applied, is kept by the backend beside them:
 
-- `ix.meta`     analyzer name, format
+- `ix.meta`     analyzer name, format; `UNINDEXED` + ck(conv) + seq -> flag: a message of the
+                conversation's corpus that could not be read to be indexed (a document without terms)
 - `ix.post`     ck(conv) + flag + term + NUL + block -> packed (doc id, tf, length) triples;
                 flag `o` for a run's own messages, `c` for copies of history from elsewhere
 - `ix.stats`    ck(conv) -> (documents, total length, own documents, own total length)
@@ -31,7 +32,7 @@ from typing import TYPE_CHECKING, Final, Protocol
 import msgspec
 
 from eventlog import RunRecord
-from eventlog.projection import ProjectionRecords, ProjectionSpec, ProjectionStore
+from eventlog.projection import ProjectionRecords, ProjectionSpec, ProjectionStore, key_seq
 
 if TYPE_CHECKING:
     from pydantic_ai.messages import ModelMessage
@@ -50,6 +51,7 @@ __all__ = [
     'SEQ',
     'TABLES',
     'TRIPLE',
+    'UNINDEXED',
     'IndexedLog',
     'IndexedRun',
     'ScopeStats',
@@ -61,6 +63,7 @@ __all__ = [
     'stats_decoder',
     'stats_of',
     'term_key',
+    'unindexed_seqs',
 ]
 
 DAMAGED_INDEX: Final = 'the search index is damaged: {}; rebuild it with `eventlog reindex` (the log is not affected)'
@@ -118,6 +121,9 @@ stats_decoder = msgspec.msgpack.Decoder(ScopeStats)
 encoder = msgspec.msgpack.Encoder()
 ALL_KEY = b'\x00all'
 DROPPED = b'dropped'
+UNINDEXED: Final = b'unindexed\x00'
+"""`ix.meta` key prefix of the messages that could not be read to be indexed (`unindexed_seqs`);
+the value is the document's flag (`o` own, `c` a copy of history)."""
 """`ix.meta` key: the `seq` of the last `erasure` or `deleted` entry applied. Processes sharing the
 index compare it to what their caches of shown messages were filled under (`DecodedCache.follow`)."""
 
@@ -140,6 +146,15 @@ def pos_seq(value: bytes) -> int:
 
 def stats_of(raw: bytes | None) -> ScopeStats:
     return ScopeStats() if raw is None else stats_decoder.decode(raw)
+
+
+def unindexed_seqs(records: ProjectionRecords, scope: bytes) -> tuple[int, ...]:
+    """The `seq`s of the messages in scope (`ALL_KEY`: every conversation's own messages, or a
+    conversation's corpus by its `id_prefix`) that could not be read to be indexed, in order."""
+    every = scope == ALL_KEY
+    prefix = UNINDEXED if every else UNINDEXED + scope
+    found = {key_seq(key) for key, flag in records.scan('meta', prefix=prefix) if not every or flag == b'o'}
+    return tuple(sorted(found))
 
 
 def read_meta(records: ProjectionRecords, key: bytes) -> str | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from eventlog import Entry, decode_messages
+from eventlog.errors import CorruptEntryError
 from eventlog.projection import LogReader, ProjectionWriter, seq_key
 from eventlog.projection import id_prefix as ck  # the body still calls it `ck`, its name in eventlog._keys
 from search.analyzers import Analyzer, term_counts
@@ -19,6 +20,7 @@ from search.index_format import (
     DROPPED,
     POS,
     TRIPLE,
+    UNINDEXED,
     IndexedRun,
     ScopeStats,
     doc_id_of,
@@ -30,7 +32,7 @@ from search.index_format import (
 )
 from search.wire_text import wire_index_text
 
-__all__ = ['IndexWriter', 'WrittenIndex', 'indexed_text']
+__all__ = ['IndexWriter', 'WrittenIndex', 'indexed_text', 'readable_text']
 
 
 class _Clearable(Protocol):
@@ -113,9 +115,12 @@ class IndexWriter:
     def add_doc(
         self, conversation_id: str, flag: bytes, doc_id: int, payload: bytes, run_id: str, position: int, seq: int
     ) -> None:
-        counts = term_counts(self.ix.analyzer, indexed_text(payload, seq))
-        length = counts.total()
         conv_key = ck(conversation_id)
+        text = readable_text(payload, seq)
+        if text is None:  # a document without terms, counted
+            self.records.put('meta', UNINDEXED + conv_key + seq_key(seq), flag)
+        counts = term_counts(self.ix.analyzer, text or '')
+        length = counts.total()
         pending = self.pending
         for term, tf in counts.items():
             prefix = conv_key + flag + term_key(term) + b'\x00'
@@ -242,6 +247,7 @@ class IndexWriter:
             self.runs.pop(run_id, None)
         records.delete_prefix('post', conv_key)
         records.delete_prefix('held', conv_key)
+        records.delete_prefix('meta', UNINDEXED + conv_key)
         stats = self.stat(conv_key)
         every = self.stat(ALL_KEY)
         every.docs -= stats.own_docs
@@ -276,3 +282,14 @@ def indexed_text(payload: bytes, seq: int) -> str:
     from search.render import index_text
 
     return index_text(decode_messages([payload], where=f'entry {seq}')[0])
+
+
+def readable_text(payload: bytes, seq: int) -> str | None:
+    """`indexed_text`, or `None` for a message pydantic-ai cannot read (damaged, or stored by an
+    earlier version nested deeper than pydantic-ai reads): every index holds it as a document
+    without terms and reports it (`search.index_format.unindexed_seqs`, `SearchResult.unindexed`),
+    and searches go on over everything else."""
+    try:
+        return indexed_text(payload, seq)
+    except CorruptEntryError:
+        return None

@@ -59,6 +59,7 @@ from search.index_format import (
     read_meta,
     stats_decoder,
     stats_of,
+    unindexed_seqs,
 )
 from search.index_writer import IndexWriter
 
@@ -107,6 +108,12 @@ class IndexState(msgspec.Struct, frozen=True):
     log_position: int
     """The log's last `seq`; the index is current when both are equal."""
     documents: int
+    unindexed: tuple[int, ...] = ()
+    """The `seq`s of the messages that could not be read to be indexed (`search.index_writer.readable_text`)."""
+
+
+Scope = tuple[ScopeStats, tuple[int, ...]]
+"""A search scope's statistics, and the `seq`s of its messages the index could not read."""
 
 
 class PersistentIndex:
@@ -190,6 +197,7 @@ class PersistentIndex:
                 position=records.position() or 0,
                 log_position=reader.last_seq(),
                 documents=0 if stats is None else stats_decoder.decode(stats).docs,
+                unindexed=unindexed_seqs(records, ALL_KEY),
             )
 
         return self._read(read)
@@ -326,20 +334,21 @@ class PersistentIndex:
             finally:
                 scratch.close()
 
-    def _read_scope(self, key: bytes) -> tuple[ScopeStats, int]:
-        """The scope's statistics and how many log positions the index is behind, in one read."""
+    def _read_scope(self, key: bytes) -> tuple[Scope, int]:
+        """The scope's statistics (`_scope_stats`) and how many log positions the index is behind, in one read."""
 
-        def read(records: ProjectionRecords, reader: LogReader) -> tuple[ScopeStats, int]:
+        def read(records: ProjectionRecords, reader: LogReader) -> tuple[Scope, int]:
             behind = reader.last_seq() - (records.position() or 0)
             return self._scope_stats(records, key), behind
 
         return self._read(read)
 
-    def _scope_stats(self, records: ProjectionRecords, key: bytes) -> ScopeStats:
-        """The scope's statistics; the cache of shown messages is emptied first if an erasure or a
-        deletion was applied since it was filled (by this process or another sharing the index)."""
+    def _scope_stats(self, records: ProjectionRecords, key: bytes) -> Scope:
+        """The scope's statistics, with the messages it could not index (`unindexed_seqs`); the
+        cache of shown messages is emptied first if an erasure or a deletion was applied since it
+        was filled (by this process or another sharing the index)."""
         self.decoded.follow(records.get('meta', DROPPED))
-        return stats_of(records.get('stats', key))
+        return stats_of(records.get('stats', key)), unindexed_seqs(records, key)
 
     # -- searching ----------------------------------------------------------------------------
 
@@ -363,8 +372,8 @@ class PersistentIndex:
                 with suppress(Exception):
                     pending.result()
                 raise
-            corpus = IndexCorpus(self, conversation_id, stats.docs, stats.length, (pending, position or 0, key))
-            if stats.docs == 0:
+            corpus = IndexCorpus(self, conversation_id, stats, (pending, position or 0, key))
+            if stats[0].docs == 0:
                 await corpus.settle()  # an empty corpus is not ranked: its count must be final now
             return corpus
         if self._unusable:
@@ -376,7 +385,7 @@ class PersistentIndex:
                 return await self._log_corpus(conversation_id, analyzer)
             await self._catch_up_behind(behind)
             stats, _ = self._read_scope(key)
-        return IndexCorpus(self, conversation_id, stats.docs, stats.length)
+        return IndexCorpus(self, conversation_id, stats)
 
     async def _log_corpus(self, conversation_id: str | None, analyzer: Analyzer) -> Corpus:
         """The scope indexed in memory from the log itself, as an in-memory search does (the

@@ -175,6 +175,10 @@ class SearchResult:
     pending: int = 0
     """With `'semantic'` or `'hybrid'`: how many log entries the vector index had not applied yet
     (messages among them could not be found by meaning); 0 when it was current."""
+    unindexed: tuple[int, ...] = ()
+    """The entry numbers (`seq`) of messages in scope that pydantic-ai could not read, so that the
+    index holds them without their text (`search.index_writer.readable_text`): no search finds
+    them; every other message is searched as usual."""
     ranked: Sequence[Hit] = field(default=(), repr=False, compare=False)
     """Every matching message, best first (read lazily; most callers need only `hits`)."""
 

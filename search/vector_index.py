@@ -123,10 +123,9 @@ def _meta(records: ProjectionRecords, key: bytes) -> str | None:
 
 
 def _message_text(payload: bytes, seq: int) -> str:
-    from eventlog import decode_messages
-    from search.render import index_text
+    from search.index_writer import readable_text
 
-    return index_text(decode_messages([payload], where=f'entry {seq}')[0])
+    return readable_text(payload, seq) or ''  # an unreadable message is embedded as no text
 
 
 class _Rows:

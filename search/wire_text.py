@@ -19,6 +19,8 @@ from typing import Final, cast
 
 import msgspec
 
+from eventlog.nesting import DEPTH_LIMIT, json_depth, may_nest_deeper
+
 __all__ = ['LEGACY_SUMMARY_PREFIX', 'SEARCH_TOOL_NAME', 'wire_index_text', 'wire_lines']
 
 SEARCH_TOOL_NAME: Final = 'search_conversation_history'
@@ -66,7 +68,7 @@ def wire_lines(payload: bytes) -> tuple[str, list[tuple[str, str]]] | None:
             lines = [line for part in message.parts if (line := _response_line(part)) is not None]
         else:
             return None
-    except (msgspec.DecodeError, _Decline):
+    except (msgspec.DecodeError, UnicodeEncodeError, _Decline):  # a lone surrogate: read in full
         return None
     return message.kind, lines
 
@@ -114,6 +116,12 @@ def _args(args: object) -> dict[str, object]:
     """Tool-call arguments as a dict, when they are a JSON object or text holding one."""
     if args is None or args == '' or args == {}:
         return {}
+    if (
+        isinstance(args, str)
+        and may_nest_deeper(args.encode('utf-8', 'surrogatepass'), DEPTH_LIMIT)
+        and json_depth(args) > DEPTH_LIMIT
+    ):
+        raise _Decline  # pydantic-ai reads text this deep its own way (as invalid JSON past its limit)
     value: object = _decode_args(args) if isinstance(args, str) else args
     if not isinstance(value, dict):
         raise _Decline
@@ -132,12 +140,22 @@ def _plain_value_text(value: object) -> str:
 
 def _plain(value: object) -> bool:
     """Whether `value` is JSON data that pydantic-ai keeps as is: no mapping that could be a file
-    or another typed object (those carry a `kind`), and no number that JSON cannot round-trip."""
-    if isinstance(value, dict):
-        items = cast('dict[object, object]', value)
-        return 'kind' not in items and all(_plain(item) for item in items.values())
-    if isinstance(value, list):
-        return all(_plain(item) for item in cast('list[object]', value))
-    if isinstance(value, float):
-        return value == value and value not in (float('inf'), float('-inf'))
-    return value is None or isinstance(value, str | int | bool)
+    or another typed object (those carry a `kind`), and no number that JSON cannot round-trip.
+
+    Walks with a list of its own, not by recursion: stored data may nest as deep as pydantic-ai allows."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, dict):
+            items = cast('dict[object, object]', item)
+            if 'kind' in items:
+                return False
+            pending.extend(items.values())
+        elif isinstance(item, list):
+            pending.extend(cast('list[object]', item))
+        elif isinstance(item, float):
+            if item != item or item in (float('inf'), float('-inf')):
+                return False
+        elif not (item is None or isinstance(item, str | int | bool)):
+            return False
+    return True

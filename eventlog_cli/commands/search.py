@@ -170,6 +170,8 @@ async def _search(
         return
     if note is not None:
         sys.stderr.write(f'eventlog: note: {note}\n')
+    if result.unindexed:
+        sys.stderr.write(f'eventlog: note: {views.unindexed_note(result.unindexed)}\n')
     _print_search(result, analyzer_, conversation_id, run_id)
 
 
@@ -182,6 +184,7 @@ def _search_json(result: SearchResult, analyzer: Analyzer, built: str | None, no
         'index_analyzer': built,
         'note': note,
         'documents': result.documents,
+        'unindexed': list(result.unindexed),
         'matches': result.matches,
         'seconds': round(result.timings.total, 6),
         'results': [

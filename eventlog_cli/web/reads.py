@@ -326,11 +326,14 @@ class SearchPage:
     """This page's number (1 first)."""
     more: bool
     """Whether another page follows."""
+    unindexed: str = ''
+    """What the search says of messages the index could not read (`SearchResult.unindexed`); empty when none."""
 
 
 async def search_page(log: StoreLog, query: str, conversation_id: str | None, page: int) -> SearchPage:
     """Page `page` of the hits of `query` over the store's persistent index (one conversation, or all)."""
     from eventlog_cli._index import index_analyzer
+    from eventlog_cli._views import unindexed_note
     from eventlog_cli.entries import hit_lines
     from search.engine import SearchEngine, SearchOptions
     from search.excerpt import make_locator
@@ -373,6 +376,7 @@ async def search_page(log: StoreLog, query: str, conversation_id: str | None, pa
         analyzer=analyzer.name,
         page=page,
         more=matches > page * SEARCH_PAGE,
+        unindexed=unindexed_note(result.unindexed) if result.unindexed else '',
     )
 
 

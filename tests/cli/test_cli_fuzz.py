@@ -10,6 +10,7 @@ trial is seeded, and a failure names its seed and its damage so that it can be r
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import random
@@ -25,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from clitools import DETAIL, Store, build_store, invoke
+from clitools import DETAIL, Store, build_store, invoke, open_log
+from deepjson import NEEDLE, add_deep_conversations
 
 TRIALS = 300 if os.environ.get('EVENTLOG_LONG') else 36
 PAGE = 4096
@@ -95,6 +97,8 @@ def _commands(store: Store) -> list[list[str]]:
         ['tail', '-n', '50'],
         ['stats'],
         ['export'],
+        ['show', 'deep'],
+        ['search', NEEDLE, '--all'],
     ]
 
 
@@ -131,6 +135,11 @@ class Worker:
 @pytest.fixture(scope='module')
 def pristine(tmp_path_factory: pytest.TempPathFactory) -> Store:
     store = build_store(tmp_path_factory.mktemp('fuzz') / 'store.lmdb')
+    log = open_log(store.path)
+    try:  # a tool call nesting 600 levels deep (issue 42), recorded by a real agent
+        asyncio.run(add_deep_conversations(log, huge=False))
+    finally:
+        log.close()
     assert invoke('reindex', store=store.path).exit_code == 0  # the persistent index is part of the store
     return store
 
