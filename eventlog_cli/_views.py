@@ -305,7 +305,7 @@ def stats_rows(data: dict[str, Any]) -> list[Row]:
             clean(
                 built
                 if index['analyzer'] is not None or index['kind'] == 'memory'
-                else 'not built yet (built at the first search)'
+                else "not built yet (`eventlog reindex` or the application's first search builds it)"
             ),
             '',
         ),

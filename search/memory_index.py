@@ -96,6 +96,9 @@ class MemoryCorpus:
         self._by_run = {section.run_id: section for section in self._sections}
         self._doc_section: list[int] = []
         self._terms = TextPostings()
+        self.unindexed: tuple[int, ...] = ()
+        """The messages in scope that could not be read to be indexed (`SearchResult.unindexed`): set by
+        whoever built the corpus from a source that can have them (`PersistentIndex`'s read of the log)."""
         for section_index, section in enumerate(self._sections):
             for message in section.messages:
                 self._terms.add(term_counts(analyzer, index_text(message)))

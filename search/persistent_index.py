@@ -40,10 +40,12 @@ from typing import TYPE_CHECKING, Final, TypeVar, cast
 import msgspec
 
 from eventlog._threads import to_thread
-from eventlog.errors import EventLogError, InvalidArgumentError
+from eventlog.entries import decode_messages
+from eventlog.errors import CorruptEntryError, EventLogError, InvalidArgumentError
 from eventlog.lmdb_log import LmdbEventLog
 from eventlog.projection import LogReader, ProjectionRecords, ProjectionSpec, ProjectionWriter
 from eventlog.projection import id_prefix as ck  # the body still calls it `ck`, its name in eventlog._keys
+from eventlog.replay import ReplayHistorySource
 from search.analyzers import Analyzer, resolve_analyzer
 from search.index_check import IndexFinding, index_differences
 from search.index_corpus import DecodedCache, IndexCorpus, OneRun, RunPayloadCorpus
@@ -64,6 +66,8 @@ from search.index_format import (
 from search.index_writer import IndexWriter
 
 if TYPE_CHECKING:
+    from pydantic_ai.messages import ModelMessage
+
     from eventlog.local_projections import PendingPosition
     from eventlog.log import EventLogBase
     from search.backend import Corpus, CorpusDocuments, SearchBackend
@@ -391,12 +395,13 @@ class PersistentIndex:
         """The scope indexed in memory from the log itself, as an in-memory search does (the
         same ranking); for a read-only store whose index cannot be brought up to date."""
         from eventlog.log import EventLogBase
-        from eventlog.replay import ReplayHistorySource
         from search.memory_index import MemoryCorpus
 
         assert isinstance(self.log, EventLogBase)  # `_frozen`: a log keeping the index in its store
-        source = ReplayHistorySource(self.log)
-        return await MemoryCorpus.build(source, conversation_id=conversation_id, run_id=None, analyzer=analyzer)
+        source = _ReadableReplay(self.log)
+        corpus = await MemoryCorpus.build(source, conversation_id=conversation_id, run_id=None, analyzer=analyzer)
+        corpus.unindexed = tuple(sorted(source.unindexed))
+        return corpus
 
     async def _catch_up_behind(self, behind: int) -> None:
         if behind > _THREAD_BACKLOG:
@@ -432,6 +437,36 @@ class PersistentIndex:
         return await MemoryCorpus.build(OneRun(self.log, record), conversation_id=None, run_id=None, analyzer=analyzer)
 
 
+class _ReadableReplay(ReplayHistorySource):
+    """The log's runs for an in-memory corpus, where a message pydantic-ai cannot read (damaged, or
+    stored by an earlier version nested deeper than pydantic-ai reads) stands as an empty request: a
+    document without text, as the index holds it, named in `unindexed`. The others read as usual."""
+
+    def __init__(self, log: EventLogBase) -> None:
+        super().__init__(log)
+        self.unindexed: set[int] = set()
+        """The `seq`s of the messages that could not be read, over every run read so far."""
+
+    async def run_history(self, *, run_id: str) -> list[ModelMessage]:
+        """The run's messages, each one that cannot be read replaced by an empty request."""
+        try:
+            return await super().run_history(run_id=run_id)
+        except CorruptEntryError:  # one message or more cannot be read: read them one by one
+            pass
+        from pydantic_ai.messages import ModelRequest
+
+        payloads = await self.log.run_message_payloads(run_id)
+        seqs = await self.run_entry_seqs(run_id=run_id)
+        messages: list[ModelMessage] = []
+        for seq, payload in zip(seqs, payloads, strict=True):
+            try:
+                messages.extend(decode_messages([payload]))
+            except CorruptEntryError:
+                messages.append(ModelRequest(parts=[]))
+                self.unindexed.add(seq)
+        return messages
+
+
 _shared: weakref.WeakKeyDictionary[IndexedLog, dict[str, PersistentIndex]] = weakref.WeakKeyDictionary()
 """The index objects `PersistentIndex.for_log` hands out, per log and analyzer (only objects: the
 records live in the store, whose backend also owns every handle on them)."""
@@ -450,7 +485,6 @@ def backend_for(
     (slower, same ranking; `eventlog reindex --analyzer NAME` rebuilds the index).
     """
     from eventlog.log import EventLogBase
-    from eventlog.replay import ReplayHistorySource
 
     if isinstance(source, EventLogBase):
         source = ReplayHistorySource(source)

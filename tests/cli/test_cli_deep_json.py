@@ -140,5 +140,8 @@ def test_a_message_pydantic_ai_cannot_read_is_reported_by_search_and_stats(tmp_p
     assert result.exit_code == 0 and 'the otter swims' in result.stdout
     assert f'eventlog: note: {note}' in result.stderr
     assert json.loads(_ok('search', 'otter', '--all', '--json', store=path))['unindexed'] == [bad]
+    assert 'not built yet' in _ok('stats', store=path)  # a reading command writes no index
+    _ok('reindex', store=path)
     assert note in _ok('stats', store=path)
+    assert json.loads(_ok('search', 'otter', '--all', '--json', store=path))['unindexed'] == [bad]
     assert f'#{bad}' in _ok('show', 'old', store=path)  # shown, clipped like any deep value
