@@ -365,6 +365,7 @@ def verify(txn: ReadTxn) -> VerifyReport:
     findings = _Findings()
     marked: dict[str, set[int]] = {}
     """The `seq`s of each conversation's entries that carry the erasure mark."""
+    undecodable: list[int] = []
     checked = 0
     for key, value in txn.scan(Table.ENTRIES):
         checked += 1
@@ -375,10 +376,7 @@ def verify(txn: ReadTxn) -> VerifyReport:
         try:
             body = decode_body(seq, value)
         except CorruptEntryError:
-            conv_of = _conversation_of(txn, seq) or '?'
-            chain.setdefault(
-                conv_of, VerifyProblem(conv_of, seq, 'the entry cannot be decoded', code='entry-undecodable')
-            )
+            undecodable.append(seq)  # its conversation is looked up with the others' after the scan
             continue
         conv_id = body.conversation_id
         try:
@@ -406,6 +404,7 @@ def verify(txn: ReadTxn) -> VerifyReport:
             chain[conv_id] = _explain_break(txn, body, prev_seq)
             continue
         heads[conv_id] = (seq, digest)
+    _name_undecodable(txn, undecodable, chain)
     stored_convs = _stored_conversations(txn, findings)
     for conv_id, conv in stored_convs.items():
         if conv_id in chain:
@@ -495,12 +494,26 @@ def _first_missing(txn: ReadTxn, conversation_id: str, after: int, before: int |
     return None
 
 
-def _conversation_of(txn: ReadTxn, seq: int) -> str | None:
-    suffix = seq_key(seq)
+def _name_undecodable(txn: ReadTxn, seqs: list[int], chain: dict[str, VerifyProblem]) -> None:
+    """Give each undecodable entry (`seqs`, ascending) to its conversation through BY_CONV, in one
+    scan of it whatever their number, as the first bad entry of its chain unless an earlier one is.
+
+    An entry no BY_CONV key names goes to the conversation `?`.
+    """
+    if not seqs:
+        return
+    wanted = set(seqs)
+    owner: dict[int, str] = {}
     for key, _ in txn.scan(Table.BY_CONV):
-        if key.endswith(suffix):
-            return by_conv_conversation(key)
-    return None
+        if len(key) > SEQ_SIZE:
+            seq = key_seq(key)
+            if seq in wanted and seq not in owner:
+                owner[seq] = by_conv_conversation(key)
+    for seq in seqs:
+        conv_id = owner.get(seq, '?')
+        known = chain.get(conv_id)
+        if known is None or known.seq > seq:
+            chain[conv_id] = VerifyProblem(conv_id, seq, 'the entry cannot be decoded', code='entry-undecodable')
 
 
 # --- erasures ---------------------------------------------------------------------------------
