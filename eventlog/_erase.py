@@ -39,7 +39,15 @@ from eventlog.errors import InvalidArgumentError, RunNotFound
 if TYPE_CHECKING:
     from pydantic_ai.messages import ModelMessage
 
-__all__ = ['ERASABLE_KINDS', 'ERASED_METADATA_KEY', 'ERASED_TEXT', 'Erased', 'erase', 'placeholder_message']
+__all__ = [
+    'ERASABLE_KINDS',
+    'ERASED_METADATA_KEY',
+    'ERASED_TEXT',
+    'Erased',
+    'erase',
+    'placeholder_erasure',
+    'placeholder_message',
+]
 
 ERASED_TEXT: Final = '[erased: the content of this message was removed by erasure entry {seq}]'
 """The text every part of a placeholder message holds (`{seq}`: the `erasure` entry's seq)."""
@@ -119,7 +127,7 @@ def erase(
     removed = 0
     delta = 0
     for entry in chosen:
-        placeholder = _placeholder_payload(entry, erasure_seq)
+        placeholder = _placeholder_payload(entry.kind, entry.payload, erasure_seq)
         body = StoredBody(
             entry.seq,
             entry.conversation_id,
@@ -165,14 +173,15 @@ def _accepts(where: Predicate | None, entry: Entry) -> bool:
 # --- placeholders -----------------------------------------------------------------------------
 
 
-def _placeholder_payload(entry: Entry, erasure_seq: int) -> bytes:
+def _placeholder_payload(kind: str, payload: bytes, erasure_seq: int) -> bytes:
+    """The placeholder `erase` writes in place of a `kind` entry's `payload`."""
     from eventlog.entries import decode_messages, encode_message
 
-    if entry.kind == 'durable_step':
-        step = msgspec.json.decode(entry.payload, type=DurableStepInfo)
+    if kind == 'durable_step':
+        step = msgspec.json.decode(payload, type=DurableStepInfo)
         return encode_info(DurableStepInfo(step=step.step, name=step.name))  # the result is gone: `null`
-    if entry.kind == 'compaction':
-        info = _compaction_decoder.decode(entry.payload)
+    if kind == 'compaction':
+        info = _compaction_decoder.decode(payload)
         try:
             summary = decode_messages([bytes(raw) for raw in info.summary])
         except Exception:
@@ -180,16 +189,69 @@ def _placeholder_payload(entry: Entry, erasure_seq: int) -> bytes:
         stand_ins = [placeholder_message(m, erasure_seq) for m in summary] or [placeholder_message(None, erasure_seq)]
         out = CompactionInfo(replaced=info.replaced, summary=[msgspec.Raw(encode_message(m)) for m in stand_ins])
         return encode_info(out)
-    if entry.kind == 'recall':
+    if kind == 'recall':
         # The quoted text and the query go; which messages were recalled (ids, scores) stays.
-        recall = _recall_decoder.decode(entry.payload)
+        recall = _recall_decoder.decode(payload)
         text = ERASED_TEXT.format(seq=erasure_seq)
         return encode_info(msgspec.structs.replace(recall, query=text, text=text))
     try:
-        original: ModelMessage | None = entry.message()
+        decoded = decode_messages([payload])
+        original: ModelMessage | None = decoded[0] if len(decoded) == 1 else None
     except Exception:
         original = None
     return encode_message(placeholder_message(original, erasure_seq))
+
+
+def placeholder_erasure(kind: str, payload: bytes) -> int | None:
+    """The `erasure` entry's seq a canonical placeholder of `kind` names (0 for a `durable_step`'s,
+    which names none); `None` when `payload` is anything else: the one placeholder `erase` writes
+    for what it replaced, and nothing more, is what an erased slot may hold.
+
+    The check is that the placeholder of `payload` is `payload` itself: erasing a placeholder
+    again keeps its role, tool names and call ids and writes the same texts, so any other text,
+    part or field makes them differ.
+    """
+    from eventlog.entries import decode_messages
+
+    try:
+        if kind == 'durable_step':
+            step = msgspec.json.decode(payload, type=DurableStepInfo)
+            return 0 if encode_info(DurableStepInfo(step=step.step, name=step.name)) == payload else None
+        if kind == 'recall':
+            recall = _recall_decoder.decode(payload)
+            seq = _erasure_seq_of(recall.text)
+            return seq if seq is not None and _placeholder_payload(kind, payload, seq) == payload else None
+        if kind == 'compaction':
+            summary = decode_messages([bytes(raw) for raw in _compaction_decoder.decode(payload).summary])
+            named = {_metadata_seq(message) for message in summary}
+        elif kind == 'message':
+            named = {_metadata_seq(message) for message in decode_messages([payload])}
+        else:
+            return None
+        if len(named) != 1:
+            return None
+        (seq,) = named
+        if seq is None:
+            return None
+        return seq if _placeholder_payload(kind, payload, seq) == payload else None
+    except Exception:  # not even decodable as its kind: not a placeholder
+        return None
+
+
+def _metadata_seq(message: ModelMessage) -> int | None:
+    value: object = (message.metadata or {}).get(ERASED_METADATA_KEY)
+    return value if type(value) is int and value > 0 else None
+
+
+_TEXT_HEAD, _TEXT_TAIL = ERASED_TEXT.split('{seq}')
+
+
+def _erasure_seq_of(text: str) -> int | None:
+    """The seq an `ERASED_TEXT` names, or `None` when `text` is not one."""
+    middle = text.removeprefix(_TEXT_HEAD).removesuffix(_TEXT_TAIL)
+    if len(middle) + len(_TEXT_HEAD) + len(_TEXT_TAIL) != len(text) or not middle.isascii() or not middle.isdigit():
+        return None
+    return int(middle)
 
 
 def placeholder_message(original: ModelMessage | None, erasure_seq: int) -> ModelMessage:

@@ -26,6 +26,7 @@ from typing import Any, Final, cast
 import msgspec
 
 from eventlog._admin import check_format, scrub_pending
+from eventlog._erase import placeholder_erasure
 from eventlog._keys import (
     HASH_SIZE,
     META_LAST_SEQ,
@@ -116,8 +117,9 @@ class _Rebuild:
         self.idem: dict[bytes, bytes] = {}
         self.conv_run_ids: dict[str, list[str]] = {}
         self.conv_idem: dict[str, list[bytes]] = {}
-        self.erasure_listed: dict[str, set[int]] = {}
-        """The `seq`s each conversation's `erasure` entries record as erased."""
+        self.erasure_listed: dict[str, dict[int, int]] = {}
+        """The `seq`s each conversation's `erasure` entries record as erased, each with the first
+        `erasure` entry recording it."""
         self.max_seq = 0
 
     def _reopen(self, conversation_id: str, seq: int, body: Any) -> ConversationRecord:
@@ -212,7 +214,9 @@ class _Rebuild:
     def _erasure(self, seq: int, body: StoredBody) -> _Applied:
         conv = self._live_conversation(body)
         info: ErasureInfo = _erasure.decode(body.payload)
-        self.erasure_listed.setdefault(body.conversation_id, set()).update(info.seqs)
+        listed = self.erasure_listed.setdefault(body.conversation_id, {})
+        for erased in info.seqs:
+            listed.setdefault(erased, seq)
         return conv, None
 
     def _shred(self, seq: int, body: StoredBody) -> _Applied:
@@ -363,8 +367,9 @@ def verify(txn: ReadTxn) -> VerifyReport:
     heads: dict[str, tuple[int, bytes]] = {}
     rebuild = _Rebuild()
     findings = _Findings()
-    marked: dict[str, set[int]] = {}
-    """The `seq`s of each conversation's entries that carry the erasure mark."""
+    marked: dict[str, dict[int, int | None]] = {}
+    """The `seq`s of each conversation's entries that carry the erasure mark, each with the
+    `erasure` entry its placeholder names (`_erase.placeholder_erasure`; `None`: not a placeholder)."""
     undecodable: list[int] = []
     checked = 0
     for key, value in txn.scan(Table.ENTRIES):
@@ -396,7 +401,7 @@ def verify(txn: ReadTxn) -> VerifyReport:
         if is_erased_value(value):
             # The content is gone, so the entry's own hash cannot be recomputed: it is taken as
             # stored, and every later link is checked from it (docs/erasure.md).
-            marked.setdefault(conv_id, set()).add(seq)
+            marked.setdefault(conv_id, {})[seq] = _named_erasure(body)
             digest = stored_hash
         else:
             digest = chain_hash(prev, hashed)
@@ -519,20 +524,41 @@ def _name_undecodable(txn: ReadTxn, seqs: list[int], chain: dict[str, VerifyProb
 # --- erasures ---------------------------------------------------------------------------------
 
 
-def _compare_erasures(txn: ReadTxn, rebuild: _Rebuild, marked: dict[str, set[int]], findings: _Findings) -> None:
-    """Every entry marked erased is recorded by an `erasure` entry of its conversation, and every
-    entry such an entry records is erased."""
+def _named_erasure(body: StoredBody) -> int | None:
+    """The `erasure` entry an erased entry's placeholder names (0 for one that names none, and for
+    a sealed one, which its tag checks when opened); `None` when it holds anything but its placeholder."""
+    if is_sealed(body.payload):
+        return 0
+    return placeholder_erasure(body.kind, body.payload)
+
+
+def _compare_erasures(
+    txn: ReadTxn, rebuild: _Rebuild, marked: dict[str, dict[int, int | None]], findings: _Findings
+) -> None:
+    """Every entry marked erased holds the placeholder of the `erasure` entry of its conversation
+    that records it, and every entry such an entry records is erased."""
     for conv_id in sorted(set(marked) | set(rebuild.erasure_listed)):
-        have = marked.get(conv_id, set())
-        listed = rebuild.erasure_listed.get(conv_id, set())
-        for seq in sorted(have - listed):
-            findings.add(
-                'erasure-unrecorded',
-                conv_id,
-                seq,
-                'the entry is marked erased but no erasure entry records it: its content was removed outside erase()',
-            )
-        for seq in sorted(listed - have):
+        have = marked.get(conv_id, {})
+        listed = rebuild.erasure_listed.get(conv_id, {})
+        for seq, named in sorted(have.items()):
+            recorder = listed.get(seq)
+            if recorder is None:
+                findings.add(
+                    'erasure-unrecorded',
+                    conv_id,
+                    seq,
+                    'the entry is marked erased but no erasure entry records it: its content was removed '
+                    'outside erase()',
+                )
+            elif named is None or named not in (0, recorder):
+                findings.add(
+                    'erasure-altered',
+                    conv_id,
+                    seq,
+                    'the erased entry holds something other than the placeholder of erasure entry '
+                    f'{recorder}: it was written after the erasure',
+                )
+        for seq in sorted(set(listed) - set(have)):
             if txn.get(Table.BY_CONV, by_conv_key(conv_id, seq)) is None:
                 continue  # not an entry of this conversation (any more): the chain check speaks for it
             findings.add(

@@ -429,7 +429,7 @@ class VerifyProblem(msgspec.Struct, frozen=True):
     code: str = 'hash-mismatch'
     """What kind of finding: 'hash-mismatch', 'entry-removed', 'entry-undecodable', 'entry-invalid',
     'chain-truncated', 'conversation-record', 'run-record', 'index-key', 'meta', 'structure',
-    'search-index', 'erasure-unrecorded', 'erasure-incomplete', or against signed checkpoints
+    'search-index', 'erasure-unrecorded', 'erasure-incomplete', 'erasure-altered', or against signed checkpoints
     'checkpoint-mismatch', 'checkpoint-missing', 'checkpoint-added' (docs/verify.md, docs/audit.md,
     docs/erasure.md)."""
 
