@@ -3,9 +3,10 @@
 An erased entry keeps its `seq`, kind, conversation, run, parent, timestamp, idempotency key and
 stored chain hash; its payload becomes a placeholder (a message that says it was erased, with the
 original's role and tool-call skeleton), and its stored body carries the erasure mark
-(`_keys.encode_erased_body`). An `erasure` entry appended in the same transaction records which
-entries were erased, why and by whom. `verify` takes an erased entry's stored hash as given
-(docs/erasure.md) and checks every link after it.
+(`_keys.encode_erased_body`): the SHA-256 of the original body for an entry of chain rule 2, from
+which `verify` recomputes its link, or `True` for one of rule 1 (appended before its store was
+migrated to format 4), whose stored hash `verify` can only take as given (docs/erasure.md). An
+`erasure` entry appended in the same transaction records which entries were erased, why and by whom.
 """
 
 from __future__ import annotations
@@ -13,16 +14,27 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
 import msgspec
 
 from eventlog._admin import mark_scrub_pending
 from eventlog._append import append_entries
 from eventlog._checks import check_id
-from eventlog._keys import StoredBody, Table, conv_key, encode_conversation, encode_erased_body, seq_key
+from eventlog._keys import (
+    StoredBody,
+    Table,
+    body_digest,
+    chain_from,
+    conv_key,
+    encode_conversation,
+    encode_erased_body,
+    rule_of,
+    seq_key,
+    split_value,
+)
 from eventlog._read import conv_or_raise, get_run, iter_entries, last_seq
-from eventlog._storage import WriteTxn
+from eventlog._storage import ReadTxn, WriteTxn
 from eventlog.encryption import seal_body
 from eventlog.entries import (
     ERASABLE_KINDS,
@@ -47,6 +59,7 @@ __all__ = [
     'erase',
     'placeholder_erasure',
     'placeholder_message',
+    'shown_payload',
 ]
 
 ERASED_TEXT: Final = '[erased: the content of this message was removed by erasure entry {seq}]'
@@ -124,6 +137,7 @@ def erase(
     if not chosen:
         return Erased(conversation_id, [], None, 0)
     erasure_seq = last_seq(txn) + 1
+    first_rule_2 = chain_from(txn)
     removed = 0
     delta = 0
     for entry in chosen:
@@ -141,7 +155,14 @@ def erase(
         )
         # An encrypted store seals the placeholder too (its role and tool names are content).
         body = seal_body(txn, body)
-        txn.put(Table.ENTRIES, seq_key(entry.seq), encode_erased_body(body) + entry.hash)
+        # Rule 2 chains the original body's digest: kept, so the link is still checked (`_keys.link`).
+        digest = None
+        if rule_of(entry.seq, first_rule_2) == 2:
+            # The stored bytes as hashed (an encrypted store's transaction opens what it reads).
+            stored = cast('ReadTxn', getattr(txn, 'raw', txn)).get(Table.ENTRIES, seq_key(entry.seq))
+            assert stored is not None, entry.seq
+            digest = body_digest(split_value(stored)[0])
+        txn.put(Table.ENTRIES, seq_key(entry.seq), encode_erased_body(body, digest) + entry.hash)
         removed += len(entry.payload)
         delta += len(placeholder) - len(entry.payload)
     conv.payload_bytes += delta
@@ -236,6 +257,21 @@ def placeholder_erasure(kind: str, payload: bytes) -> int | None:
         return seq if _placeholder_payload(kind, payload, seq) == payload else None
     except Exception:  # not even decodable as its kind: not a placeholder
         return None
+
+
+def shown_payload(kind: str, payload: bytes) -> bytes:
+    """What a view shows for an erased entry holding `payload`: the payload itself when it is the
+    canonical placeholder (`placeholder_erasure`), else the placeholder of whatever the slot holds,
+    every text replaced, so that text written into an erased slot never shows as a message
+    (`verify` names the slot: `erasure-altered`)."""
+    if placeholder_erasure(kind, payload) is not None:
+        return payload
+    from eventlog.entries import encode_message
+
+    try:
+        return _placeholder_payload(kind, payload, 0)
+    except Exception:  # not even decodable as its kind
+        return encode_message(placeholder_message(None, 0))
 
 
 def _metadata_seq(message: ModelMessage) -> int | None:

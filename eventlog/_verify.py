@@ -36,7 +36,7 @@ from eventlog._keys import (
     by_conv_conversation,
     by_conv_key,
     by_conv_keys,
-    chain_hash,
+    chain_from,
     ck,
     conv_idem_prefix,
     conv_runs_key,
@@ -51,6 +51,8 @@ from eventlog._keys import (
     is_erased_value,
     key_conversation,
     key_seq,
+    link,
+    rule_of,
     run_idem_prefix,
     run_key,
     seq_key,
@@ -371,6 +373,7 @@ def verify(txn: ReadTxn) -> VerifyReport:
     """The `seq`s of each conversation's entries that carry the erasure mark, each with the
     `erasure` entry its placeholder names (`_erase.placeholder_erasure`; `None`: not a placeholder)."""
     undecodable: list[int] = []
+    first_rule_2 = _chain_from(txn, findings)
     checked = 0
     for key, value in txn.scan(Table.ENTRIES):
         checked += 1
@@ -397,15 +400,13 @@ def verify(txn: ReadTxn) -> VerifyReport:
         if body.kind == 'deleted':
             prev = b''
             marked.pop(conv_id, None)
-        hashed, stored_hash = split_value(value)
+        stored_hash = split_value(value)[1]
         if is_erased_value(value):
-            # The content is gone, so the entry's own hash cannot be recomputed: it is taken as
-            # stored, and every later link is checked from it (docs/erasure.md).
             marked.setdefault(conv_id, {})[seq] = _named_erasure(body)
-            digest = stored_hash
-        else:
-            digest = chain_hash(prev, hashed)
-        if len(value) <= HASH_SIZE or digest != stored_hash:
+        # Rule 2 recomputes an erased entry's link from the digest it keeps; rule 1 (entries older
+        # than the store's format 4) can only take its stored hash as given (docs/erasure.md).
+        digest = link(prev, value, rule=rule_of(seq, first_rule_2))
+        if digest is None or len(value) <= HASH_SIZE or digest != stored_hash:
             chain[conv_id] = _explain_break(txn, body, prev_seq)
             continue
         heads[conv_id] = (seq, digest)
@@ -447,7 +448,17 @@ def verify(txn: ReadTxn) -> VerifyReport:
         conversations_checked=len(set(stored_convs) | set(heads)),
         problems=problems,
         scrub_pending=scrub_pending(txn),
+        chain_from=first_rule_2,
     )
+
+
+def _chain_from(txn: ReadTxn, findings: _Findings) -> int | None:
+    """The first seq chained by rule 2, or None (format 3 or older; a malformed record is a finding)."""
+    try:
+        return chain_from(txn)
+    except CorruptStoreError as exc:
+        findings.add('meta', '', 0, str(exc).removesuffix('; run verify'))
+        return None
 
 
 def report_of(problems: Iterable[VerifyProblem], base: VerifyReport | None = None) -> VerifyReport:
@@ -462,6 +473,7 @@ def report_of(problems: Iterable[VerifyProblem], base: VerifyReport | None = Non
         conversations_checked=base.conversations_checked,
         problems=merged,
         scrub_pending=base.scrub_pending,
+        chain_from=base.chain_from,
     )
 
 

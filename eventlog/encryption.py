@@ -36,6 +36,8 @@ from eventlog._keys import (
     StoredBody,
     Table,
     TableId,
+    append_hash,
+    chain_from,
     chain_hash,
     conv_key,
     decode_body,
@@ -43,8 +45,11 @@ from eventlog._keys import (
     encode_body,
     encode_conversation,
     encode_erased_body,
+    erased_digest,
     is_erased_value,
     key_seq,
+    link,
+    rule_of,
     seq_key,
     split_value,
 )
@@ -435,6 +440,7 @@ def encrypt_entries(txn: WriteTxn, provider: KeyProvider) -> tuple[str, int]:
     store_id = mark_encrypted(txn)
     sealer = Sealer(store_id, provider)
     heads: dict[str, bytes] = {}
+    first_rule_2 = chain_from(txn)
     grown: dict[str, int] = {}
     sealed = 0
     updates: list[tuple[bytes, bytes]] = []
@@ -444,15 +450,20 @@ def encrypt_entries(txn: WriteTxn, provider: KeyProvider) -> tuple[str, int]:
         conv_id = body.conversation_id
         prev = b'' if body.kind == 'deleted' else heads.get(conv_id, b'')
         hashed, stored_hash = split_value(value)
+        rule = rule_of(seq, first_rule_2)
         if is_erased_value(value):
-            heads[conv_id] = stored_hash
+            # Rule 1: the stored hash is taken as given; rule 2: the link follows from the kept digest.
+            digest = link(prev, value, rule=rule) or stored_hash
+            heads[conv_id] = digest
+            if digest != stored_hash:
+                updates.append((key, hashed + digest))
             continue
         if body.kind in SEALED_KINDS:
             body = msgspec.structs.replace(body, payload=sealer.seal(seq, conv_id, body.kind, body.payload))
             hashed = encode_body(body)
             grown[conv_id] = grown.get(conv_id, 0) + SEAL_OVERHEAD
             sealed += 1
-        digest = chain_hash(prev, hashed)
+        digest = chain_hash(prev, hashed) if rule == 1 else append_hash(prev, hashed)
         heads[conv_id] = digest
         if digest != stored_hash:
             updates.append((key, hashed + digest))
@@ -545,7 +556,9 @@ class SealedTxn:
             plain = self.sealer.open(seq, body.conversation_id, body.payload)
         opened = msgspec.structs.replace(body, payload=plain)
         digest = split_value(value)[1]
-        return (encode_erased_body(opened) if is_erased_value(value) else encode_body(opened)) + digest
+        if is_erased_value(value):
+            return encode_erased_body(opened, erased_digest(value)) + digest
+        return encode_body(opened) + digest
 
     def _opened(self, items: Iterator[tuple[bytes, bytes]]) -> Iterator[tuple[bytes, bytes]]:
         for key, value in items:
