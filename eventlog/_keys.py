@@ -6,7 +6,9 @@ This module owns the on-disk layout. Nothing else builds or parses a key by hand
 Logical tables (all keys bytewise ordered; `ck(x)` is an id's UTF-8 bytes plus a NUL, which
 ids may not contain, so prefixes never collide):
 
-- ENTRIES    seq8 -> msgpack body (`StoredBody`) + 32-byte chain hash
+- ENTRIES    seq8 -> msgpack body (`StoredBody`) + 32-byte chain hash; an erased entry's body
+             array has one more element, its erasure mark: the SHA-256 of the original body
+             (chain rule 2) or `True` (rule 1) (`encode_erased_body`)
 - BY_CONV    ck(conversation) + seq8 -> ''
 - RUNS       run id -> run record (msgpack array, `StoredRun`)
 - RUN_ORDER  start seq8 -> run id

@@ -364,23 +364,14 @@ def payload_view(payload: bytes, *, where: str = 'a stored message', max_bytes: 
 
 
 def message_view(entry: Entry, *, max_bytes: int | None = None) -> MessageView:
-    """A `message` entry's parts (`payload_view`); an erased one's only as its placeholder."""
-    return payload_view(_shown(entry), where=f'entry {entry.seq}', max_bytes=max_bytes)
-
-
-def _shown(entry: Entry) -> bytes:
-    """The payload views show: an erased entry's is its placeholder whatever its slot holds."""
-    if not entry.erased:
-        return entry.payload
-    from eventlog._erase import shown_payload
-
-    return shown_payload(entry.kind, entry.payload)
+    """A `message` entry's parts (`payload_view`)."""
+    return payload_view(entry.payload, where=f'entry {entry.seq}', max_bytes=max_bytes)
 
 
 def compaction_views(entry: Entry) -> tuple[list[int], list[MessageView]]:
     """A `compaction` entry: the `seq`s its summary replaces, and the summary messages."""
     try:
-        info = _decode_compaction(_shown(entry))
+        info = _decode_compaction(entry.payload)
     except msgspec.DecodeError:
         raise CorruptEntryError(f'entry {entry.seq} holds an undecodable compaction; run verify') from None
     where = f'entry {entry.seq}'

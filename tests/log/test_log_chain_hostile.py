@@ -131,7 +131,7 @@ def _codes(report: VerifyReport) -> list[tuple[str, int, str]]:
     return [(p.conversation_id, p.seq, p.code) for p in report.problems]
 
 
-async def test_a_message_written_into_an_erased_slot_is_a_finding(log: EventLogBase) -> None:
+async def test_a_message_written_into_an_erased_slot_is_a_finding(log: EventLogBase, tmp_path: Path) -> None:
     seqs = await add_run(log, 'c', 'r', [*exchange(1, 'card 4111'), *tool_exchange(2)])
     done = await log.erase('c', where=lambda e: e.seq in (seqs[0], seqs[3]))
     assert (await log.verify()).ok
@@ -143,6 +143,13 @@ async def test_a_message_written_into_an_erased_slot_is_a_finding(log: EventLogB
     assert not report.ok
     assert _codes(report) == [('c', seqs[0], 'erasure-altered')]
     assert f'erasure entry {done.erasure_seq}' in report.problems[0].reason
+    # Every read shows the slot as erased, never as the message written into it.
+    reads = [await log.context('c'), await log.run_messages('r'), await log.entries(conversation_id='c')]
+    assert all(FORGED not in repr(read) for read in reads)
+    assert 'erased' in repr(reads[0][0])
+    exported = tmp_path / 'export.jsonl'
+    await log.export(exported)
+    assert FORGED.encode() not in exported.read_bytes()
 
 
 async def test_a_placeholder_naming_another_erasure_or_changed_in_one_field_is_a_finding(log: EventLogBase) -> None:
