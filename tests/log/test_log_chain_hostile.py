@@ -429,9 +429,13 @@ async def test_a_migrated_store_and_its_old_checkpoints_keep_verifying(tmp_path:
         log.close()
 
 
-async def test_show_and_verify_in_the_cli_never_present_a_forged_erased_slot_as_a_message(tmp_path: Path) -> None:
-    """The real CLI, in its own process, over an LMDB store forged as in the report: `show` prints
-    the placeholder, `verify` with the signed checkpoint fails."""
+@pytest.mark.parametrize('erase_first', [True, False])
+async def test_show_and_verify_in_the_cli_never_present_a_forged_erased_slot_as_a_message(
+    tmp_path: Path, erase_first: bool
+) -> None:
+    """The real CLI, in its own process, over an LMDB store forged as in the report (the erasure
+    signed by the checkpoint, or appended after it): `show` prints the placeholder, `verify` with
+    the signed checkpoint fails."""
     import subprocess
     import sys
 
@@ -442,8 +446,11 @@ async def test_show_and_verify_in_the_cli_never_present_a_forged_erased_slot_as_
     log = LmdbEventLog(store)
     try:
         seqs = await add_run(log, 'c', 'r', exchange(1, 'card 4111'))
-        await log.erase('c', where=lambda e: e.seq == seqs[0])
+        if erase_first:
+            await log.erase('c', where=lambda e: e.seq == seqs[0])
         await log.checkpoint(signer, path=tmp_path / 'cp.json')
+        if not erase_first:
+            await log.erase('c', where=lambda e: e.seq == seqs[0])
         forged = ModelRequest(parts=[UserPromptPart(FORGED, timestamp=at(1))], timestamp=at(1))
         _rewrite_erased(log, seqs[0], encode_message(forged))
     finally:
