@@ -14,6 +14,7 @@ from eventlog._append import append_entries
 from eventlog._checks import check_id, check_seq
 from eventlog._keys import (
     FORMAT_VERSION,
+    META_CHAIN_FROM,
     META_FORMAT,
     META_LAST_SEQ,
     META_SCRUB_PENDING,
@@ -65,8 +66,10 @@ def check_format(txn: ReadTxn) -> int | None:
 def readable_as_is(version: int | None) -> bool:
     """Whether a store of format `version` reads correctly without its migration (what a read-only
     handle needs): format 2 differs from 3 only in its format record and in keeping META
-    `last_seq` current, which reads do not need. Format 1 names runs differently in its indexes."""
-    return version in (2, FORMAT_VERSION)
+    `last_seq` current, which reads do not need; 3 from 4 only in recording no `chain_from`, so every
+    entry of it is checked by chain rule 1 (`_keys.rule_of`). Format 1 names runs differently in its
+    indexes."""
+    return version in (2, 3, FORMAT_VERSION)
 
 
 def init_format(txn: WriteTxn) -> None:
@@ -74,6 +77,7 @@ def init_format(txn: WriteTxn) -> None:
     version = check_format(txn)
     if version is None:
         txn.put(Table.META, META_FORMAT, format_value(FORMAT_VERSION))
+        txn.put(Table.META, META_CHAIN_FROM, seq_key(last_seq(txn) + 1))  # 1, unless entries predate the record
     elif version < FORMAT_VERSION:
         migrate(txn, version)
 
@@ -83,14 +87,19 @@ def migrate(txn: WriteTxn, version: int) -> None:
 
     Entries, their hashes and every record keep their content; only how the indexes name runs
     changes (from format 1), so a migrated store exports, verifies and replays exactly as before.
-    From format 2 only the format record changes.
+    From format 2 only the format record changes. Format 4 records `chain_from`, the next `seq`:
+    entries from there on are chained by rule 2 (`_keys.link`), those before keep their rule-1
+    hashes, so checkpoints already signed still verify.
     """
-    if version not in (1, 2):
+    if version not in (1, 2, 3):
         raise StoreVersionError(f'the store records format {version}, which no version of pydantic-ai-eventlog wrote')
     if version == 1:
         _migrate_from_1(txn)
     # Format 2 -> 3: META `last_seq` stays as it is (the last seq then, a lower bound from now on);
     # appends stop updating it where the store derives it from its last entry (`_read.last_seq`).
+    # Format 3 -> 4: the entries appended from now on are chained by rule 2.
+    if txn.get(Table.META, META_CHAIN_FROM) is None:
+        txn.put(Table.META, META_CHAIN_FROM, seq_key(last_seq(txn) + 1))
     txn.put(Table.META, META_FORMAT, format_value(FORMAT_VERSION))
 
 

@@ -20,7 +20,7 @@ from eventlog._keys import (
     META_LAST_SEQ,
     StoredBody,
     Table,
-    chain_hash,
+    append_hash,
     ck,
     conv_idem_prefix,
     conv_key,
@@ -248,7 +248,7 @@ def _write_entry(batch: _Batch, body: StoredBody, conv: ConversationRecord, idem
     if batch.sealed:
         body = seal_body(txn, body)
     body_bytes = encode_body(body)
-    digest = chain_hash(conv.head_hash, body_bytes)
+    digest = append_hash(conv.head_hash, body_bytes)
     skey = seq_key(body.seq)
     txn.put_last(Table.ENTRIES, skey, body_bytes + digest)
     txn.put(Table.BY_CONV, batch.by_conv_key(body.conversation_id, skey), b'')

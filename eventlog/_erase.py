@@ -3,9 +3,10 @@
 An erased entry keeps its `seq`, kind, conversation, run, parent, timestamp, idempotency key and
 stored chain hash; its payload becomes a placeholder (a message that says it was erased, with the
 original's role and tool-call skeleton), and its stored body carries the erasure mark
-(`_keys.encode_erased_body`). An `erasure` entry appended in the same transaction records which
-entries were erased, why and by whom. `verify` takes an erased entry's stored hash as given
-(docs/erasure.md) and checks every link after it.
+(`_keys.encode_erased_body`): the SHA-256 of the original body for an entry of chain rule 2, from
+which `verify` recomputes its link, or `True` for one of rule 1 (appended before its store was
+migrated to format 4), whose stored hash `verify` can only take as given (docs/erasure.md). An
+`erasure` entry appended in the same transaction records which entries were erased, why and by whom.
 """
 
 from __future__ import annotations
@@ -13,16 +14,27 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
 import msgspec
 
 from eventlog._admin import mark_scrub_pending
 from eventlog._append import append_entries
 from eventlog._checks import check_id
-from eventlog._keys import StoredBody, Table, conv_key, encode_conversation, encode_erased_body, seq_key
+from eventlog._keys import (
+    StoredBody,
+    Table,
+    body_digest,
+    chain_from,
+    conv_key,
+    encode_conversation,
+    encode_erased_body,
+    rule_of,
+    seq_key,
+    split_value,
+)
 from eventlog._read import conv_or_raise, get_run, iter_entries, last_seq
-from eventlog._storage import WriteTxn
+from eventlog._storage import ReadTxn, WriteTxn
 from eventlog.encryption import seal_body
 from eventlog.entries import (
     ERASABLE_KINDS,
@@ -39,7 +51,16 @@ from eventlog.errors import InvalidArgumentError, RunNotFound
 if TYPE_CHECKING:
     from pydantic_ai.messages import ModelMessage
 
-__all__ = ['ERASABLE_KINDS', 'ERASED_METADATA_KEY', 'ERASED_TEXT', 'Erased', 'erase', 'placeholder_message']
+__all__ = [
+    'ERASABLE_KINDS',
+    'ERASED_METADATA_KEY',
+    'ERASED_TEXT',
+    'Erased',
+    'erase',
+    'placeholder_erasure',
+    'placeholder_message',
+    'shown_payload',
+]
 
 ERASED_TEXT: Final = '[erased: the content of this message was removed by erasure entry {seq}]'
 """The text every part of a placeholder message holds (`{seq}`: the `erasure` entry's seq)."""
@@ -116,10 +137,11 @@ def erase(
     if not chosen:
         return Erased(conversation_id, [], None, 0)
     erasure_seq = last_seq(txn) + 1
+    first_rule_2 = chain_from(txn)
     removed = 0
     delta = 0
     for entry in chosen:
-        placeholder = _placeholder_payload(entry, erasure_seq)
+        placeholder = _placeholder_payload(entry.kind, entry.payload, erasure_seq)
         body = StoredBody(
             entry.seq,
             entry.conversation_id,
@@ -133,7 +155,14 @@ def erase(
         )
         # An encrypted store seals the placeholder too (its role and tool names are content).
         body = seal_body(txn, body)
-        txn.put(Table.ENTRIES, seq_key(entry.seq), encode_erased_body(body) + entry.hash)
+        # Rule 2 chains the original body's digest: kept, so the link is still checked (`_keys.link`).
+        digest = None
+        if rule_of(entry.seq, first_rule_2) == 2:
+            # The stored bytes as hashed (an encrypted store's transaction opens what it reads).
+            stored = cast('ReadTxn', getattr(txn, 'raw', txn)).get(Table.ENTRIES, seq_key(entry.seq))
+            assert stored is not None, entry.seq
+            digest = body_digest(split_value(stored)[0])
+        txn.put(Table.ENTRIES, seq_key(entry.seq), encode_erased_body(body, digest) + entry.hash)
         removed += len(entry.payload)
         delta += len(placeholder) - len(entry.payload)
     conv.payload_bytes += delta
@@ -165,14 +194,15 @@ def _accepts(where: Predicate | None, entry: Entry) -> bool:
 # --- placeholders -----------------------------------------------------------------------------
 
 
-def _placeholder_payload(entry: Entry, erasure_seq: int) -> bytes:
+def _placeholder_payload(kind: str, payload: bytes, erasure_seq: int) -> bytes:
+    """The placeholder `erase` writes in place of a `kind` entry's `payload`."""
     from eventlog.entries import decode_messages, encode_message
 
-    if entry.kind == 'durable_step':
-        step = msgspec.json.decode(entry.payload, type=DurableStepInfo)
+    if kind == 'durable_step':
+        step = msgspec.json.decode(payload, type=DurableStepInfo)
         return encode_info(DurableStepInfo(step=step.step, name=step.name))  # the result is gone: `null`
-    if entry.kind == 'compaction':
-        info = _compaction_decoder.decode(entry.payload)
+    if kind == 'compaction':
+        info = _compaction_decoder.decode(payload)
         try:
             summary = decode_messages([bytes(raw) for raw in info.summary])
         except Exception:
@@ -180,16 +210,84 @@ def _placeholder_payload(entry: Entry, erasure_seq: int) -> bytes:
         stand_ins = [placeholder_message(m, erasure_seq) for m in summary] or [placeholder_message(None, erasure_seq)]
         out = CompactionInfo(replaced=info.replaced, summary=[msgspec.Raw(encode_message(m)) for m in stand_ins])
         return encode_info(out)
-    if entry.kind == 'recall':
+    if kind == 'recall':
         # The quoted text and the query go; which messages were recalled (ids, scores) stays.
-        recall = _recall_decoder.decode(entry.payload)
+        recall = _recall_decoder.decode(payload)
         text = ERASED_TEXT.format(seq=erasure_seq)
         return encode_info(msgspec.structs.replace(recall, query=text, text=text))
     try:
-        original: ModelMessage | None = entry.message()
+        decoded = decode_messages([payload])
+        original: ModelMessage | None = decoded[0] if len(decoded) == 1 else None
     except Exception:
         original = None
     return encode_message(placeholder_message(original, erasure_seq))
+
+
+def placeholder_erasure(kind: str, payload: bytes) -> int | None:
+    """The `erasure` entry's seq a canonical placeholder of `kind` names (0 for a `durable_step`'s,
+    which names none); `None` when `payload` is anything else: the one placeholder `erase` writes
+    for what it replaced, and nothing more, is what an erased slot may hold.
+
+    The check is that the placeholder of `payload` is `payload` itself: erasing a placeholder
+    again keeps its role, tool names and call ids and writes the same texts, so any other text,
+    part or field makes them differ.
+    """
+    from eventlog.entries import decode_messages
+
+    try:
+        if kind == 'durable_step':
+            step = msgspec.json.decode(payload, type=DurableStepInfo)
+            return 0 if encode_info(DurableStepInfo(step=step.step, name=step.name)) == payload else None
+        if kind == 'recall':
+            recall = _recall_decoder.decode(payload)
+            seq = _erasure_seq_of(recall.text)
+            return seq if seq is not None and _placeholder_payload(kind, payload, seq) == payload else None
+        if kind == 'compaction':
+            summary = decode_messages([bytes(raw) for raw in _compaction_decoder.decode(payload).summary])
+            named = {_metadata_seq(message) for message in summary}
+        elif kind == 'message':
+            named = {_metadata_seq(message) for message in decode_messages([payload])}
+        else:
+            return None
+        if len(named) != 1:
+            return None
+        (seq,) = named
+        if seq is None:
+            return None
+        return seq if _placeholder_payload(kind, payload, seq) == payload else None
+    except Exception:  # not even decodable as its kind: not a placeholder
+        return None
+
+
+def shown_payload(kind: str, payload: bytes) -> bytes:
+    """What a view shows for an erased entry holding `payload`: the payload itself when it is the
+    canonical placeholder (`placeholder_erasure`), else the placeholder of whatever the slot holds,
+    every text replaced, so that text written into an erased slot never shows as a message
+    (`verify` names the slot: `erasure-altered`)."""
+    if placeholder_erasure(kind, payload) is not None:
+        return payload
+    from eventlog.entries import encode_message
+
+    try:
+        return _placeholder_payload(kind, payload, 0)
+    except Exception:  # not even decodable as its kind
+        return encode_message(placeholder_message(None, 0))
+
+
+def _metadata_seq(message: ModelMessage) -> int | None:
+    value: object = (message.metadata or {}).get(ERASED_METADATA_KEY)
+    return value if type(value) is int and value > 0 else None
+
+
+_TEXT_HEAD, _TEXT_TAIL = ERASED_TEXT.split('{seq}')
+
+
+def _erasure_seq_of(text: str) -> int | None:
+    """The seq an `ERASED_TEXT` names, or `None` when `text` is not one."""
+    middle = text.removeprefix(_TEXT_HEAD).removesuffix(_TEXT_TAIL)
+    if len(middle) + len(_TEXT_HEAD) + len(_TEXT_TAIL) != len(text) or not middle.isascii() or not middle.isdigit():
+        return None
+    return int(middle)
 
 
 def placeholder_message(original: ModelMessage | None, erasure_seq: int) -> ModelMessage:

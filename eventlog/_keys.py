@@ -6,7 +6,9 @@ This module owns the on-disk layout. Nothing else builds or parses a key by hand
 Logical tables (all keys bytewise ordered; `ck(x)` is an id's UTF-8 bytes plus a NUL, which
 ids may not contain, so prefixes never collide):
 
-- ENTRIES    seq8 -> msgpack body (`StoredBody`) + 32-byte chain hash
+- ENTRIES    seq8 -> msgpack body (`StoredBody`) + 32-byte chain hash; an erased entry's body
+             array has one more element, its erasure mark: the SHA-256 of the original body
+             (chain rule 2) or `True` (rule 1) (`encode_erased_body`)
 - BY_CONV    ck(conversation) + seq8 -> ''
 - RUNS       run id -> run record (msgpack array, `StoredRun`)
 - RUN_ORDER  start seq8 -> run id
@@ -19,6 +21,7 @@ ids may not contain, so prefixes never collide):
              before a deletion removes entries, so it is a lower bound there (`_read.last_seq`);
              a PostgreSQL store of layout 2 keeps it in a counter instead and reads it as
              the last settled seq: docs/postgres.md, "Order"),
+             b'chain_from' -> seq8 (the first entry chained by rule 2, format 4; see below),
              b'scrub_pending' -> seq8 (the latest erasure or deletion whose removed bytes the
              store's files may still hold),
              b'checkpoint/' + seq8 -> a checkpoint (`checkpoint`),
@@ -31,8 +34,12 @@ small. A run's entries belong to its conversation and lie between the run's firs
 `seq`, so they are read straight from ENTRIES over that stretch when they make up most of it,
 else through BY_CONV.
 
-An entry's chain hash is SHA-256 of the previous entry's hash in its conversation (empty for
-its first entry and for a `deleted` tombstone) and the entry's body bytes.
+An entry's chain hash follows from the previous entry's hash in its conversation (`prev`: empty
+for its first entry and for a `deleted` tombstone) and the entry's body bytes by one of two rules
+(`link`): rule 1, SHA-256(prev + body), for entries before META `chain_from`; rule 2,
+SHA-256(0x02 + prev + SHA-256(body)), for entries from it on. Rule 2 needs only the body's digest,
+which an erased entry keeps (`encode_erased_body`), so its link is recomputed through erased
+entries; under rule 1 an erased entry's hash can only be taken as given.
 
 The table numbers and names (`Table`, `TABLE_NAMES`) are defined with the storage protocol
 (`_storage`), whose transactions take them, and re-exported here.
@@ -43,6 +50,9 @@ table's number), so an append dirties few pages.
 
 Format 2 wrote META `last_seq` with every append in every store; format 3 (an LMDB store's
 appends leave it alone) changes nothing else, so `_admin.migrate` only records the new number.
+Format 4 adds META `chain_from` (seq8: the first entry chained by rule 2; 1 in a store created in
+format 4, the next seq in a migrated one, whose entries keep their rule-1 hashes so that checkpoints
+already signed still verify) and the digest in erased bodies; migrating records both numbers.
 Format 1 (before 0.1) also kept BY_RUN (ck(run) + seq8 -> ''), keyed run idempotency by
 ck(run) and stored run records as maps; `_admin.migrate` rewrites such a store in place.
 """
@@ -56,7 +66,7 @@ from typing import Any, Final
 
 import msgspec
 
-from eventlog._storage import TABLE_NAMES, Table, TableId, prefix_end
+from eventlog._storage import TABLE_NAMES, ReadTxn, Table, TableId, prefix_end
 from eventlog.entries import ConversationRecord, EntryBody, RunRecord
 from eventlog.errors import CorruptEntryError, CorruptStoreError
 
@@ -65,6 +75,7 @@ __all__ = [
     'HASH_SIZE',
     'LMDB_TABLES',
     'MAX_ID_BYTES',
+    'META_CHAIN_FROM',
     'META_FORMAT',
     'META_LAST_SEQ',
     'META_LEASE_PREFIX',
@@ -76,9 +87,12 @@ __all__ = [
     'StoredRun',
     'Table',
     'TableId',
+    'append_hash',
+    'body_digest',
     'by_conv_conversation',
     'by_conv_key',
     'by_conv_keys',
+    'chain_from',
     'chain_hash',
     'ck',
     'conv_idem_prefix',
@@ -95,6 +109,7 @@ __all__ = [
     'encode_run',
     'entry_hash',
     'entry_key_of',
+    'erased_digest',
     'format_value',
     'idem_conversation',
     'idem_key_of',
@@ -103,8 +118,11 @@ __all__ = [
     'key_conversation',
     'key_seq',
     'lease_key',
+    'link',
     'lmdb_key',
     'prefix_end',
+    'rule_2_hash',
+    'rule_of',
     'run_idem_prefix',
     'run_key',
     'seq_key',
@@ -112,7 +130,7 @@ __all__ = [
     'v1_run_idem_prefix',
 ]
 
-FORMAT_VERSION: Final = 3
+FORMAT_VERSION: Final = 4
 """The on-disk format this code writes; a store with a larger number is refused, an older
 one is migrated when opened (`_admin.migrate`)."""
 
@@ -130,6 +148,9 @@ META_FORMAT: Final = b'format'
 META_LAST_SEQ: Final = b'last_seq'
 """The META key of the largest `seq` ever assigned (seq8); in an LMDB store a lower bound, written
 before deletions (`_read.last_seq`)."""
+META_CHAIN_FROM: Final = b'chain_from'
+"""The META key of the first `seq` chained by rule 2 (seq8; `link`); absent in a store of format 3 or
+older, chained by rule 1 throughout."""
 META_SCRUB_PENDING: Final = b'scrub_pending'
 """The META key of the `seq` (seq8) of the latest erasure or deletion not yet scrubbed from the
 store's files; absent when every removal has been."""
@@ -295,17 +316,37 @@ _ERASED_ARRAY: Final = _BODY_ARRAY + 1
 """The header byte of an erased entry's body: the same array with one more element (`True`)."""
 
 
-def encode_erased_body(body: StoredBody) -> bytes:
+def encode_erased_body(body: StoredBody, digest: bytes | None = None) -> bytes:
     """The stored bytes of an erased entry: `body` (holding the placeholder payload) as an array
-    with a trailing `True`, the erasure mark. Readers decode the body as usual (msgpack arrays
-    with extra trailing elements decode to the struct); `is_erased_value` sees the mark."""
+    with one more element, the erasure mark: the SHA-256 `digest` of the original body bytes (an
+    entry chained by rule 2, whose link is recomputed from it), or `True` (rule 1: none kept).
+    Readers decode the body as usual (msgpack arrays with extra trailing elements decode to the
+    struct); `is_erased_value` sees the mark, `erased_digest` reads the digest."""
     raw = encode_body(body)
-    return bytes([_ERASED_ARRAY]) + raw[1:] + b'\xc3'
+    mark = b'\xc3' if digest is None else b'\xc4' + bytes([len(digest)]) + digest
+    return bytes([_ERASED_ARRAY]) + raw[1:] + mark
 
 
 def is_erased_value(value: bytes) -> bool:
     """Whether an ENTRIES value holds an erased entry (its content replaced by `erase`)."""
     return len(value) > 0 and value[0] == _ERASED_ARRAY
+
+
+_DIGEST_MARK: Final = b'\xc4' + bytes([HASH_SIZE])
+"""How the digest kept by an erased body begins (a msgpack bin 8 of 32 bytes)."""
+
+
+def erased_digest(value: bytes) -> bytes | None:
+    """The digest of the original body an erased ENTRIES value keeps, or `None` (not erased, or
+    erased under rule 1, marked `True`). Read by position: only rule 2's erasures keep one, and a
+    rule-2 link is checked with whatever is read here."""
+    end = len(value) - HASH_SIZE
+    start = end - HASH_SIZE
+    if not is_erased_value(value) or start - len(_DIGEST_MARK) < 1:
+        return None
+    if value[start - len(_DIGEST_MARK) : start] != _DIGEST_MARK:
+        return None  # marked `True`
+    return bytes(value[start:end])
 
 
 def encode_body_of(entry: Any, payload: bytes) -> bytes:
@@ -339,10 +380,60 @@ def entry_hash(value: bytes) -> bytes:
 
 
 def chain_hash(prev: bytes, body_bytes: bytes) -> bytes:
-    """SHA-256 of the previous entry's hash and this entry's bytes (hardware-accelerated on most CPUs)."""
+    """Rule 1: SHA-256 of the previous entry's hash and this entry's bytes (hardware-accelerated on most CPUs)."""
     digest = hashlib.sha256(prev)
     digest.update(body_bytes)
     return digest.digest()
+
+
+_RULE_2: Final = b'\x02'
+
+
+def link(prev: bytes, value: bytes, *, rule: int) -> bytes | None:
+    """The chain hash an ENTRIES `value` (body bytes, then its hash) must hold after `prev`.
+
+    Rule 2 hashes the body's SHA-256, which an erased entry keeps; rule 1 hashes the body itself,
+    so an erased entry's stored hash is returned as given. `None` when `value` cannot hold the
+    hash it should: an erased entry of rule 2 that kept no digest.
+    """
+    hashed, stored = split_value(value)
+    erased = is_erased_value(value)
+    if rule == 1:
+        return bytes(stored) if erased else chain_hash(prev, hashed)
+    digest = erased_digest(value) if erased else hashlib.sha256(hashed).digest()
+    return None if digest is None else rule_2_hash(prev, digest)
+
+
+def body_digest(body_bytes: bytes) -> bytes:
+    """SHA-256 of an entry's body bytes: what rule 2 chains, and what an erased entry keeps."""
+    return hashlib.sha256(body_bytes).digest()
+
+
+def append_hash(prev: bytes, body_bytes: bytes) -> bytes:
+    """The chain hash of a new entry (rule 2, which every entry appended in format 4 follows)."""
+    return rule_2_hash(prev, body_digest(body_bytes))
+
+
+def rule_2_hash(prev: bytes, digest: bytes) -> bytes:
+    """Rule 2: SHA-256 of 0x02, the previous entry's hash and the SHA-256 `digest` of this entry's body."""
+    return hashlib.sha256(_RULE_2 + prev + digest).digest()
+
+
+def rule_of(seq: int, first: int | None) -> int:
+    """The chain rule of the entry at `seq` in a store whose rule 2 starts at `first` (`chain_from`)."""
+    return 2 if first is not None and seq >= first else 1
+
+
+def chain_from(txn: ReadTxn) -> int | None:
+    """The first `seq` chained by rule 2 (META `chain_from`); `None` in a store of format 3 or older.
+
+    `CorruptStoreError` when the record is malformed."""
+    raw = txn.get(Table.META, META_CHAIN_FROM)
+    if raw is None:
+        return None
+    if len(raw) != SEQ_SIZE:
+        raise CorruptStoreError(f'the recorded chain_from {raw[:20]!r} is malformed; run verify')
+    return _SEQ.unpack(raw)[0]
 
 
 # --- records ----------------------------------------------------------------------------------

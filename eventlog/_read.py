@@ -55,8 +55,23 @@ _compaction_decoder = msgspec.json.Decoder(CompactionInfo)
 
 
 def to_entry(body: StoredBody, value: bytes) -> Entry:
-    """The `Entry` a stored body and its ENTRIES value make."""
-    return Entry(*astuple(body), hash=entry_hash(value), erased=is_erased_value(value))
+    """The `Entry` a stored body and its ENTRIES value make (an erased one's payload as `shown`)."""
+    erased = is_erased_value(value)
+    return Entry(*astuple(shown(body, value) if erased else body), hash=entry_hash(value), erased=erased)
+
+
+def shown(body: StoredBody, value: bytes) -> StoredBody:
+    """`body` as every read returns it: an erased entry's payload only as its placeholder, whatever
+    its slot holds (`_erase.shown_payload`; `verify` reads the stored bytes and names the slot)."""
+    if not is_erased_value(value):
+        return body
+    from eventlog._erase import shown_payload
+    from eventlog.encryption import is_sealed
+
+    if is_sealed(body.payload):  # read without its key: opened (and checked by its tag) when it is
+        return body
+    payload = shown_payload(body.kind, body.payload)
+    return body if payload == body.payload else msgspec.structs.replace(body, payload=payload)
 
 
 def get_entry(txn: ReadTxn, seq: int) -> Entry | None:
@@ -70,7 +85,7 @@ def get_entry(txn: ReadTxn, seq: int) -> Entry | None:
 def get_body(txn: ReadTxn, seq: int) -> StoredBody | None:
     """The stored body at `seq` (an entry without its hash), or None."""
     value = txn.get(Table.ENTRIES, seq_key(seq))
-    return None if value is None else decode_body(seq, value)
+    return None if value is None else shown(decode_body(seq, value), value)
 
 
 def get_run(txn: ReadTxn, run_id: str) -> RunRecord | None:
@@ -199,7 +214,7 @@ def _run_items(txn: ReadTxn, run: RunRecord, *, first: int, last: int) -> Iterat
             return
         body = decode_body(seq, value)
         if body.run_id == run.run_id:
-            yield body, value
+            yield shown(body, value), value
 
 
 def _run_bodies(txn: ReadTxn, run: RunRecord, upto: int) -> list[StoredBody]:

@@ -24,21 +24,33 @@ import msgspec
 
 from eventlog._append import append_entries
 from eventlog._checks import check_id
+from eventlog._erase import placeholder_erasure
 from eventlog._files import open_export_file
-from eventlog._keys import chain_hash, encode_body_of
+from eventlog._keys import (
+    Table,
+    append_hash,
+    chain_from,
+    chain_hash,
+    encode_body_of,
+    erased_digest,
+    rule_2_hash,
+    rule_of,
+    seq_key,
+)
 from eventlog._read import get_conversation, get_entry, iter_entries, list_runs
 from eventlog._storage import ReadTxn, WriteTxn
 from eventlog.encryption import check_sealed, is_sealed, read_store_id, seal_problem
-from eventlog.entries import CompactionInfo, Entry, ForkInfo, Kind, NewEntry
+from eventlog.entries import CompactionInfo, Entry, ErasureInfo, ForkInfo, Kind, NewEntry
 from eventlog.errors import ConversationNotFound, InvalidArgumentError
 
 FORMAT_NAME: Final = 'pydantic-ai-eventlog'
-EXPORT_VERSION: Final = 2
+EXPORT_VERSION: Final = 3
 """The version of the JSON Lines layout this code writes (independent of the store's on-disk format).
 
-Version 2 added the closing line and the `detached` mark; version 1 (no closing line) is read
-only when the caller asks for it (`allow_version_1`)."""
-READ_VERSIONS: Final = (1, 2)
+Version 2 added the closing line and the `detached` mark; version 3 the header's `chain_from` and
+an erased line's `digest` (chain rule 2, `_keys.link`); version 1 (no closing line) is read only
+when the caller asks for it (`allow_version_1`)."""
+READ_VERSIONS: Final = (1, 2, 3)
 """Every export version this code reads."""
 
 IMPORT_MAX_SEQ: Final = 2**48
@@ -60,11 +72,14 @@ _BATCH_BYTES: Final = 8 << 20
 bytes, so memory stays bounded whatever the export's size."""
 
 
-class Header(msgspec.Struct, frozen=True):
+class Header(msgspec.Struct, frozen=True, omit_defaults=True):
     """The first line of an export."""
 
     format: str
     version: int
+    chain_from: int | None = None
+    """The source store's first `seq` chained by rule 2 (`_keys.link`; version 3); before it, and
+    in older versions, every line is chained by rule 1."""
 
 
 class ExportedEntry(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -85,8 +100,11 @@ class ExportedEntry(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     """The entry's `parent` (a run's branch point or a fork point) is not in the export because
     the source store no longer held it (its conversation was deleted); an import drops it."""
     erased: bool = False
-    """The entry's content was erased in the source store (`payload` is its placeholder): its
-    `hash` is taken as given when the export is checked, and an import refuses it."""
+    """The entry's content was erased in the source store (`payload` is its placeholder); an
+    import refuses it."""
+    digest: str | None = None
+    """An erased entry of chain rule 2: the SHA-256 (hex) of its original body, from which its
+    `hash` is checked (one of rule 1 has none: its `hash` is taken as given)."""
 
 
 class Closing(msgspec.Struct, frozen=True, kw_only=True, tag_field='type', tag='closing'):
@@ -102,6 +120,7 @@ _encoder = msgspec.json.Encoder()
 _header_decoder = msgspec.json.Decoder(Header)
 _line_decoder = msgspec.json.Decoder(ExportedEntry)
 _closing_decoder = msgspec.json.Decoder(Closing)
+_erasure_decoder = msgspec.json.Decoder(ErasureInfo)
 _TRAILER_STARTS: Final = (b'{"type":"checkpoint"', b'{"type":"signed"')
 """How the lines a signed export adds after its closing line begin (`eventlog.checkpoint.TRAILER_TYPES`)."""
 
@@ -142,7 +161,7 @@ def export_lines(txn: ReadTxn, conversation_ids: list[str] | None) -> Iterator[b
     """
     wanted = None if conversation_ids is None else _closure(txn, conversation_ids)
     encrypted = read_store_id(txn) is not None
-    pending = _encoder.encode(Header(FORMAT_NAME, EXPORT_VERSION)) + b'\n'
+    pending = _encoder.encode(Header(FORMAT_NAME, EXPORT_VERSION, chain_from(txn))) + b'\n'
     heads: dict[str, str] = {}
     count = 0
     for entry in iter_entries(txn):
@@ -151,7 +170,7 @@ def export_lines(txn: ReadTxn, conversation_ids: list[str] | None) -> Iterator[b
         if encrypted:  # an unsealed content entry is never exported as if it were genuine
             check_sealed(entry.seq, entry.conversation_id, entry.kind, entry.payload)
         yield pending
-        line = _exported(entry, detached=_is_detached(txn, entry, wanted))
+        line = _exported(entry, detached=_is_detached(txn, entry, wanted), digest=_erased_digest(txn, entry))
         heads[entry.conversation_id] = line.hash
         count += 1
         pending = _encoder.encode(line) + b'\n'
@@ -166,7 +185,16 @@ def _is_detached(txn: ReadTxn, entry: Entry, wanted: set[str] | None) -> bool:
     return held is None or (wanted is not None and held.conversation_id not in wanted)
 
 
-def _exported(entry: Entry, *, detached: bool) -> ExportedEntry:
+def _erased_digest(txn: ReadTxn, entry: Entry) -> str | None:
+    """The digest an erased entry keeps (rule 2), in hex; `None` for any other entry."""
+    if not entry.erased:
+        return None
+    value = txn.get(Table.ENTRIES, seq_key(entry.seq))
+    digest = None if value is None else erased_digest(value)
+    return None if digest is None else digest.hex()
+
+
+def _exported(entry: Entry, *, detached: bool, digest: str | None = None) -> ExportedEntry:
     return ExportedEntry(
         seq=entry.seq,
         conversation_id=entry.conversation_id,
@@ -180,6 +208,7 @@ def _exported(entry: Entry, *, detached: bool) -> ExportedEntry:
         hash=entry.hash.hex(),
         detached=detached,
         erased=entry.erased,
+        digest=digest,
     )
 
 
@@ -240,8 +269,26 @@ class RestartableLines:
             self._spooled = 0
 
 
+def _line_hash(prev: bytes, line: ExportedEntry, rule: int) -> bytes:
+    """The hash an export line must carry after `prev` under chain `rule` (`_keys.link`); empty
+    when it cannot be computed (an erased line of rule 2 without its digest, bad hex)."""
+    try:
+        if line.erased and rule == 1:  # the content is gone: the hash is taken as given (docs/erasure.md)
+            return bytes.fromhex(line.hash)
+        if line.erased:
+            return b'' if line.digest is None else rule_2_hash(prev, bytes.fromhex(line.digest))
+    except ValueError:
+        return b''
+    body = encode_body_of(line, payload_of(line))
+    return chain_hash(prev, body) if rule == 1 else append_hash(prev, body)
+
+
 def read_export(
-    lines: Iterable[bytes], *, allow_version_1: bool = False, trailer: list[bytes] | None = None
+    lines: Iterable[bytes],
+    *,
+    allow_version_1: bool = False,
+    trailer: list[bytes] | None = None,
+    header_out: list[Header] | None = None,
 ) -> Iterator[tuple[int, ExportedEntry]]:
     """Parse and check an export line by line; yield `(line number, entry)` for each entry.
 
@@ -250,7 +297,7 @@ def read_export(
     finishes; any problem raises `InvalidArgumentError`, so a caller writing inside one
     transaction aborts it and nothing is imported. The checkpoint and signature lines a signed
     export adds after its closing line (`eventlog.checkpoint`) are accepted and, when `trailer`
-    is a list, appended to it; an import ignores them.
+    is a list, appended to it; an import ignores them. `header_out`, a list, receives the header.
     """
     it = iter(lines)
     first = next(it, b'')
@@ -260,6 +307,8 @@ def read_export(
         raise InvalidArgumentError('not an eventlog export: the first line is not its header') from None
     if header.format != FORMAT_NAME:
         raise InvalidArgumentError(f'not an eventlog export (format {header.format!r})')
+    if header_out is not None:
+        header_out.append(header)
     if header.version not in READ_VERSIONS:
         raise InvalidArgumentError(
             f'the export says it is in format {header.version}, which this version does not know; '
@@ -279,6 +328,7 @@ def read_export(
     """Whether a line carries a sealed payload: the export is an encrypted store's."""
     in_clear: tuple[int, ExportedEntry] | None = None
     """The first line whose content is in clear (breaking the sealing rule of an encrypted store)."""
+    erased = _ErasedLines()
     for number, raw in enumerate(it, start=2):
         if not raw.strip():
             continue
@@ -302,18 +352,13 @@ def read_export(
         _check_line(number, line, last)
         last = line.seq
         prev = b'' if line.kind == 'deleted' else heads.get(line.conversation_id, b'')
-        if line.erased:  # the content is gone: the hash is taken as stored (docs/erasure.md)
-            try:
-                digest = bytes.fromhex(line.hash)
-            except ValueError:
-                digest = b''
-        else:
-            digest = chain_hash(prev, encode_body_of(line, payload_of(line)))
+        digest = _line_hash(prev, line, rule_of(line.seq, header.chain_from))
         if digest.hex() != line.hash or len(digest) != 32:
             raise InvalidArgumentError(
                 f'line {number} (seq {line.seq}, conversation {line.conversation_id!r}) fails its hash check: '
                 'the export was altered or is missing entries'
             )
+        erased.check(number, line)
         heads[line.conversation_id] = digest
         count += 1
         payload = payload_of(line)
@@ -321,6 +366,7 @@ def read_export(
         if in_clear is None and seal_problem(True, line.kind, payload) is not None:
             in_clear = (number, line)
         yield number, line
+    erased.finish()
     if sealed and in_clear is not None:
         number, line = in_clear
         raise InvalidArgumentError(
@@ -338,6 +384,48 @@ def read_export(
             f'the closing line of the export (for {closing.entries} entries) does not match the {count} '
             'entries read: entries are missing or were added; nothing was imported'
         )
+
+
+class _ErasedLines:
+    """The erased lines of an export, each checked to hold its placeholder and to be recorded by an
+    `erasure` line of its conversation, as `verify` checks a store's (`_erase.placeholder_erasure`)."""
+
+    def __init__(self) -> None:
+        self.pending: dict[int, tuple[str, int]] = {}
+        """Erased lines not yet recorded: seq -> (conversation, the erasure its placeholder names)."""
+
+    def check(self, number: int, line: ExportedEntry) -> None:
+        """One entry line, in order; `InvalidArgumentError` when it breaks the rule."""
+        if line.erased:
+            payload = payload_of(line)
+            named = 0 if is_sealed(payload) else placeholder_erasure(line.kind, payload)
+            if named is None:
+                raise InvalidArgumentError(
+                    f'line {number} (seq {line.seq}) is marked erased but holds something other than its '
+                    'placeholder: the export was altered'
+                )
+            self.pending[line.seq] = (line.conversation_id, named)
+        elif line.kind == 'erasure':
+            try:
+                info = _erasure_decoder.decode(payload_of(line))
+            except msgspec.DecodeError as exc:
+                raise InvalidArgumentError(f'line {number}: the erasure payload cannot be decoded ({exc})') from None
+            for seq in info.seqs:
+                found = self.pending.pop(seq, None)
+                if found is not None and (found[0] != line.conversation_id or found[1] not in (0, line.seq)):
+                    raise InvalidArgumentError(
+                        f'line {number} (seq {line.seq}) records entry {seq} as erased, but that entry holds '
+                        'the placeholder of another erasure: the export was altered'
+                    )
+
+    def finish(self) -> None:
+        """After the last entry line: every erased line was recorded."""
+        if self.pending:
+            seq = min(self.pending)
+            raise InvalidArgumentError(
+                f'entry {seq} is marked erased but no erasure entry of its conversation records it: '
+                'the export was altered'
+            )
 
 
 def _check_line(number: int, line: ExportedEntry, last: int) -> None:

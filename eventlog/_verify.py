@@ -26,6 +26,7 @@ from typing import Any, Final, cast
 import msgspec
 
 from eventlog._admin import check_format, scrub_pending
+from eventlog._erase import placeholder_erasure
 from eventlog._keys import (
     HASH_SIZE,
     META_LAST_SEQ,
@@ -35,7 +36,7 @@ from eventlog._keys import (
     by_conv_conversation,
     by_conv_key,
     by_conv_keys,
-    chain_hash,
+    chain_from,
     ck,
     conv_idem_prefix,
     conv_runs_key,
@@ -50,6 +51,8 @@ from eventlog._keys import (
     is_erased_value,
     key_conversation,
     key_seq,
+    link,
+    rule_of,
     run_idem_prefix,
     run_key,
     seq_key,
@@ -116,8 +119,9 @@ class _Rebuild:
         self.idem: dict[bytes, bytes] = {}
         self.conv_run_ids: dict[str, list[str]] = {}
         self.conv_idem: dict[str, list[bytes]] = {}
-        self.erasure_listed: dict[str, set[int]] = {}
-        """The `seq`s each conversation's `erasure` entries record as erased."""
+        self.erasure_listed: dict[str, dict[int, int]] = {}
+        """The `seq`s each conversation's `erasure` entries record as erased, each with the first
+        `erasure` entry recording it."""
         self.max_seq = 0
 
     def _reopen(self, conversation_id: str, seq: int, body: Any) -> ConversationRecord:
@@ -212,7 +216,9 @@ class _Rebuild:
     def _erasure(self, seq: int, body: StoredBody) -> _Applied:
         conv = self._live_conversation(body)
         info: ErasureInfo = _erasure.decode(body.payload)
-        self.erasure_listed.setdefault(body.conversation_id, set()).update(info.seqs)
+        listed = self.erasure_listed.setdefault(body.conversation_id, {})
+        for erased in info.seqs:
+            listed.setdefault(erased, seq)
         return conv, None
 
     def _shred(self, seq: int, body: StoredBody) -> _Applied:
@@ -363,8 +369,11 @@ def verify(txn: ReadTxn) -> VerifyReport:
     heads: dict[str, tuple[int, bytes]] = {}
     rebuild = _Rebuild()
     findings = _Findings()
-    marked: dict[str, set[int]] = {}
-    """The `seq`s of each conversation's entries that carry the erasure mark."""
+    marked: dict[str, dict[int, int | None]] = {}
+    """The `seq`s of each conversation's entries that carry the erasure mark, each with the
+    `erasure` entry its placeholder names (`_erase.placeholder_erasure`; `None`: not a placeholder)."""
+    undecodable: list[int] = []
+    first_rule_2 = _chain_from(txn, findings)
     checked = 0
     encrypted = txn.get(Table.META, META_ENCRYPTION) is not None
     for key, value in txn.scan(Table.ENTRIES):
@@ -376,10 +385,7 @@ def verify(txn: ReadTxn) -> VerifyReport:
         try:
             body = decode_body(seq, value)
         except CorruptEntryError:
-            conv_of = _conversation_of(txn, seq) or '?'
-            chain.setdefault(
-                conv_of, VerifyProblem(conv_of, seq, 'the entry cannot be decoded', code='entry-undecodable')
-            )
+            undecodable.append(seq)  # its conversation is looked up with the others' after the scan
             continue
         conv_id = body.conversation_id
         _check_seal(encrypted, body, findings)
@@ -396,18 +402,17 @@ def verify(txn: ReadTxn) -> VerifyReport:
         if body.kind == 'deleted':
             prev = b''
             marked.pop(conv_id, None)
-        hashed, stored_hash = split_value(value)
+        stored_hash = split_value(value)[1]
         if is_erased_value(value):
-            # The content is gone, so the entry's own hash cannot be recomputed: it is taken as
-            # stored, and every later link is checked from it (docs/erasure.md).
-            marked.setdefault(conv_id, set()).add(seq)
-            digest = stored_hash
-        else:
-            digest = chain_hash(prev, hashed)
-        if len(value) <= HASH_SIZE or digest != stored_hash:
+            marked.setdefault(conv_id, {})[seq] = _named_erasure(body)
+        # Rule 2 recomputes an erased entry's link from the digest it keeps; rule 1 (entries older
+        # than the store's format 4) can only take its stored hash as given (docs/erasure.md).
+        digest = link(prev, value, rule=rule_of(seq, first_rule_2))
+        if digest is None or len(value) <= HASH_SIZE or digest != stored_hash:
             chain[conv_id] = _explain_break(txn, body, prev_seq)
             continue
         heads[conv_id] = (seq, digest)
+    _name_undecodable(txn, undecodable, chain)
     stored_convs = _stored_conversations(txn, findings)
     for conv_id, conv in stored_convs.items():
         if conv_id in chain:
@@ -445,7 +450,17 @@ def verify(txn: ReadTxn) -> VerifyReport:
         conversations_checked=len(set(stored_convs) | set(heads)),
         problems=problems,
         scrub_pending=scrub_pending(txn),
+        chain_from=first_rule_2,
     )
+
+
+def _chain_from(txn: ReadTxn, findings: _Findings) -> int | None:
+    """The first seq chained by rule 2, or None (format 3 or older; a malformed record is a finding)."""
+    try:
+        return chain_from(txn)
+    except CorruptStoreError as exc:
+        findings.add('meta', '', 0, str(exc).removesuffix('; run verify'))
+        return None
 
 
 def report_of(problems: Iterable[VerifyProblem], base: VerifyReport | None = None) -> VerifyReport:
@@ -460,6 +475,7 @@ def report_of(problems: Iterable[VerifyProblem], base: VerifyReport | None = Non
         conversations_checked=base.conversations_checked,
         problems=merged,
         scrub_pending=base.scrub_pending,
+        chain_from=base.chain_from,
     )
 
 
@@ -505,31 +521,66 @@ def _first_missing(txn: ReadTxn, conversation_id: str, after: int, before: int |
     return None
 
 
-def _conversation_of(txn: ReadTxn, seq: int) -> str | None:
-    suffix = seq_key(seq)
+def _name_undecodable(txn: ReadTxn, seqs: list[int], chain: dict[str, VerifyProblem]) -> None:
+    """Give each undecodable entry (`seqs`, ascending) to its conversation through BY_CONV, in one
+    scan of it whatever their number, as the first bad entry of its chain unless an earlier one is.
+
+    An entry no BY_CONV key names goes to the conversation `?`.
+    """
+    if not seqs:
+        return
+    wanted = set(seqs)
+    owner: dict[int, str] = {}
     for key, _ in txn.scan(Table.BY_CONV):
-        if key.endswith(suffix):
-            return by_conv_conversation(key)
-    return None
+        if len(key) > SEQ_SIZE:
+            seq = key_seq(key)
+            if seq in wanted and seq not in owner:
+                owner[seq] = by_conv_conversation(key)
+    for seq in seqs:
+        conv_id = owner.get(seq, '?')
+        known = chain.get(conv_id)
+        if known is None or known.seq > seq:
+            chain[conv_id] = VerifyProblem(conv_id, seq, 'the entry cannot be decoded', code='entry-undecodable')
 
 
 # --- erasures ---------------------------------------------------------------------------------
 
 
-def _compare_erasures(txn: ReadTxn, rebuild: _Rebuild, marked: dict[str, set[int]], findings: _Findings) -> None:
-    """Every entry marked erased is recorded by an `erasure` entry of its conversation, and every
-    entry such an entry records is erased."""
+def _named_erasure(body: StoredBody) -> int | None:
+    """The `erasure` entry an erased entry's placeholder names (0 for one that names none, and for
+    a sealed one, which its tag checks when opened); `None` when it holds anything but its placeholder."""
+    if is_sealed(body.payload):
+        return 0
+    return placeholder_erasure(body.kind, body.payload)
+
+
+def _compare_erasures(
+    txn: ReadTxn, rebuild: _Rebuild, marked: dict[str, dict[int, int | None]], findings: _Findings
+) -> None:
+    """Every entry marked erased holds the placeholder of the `erasure` entry of its conversation
+    that records it, and every entry such an entry records is erased."""
     for conv_id in sorted(set(marked) | set(rebuild.erasure_listed)):
-        have = marked.get(conv_id, set())
-        listed = rebuild.erasure_listed.get(conv_id, set())
-        for seq in sorted(have - listed):
-            findings.add(
-                'erasure-unrecorded',
-                conv_id,
-                seq,
-                'the entry is marked erased but no erasure entry records it: its content was removed outside erase()',
-            )
-        for seq in sorted(listed - have):
+        have = marked.get(conv_id, {})
+        listed = rebuild.erasure_listed.get(conv_id, {})
+        for seq, named in sorted(have.items()):
+            recorder = listed.get(seq)
+            if recorder is None:
+                findings.add(
+                    'erasure-unrecorded',
+                    conv_id,
+                    seq,
+                    'the entry is marked erased but no erasure entry records it: its content was removed '
+                    'outside erase()',
+                )
+            elif named is None or named not in (0, recorder):
+                findings.add(
+                    'erasure-altered',
+                    conv_id,
+                    seq,
+                    'the erased entry holds something other than the placeholder of erasure entry '
+                    f'{recorder}: it was written after the erasure',
+                )
+        for seq in sorted(set(listed) - set(have)):
             if txn.get(Table.BY_CONV, by_conv_key(conv_id, seq)) is None:
                 continue  # not an entry of this conversation (any more): the chain check speaks for it
             findings.add(

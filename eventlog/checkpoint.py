@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Final
 import msgspec
 
 from eventlog._files import open_destination
-from eventlog._keys import HASH_SIZE, Table, ck, decode_conversation, decode_id, key_seq, seq_key
+from eventlog._keys import HASH_SIZE, Table, chain_from, ck, decode_conversation, decode_id, key_seq, seq_key
 from eventlog._read import assigned_last_seq, last_seq
 from eventlog._storage import ReadTxn, WriteTxn
 from eventlog.entries import VerifyProblem, VerifyReport
@@ -62,6 +62,7 @@ __all__ = [
     'CHECKPOINT_VERSION',
     'KEY_FILE_LIMIT',
     'META_CHECKPOINT_PREFIX',
+    'READ_CHECKPOINT_VERSIONS',
     'Checkpoint',
     'CheckpointBody',
     'CheckpointHead',
@@ -75,6 +76,7 @@ __all__ = [
     'as_public_key',
     'as_signer',
     'check_not_ahead',
+    'compare_chain_from',
     'compare_store',
     'load_checkpoints',
     'make_checkpoint',
@@ -88,8 +90,10 @@ __all__ = [
 
 CHECKPOINT_FORMAT: Final = 'pydantic-ai-eventlog-checkpoint'
 """The `format` every checkpoint body names."""
-CHECKPOINT_VERSION: Final = 1
-"""The checkpoint layout this code writes and reads."""
+CHECKPOINT_VERSION: Final = 2
+"""The checkpoint layout this code writes. Version 2 adds `chain_from`; version 1 is read too."""
+READ_CHECKPOINT_VERSIONS: Final = (1, 2)
+"""Every checkpoint version this code reads."""
 META_CHECKPOINT_PREFIX: Final = b'checkpoint/'
 """META keys of the checkpoints a store recorded: this prefix and the checkpoint's last `seq` (seq8)."""
 _SIGNATURE_SIZE: Final = 64
@@ -313,7 +317,7 @@ class CheckpointHead(msgspec.Struct, frozen=True, array_like=True, forbid_unknow
     """`(seq, hash hex)` of each of its entries after the body's `since`, the head included."""
 
 
-class CheckpointBody(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class CheckpointBody(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
     """What a checkpoint signs."""
 
     format: str
@@ -331,6 +335,9 @@ class CheckpointBody(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     """Entries with a larger `seq` are listed one by one (the previous checkpoint's `last_seq`, or 0)."""
     conversations: list[CheckpointHead]
     """Every conversation the store held, deleted ones (their tombstone) too, in id order."""
+    chain_from: int | None = None
+    """The store's first `seq` chained by rule 2 (`_keys.link`; version 2, absent in version 1):
+    signed, so that the entries whose erased hashes are taken as given cannot be moved."""
 
 
 class _SignedLine(msgspec.Struct, frozen=True, kw_only=True, tag_field='type', tag='checkpoint'):
@@ -499,8 +506,11 @@ def _check_body(body: CheckpointBody, source: str) -> None:
 
     if body.format != CHECKPOINT_FORMAT:
         raise bad(f'its format is {body.format!r}, not {CHECKPOINT_FORMAT!r}')
-    if body.version != CHECKPOINT_VERSION:
-        raise bad(f'it is of version {body.version}; this version of pydantic-ai-eventlog reads version 1')
+    if body.version not in READ_CHECKPOINT_VERSIONS:
+        raise bad(f'it is of version {body.version}; this version of pydantic-ai-eventlog reads versions 1 and 2')
+    first = body.chain_from
+    if (first is None) != (body.version == 1) or (first is not None and not 0 < first <= body.last_seq + 1):
+        raise bad(f'its chain_from {body.chain_from!r} is impossible for version {body.version}')
     if not 0 <= body.since <= body.last_seq:
         raise bad(f'since {body.since} is not between 0 and its last seq {body.last_seq}')
     previous = b''
@@ -596,6 +606,7 @@ def make_checkpoint(txn: WriteTxn, signer: Signer, *, full: bool = False) -> Che
     body = CheckpointBody(
         format=CHECKPOINT_FORMAT,
         version=CHECKPOINT_VERSION,
+        chain_from=chain_from(txn) or 1,
         key=signer.public_key.fingerprint,
         created_at=datetime.now(UTC).isoformat(timespec='microseconds').replace('+00:00', 'Z'),
         last_seq=last,
@@ -725,16 +736,38 @@ class Comparison:
         return sorted(self._found.values(), key=lambda p: (p.conversation_id, p.seq))
 
 
+def compare_chain_from(checkpoints: Sequence[Checkpoint], first: int | None, where: str) -> list[VerifyProblem]:
+    """A finding for each checkpoint that signed another first `seq` of chain rule 2 than `first`
+    (the store's, or an export's header): an entry taken for rule 1 there has its erased hash taken
+    as given, so moving that boundary would hide a rewritten history."""
+    return [
+        VerifyProblem(
+            '',
+            0,
+            f'{where} chains by rule 2 from entry #{first}, but {c.label} signed #{c.body.chain_from}: '
+            'the boundary was moved, which would let rewritten entries pass (docs/audit.md)',
+            code='checkpoint-mismatch',
+        )
+        for c in checkpoints
+        if c.body.chain_from is not None and c.body.chain_from != first
+    ]
+
+
 def compare_store(txn: ReadTxn, checkpoints: Sequence[Checkpoint]) -> list[VerifyProblem]:
     """The findings of comparing the store's entries with `checkpoints` (see `Comparison`)."""
     check_not_ahead(checkpoints, assigned_last_seq(txn))
+    try:
+        first = chain_from(txn)
+    except CorruptStoreError:
+        first = None  # verify names the malformed record
+    moved = compare_chain_from(checkpoints, first, 'the store')
     comparison = Comparison(checkpoints)
     for key, value in txn.scan(Table.ENTRIES):
         header = _header(key_seq(key), value) if len(key) == 8 else None
         if header is None:
             continue  # verify names it; its seq then counts as missing here
         comparison.observe(header.seq, header.conversation_id, header.kind, bytes(value[-HASH_SIZE:]))
-    return comparison.finish()
+    return moved + comparison.finish()
 
 
 # --- signed exports ---------------------------------------------------------------------------
@@ -814,7 +847,7 @@ def verify_export(source: str | os.PathLike[str], public_key: PublicKeySource) -
     a checkpoint of this key with a bad signature raises `CheckpointSignatureError`. A partial
     export (`complete` false) is checked only for the conversations it holds.
     """
-    from eventlog._transfer import read_export
+    from eventlog._transfer import Header, read_export
 
     path = Path(source)
     key = as_public_key(public_key)
@@ -833,14 +866,16 @@ def verify_export(source: str | os.PathLike[str], public_key: PublicKeySource) -
     comparison = Comparison(mine)
     count = 0
     last = 0
+    header: list[Header] = []
     with path.open('rb') as fh:
-        for _, line in read_export(fh, trailer=[]):
+        for _, line in read_export(fh, trailer=[], header_out=header):
             count += 1
             last = line.seq
             comparison.observe(line.seq, line.conversation_id, line.kind, bytes.fromhex(line.hash))
     if signed.complete:
         check_not_ahead(mine, last)
-    problems = comparison.finish(None if signed.complete else comparison.conversations)
+    moved = compare_chain_from(mine, header[0].chain_from if header else None, 'the export')
+    problems = moved + comparison.finish(None if signed.complete else comparison.conversations)
     return VerifyReport(
         ok=not problems,
         entries_checked=count,

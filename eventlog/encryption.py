@@ -37,6 +37,8 @@ from eventlog._keys import (
     StoredBody,
     Table,
     TableId,
+    append_hash,
+    chain_from,
     chain_hash,
     ck,
     conv_key,
@@ -46,8 +48,11 @@ from eventlog._keys import (
     encode_conversation,
     encode_erased_body,
     entry_key_of,
+    erased_digest,
     is_erased_value,
     key_seq,
+    link,
+    rule_of,
     seq_key,
     split_value,
 )
@@ -562,8 +567,12 @@ def seal_erased_placeholders(txn: WriteTxn, sealer: Sealer) -> int:
     """Migrate a store encrypted by an `eventlog encrypt` of an earlier version, which left the
     placeholders of entries erased before it in clear: seal them (a shredded conversation's under
     a key nobody keeps), adjust their conversations' sizes and record it (`_ERASED_SEALED`) so it
-    runs once. An erased entry's hash is taken as stored, so no chain changes. Returns how many
-    placeholders were sealed."""
+    runs once. Only the placeholder `erase` writes is sealed: anything else found in an erased slot
+    stays as it is, for `verify` to report. The chain does not change (an erased entry's link comes
+    from its stored hash or, in format 4, the digest it keeps). Returns how many placeholders were
+    sealed."""
+    from eventlog._erase import placeholder_erasure  # `_erase` imports this module
+
     if erased_placeholders_sealed(txn):
         return 0
     view = SealedTxn(txn, sealer)
@@ -577,6 +586,8 @@ def seal_erased_placeholders(txn: WriteTxn, sealer: Sealer) -> int:
         conv_id = body.conversation_id
         if body.kind not in SEALED_KINDS or is_sealed(body.payload):
             continue
+        if placeholder_erasure(body.kind, body.payload) is None:
+            continue  # not the placeholder erase writes: left as it is, for verify to report (never sealed)
         if view.shredded_by(conv_id) is not None:
             payload = discarded.seal(seq, conv_id, body.kind, body.payload)
         else:
@@ -584,7 +595,7 @@ def seal_erased_placeholders(txn: WriteTxn, sealer: Sealer) -> int:
                 seq, conv_id, body.kind, body.payload, recorded=lambda c=conv_id: view.key_fingerprint_of(c)
             )
         body = msgspec.structs.replace(body, payload=payload)
-        txn.put(Table.ENTRIES, key, encode_erased_body(body) + split_value(value)[1])
+        txn.put(Table.ENTRIES, key, encode_erased_body(body, erased_digest(value)) + split_value(value)[1])
         grown[conv_id] = grown.get(conv_id, 0) + SEAL_OVERHEAD
     for conv_id, extra in grown.items():
         raw = txn.get(Table.CONVS, conv_key(conv_id))
@@ -616,6 +627,7 @@ def encrypt_entries(txn: WriteTxn, provider: KeyProvider) -> tuple[str, int]:
     store_id = mark_encrypted(txn)
     sealer = Sealer(store_id, provider)
     heads: dict[str, bytes] = {}
+    first_rule_2 = chain_from(txn)
     grown: dict[str, int] = {}
     sealed = 0
     updates: list[tuple[bytes, bytes]] = []
@@ -625,19 +637,24 @@ def encrypt_entries(txn: WriteTxn, provider: KeyProvider) -> tuple[str, int]:
         conv_id = body.conversation_id
         prev = b'' if body.kind == 'deleted' else heads.get(conv_id, b'')
         hashed, stored_hash = split_value(value)
+        rule = rule_of(seq, first_rule_2)
         if is_erased_value(value):
-            heads[conv_id] = stored_hash
+            # Rule 1: the stored hash is taken as given; rule 2: the link follows from the kept digest.
+            digest = link(prev, value, rule=rule) or stored_hash
+            heads[conv_id] = digest
             if body.kind in SEALED_KINDS:
                 body = msgspec.structs.replace(body, payload=sealer.seal(seq, conv_id, body.kind, body.payload))
-                updates.append((key, encode_erased_body(body) + stored_hash))
+                updates.append((key, encode_erased_body(body, erased_digest(value)) + digest))
                 grown[conv_id] = grown.get(conv_id, 0) + SEAL_OVERHEAD
+            elif digest != stored_hash:
+                updates.append((key, hashed + digest))
             continue
         if body.kind in SEALED_KINDS:
             body = msgspec.structs.replace(body, payload=sealer.seal(seq, conv_id, body.kind, body.payload))
             hashed = encode_body(body)
             grown[conv_id] = grown.get(conv_id, 0) + SEAL_OVERHEAD
             sealed += 1
-        digest = chain_hash(prev, hashed)
+        digest = chain_hash(prev, hashed) if rule == 1 else append_hash(prev, hashed)
         heads[conv_id] = digest
         if digest != stored_hash:
             updates.append((key, hashed + digest))
@@ -746,7 +763,9 @@ class SealedTxn:
             plain = self.sealer.open(seq, body.conversation_id, body.payload)
         opened = msgspec.structs.replace(body, payload=plain)
         digest = split_value(value)[1]
-        return (encode_erased_body(opened) if is_erased_value(value) else encode_body(opened)) + digest
+        if is_erased_value(value):
+            return encode_erased_body(opened, erased_digest(value)) + digest
+        return encode_body(opened) + digest
 
     def _opened(self, items: Iterator[tuple[bytes, bytes]]) -> Iterator[tuple[bytes, bytes]]:
         for key, value in items:

@@ -143,7 +143,8 @@ class Entry(EntryBody, frozen=True, kw_only=True):
     erased: bool = False
     """True when `erase` removed this entry's content: `payload` is then a placeholder that
     names the erasure (docs/erasure.md), and `hash` is the one stored before the erasure, which
-    `verify` takes as given (it cannot be recomputed without the removed content)."""
+    `verify` recomputes from the original's digest the entry keeps (or, for an entry appended
+    before its store's format 4, takes as given)."""
 
     def message(self) -> ModelMessage:
         """Decode a `message` entry's payload into a pydantic-ai message.
@@ -430,7 +431,7 @@ class VerifyProblem(msgspec.Struct, frozen=True):
     code: str = 'hash-mismatch'
     """What kind of finding: 'hash-mismatch', 'entry-removed', 'entry-undecodable', 'entry-invalid',
     'chain-truncated', 'conversation-record', 'run-record', 'index-key', 'meta', 'structure',
-    'search-index', 'erasure-unrecorded', 'erasure-incomplete', or against signed checkpoints
+    'search-index', 'erasure-unrecorded', 'erasure-incomplete', 'erasure-altered', or against signed checkpoints
     'checkpoint-mismatch', 'checkpoint-missing', 'checkpoint-added' (docs/verify.md, docs/audit.md,
     docs/erasure.md)."""
 
@@ -447,6 +448,10 @@ class VerifyReport(msgspec.Struct, frozen=True, kw_only=True):
     """The `seq` of the latest erasure or deletion whose removed bytes the store's files may still
     hold (its scrub has not finished; `scrub()` or `eventlog compact` finishes it). Not a fault
     of the chains: `ok` does not depend on it."""
+    chain_from: int | None = None
+    """The first `seq` chained by rule 2, which recomputes every link through erased entries
+    (format 4); `None` for a store still in format 3 or older, whose erased entries' hashes are
+    taken as given (opening it writable migrates it: docs/verify.md)."""
 
 
 _json_encoder = msgspec.json.Encoder()

@@ -358,9 +358,15 @@ def verify_ok_line(report: VerifyReport, live: int, tombstones: int, checkpoints
     marks = f' ({plural(tombstones, "deletion tombstone", "deletion tombstones")})' if tombstones else ''
     signed = f'; matches {plural(checkpoints, "signed checkpoint", "signed checkpoints")}' if checkpoints else ''
     scrub = f'; scrub {scrub_note(report.scrub_pending)}' if report.scrub_pending is not None else ''
+    old = (
+        '; the store is in an older format, whose erased entries are taken as given '
+        '(open it for writing once to migrate it)'
+        if report.chain_from is None and report.entries_checked
+        else ''
+    )
     return (
         f'ok: {plural(report.entries_checked, "entry", "entries")}{marks} in '
-        f'{plural(live, "conversation", "conversations")}; every hash chain is intact{signed}{scrub}'
+        f'{plural(live, "conversation", "conversations")}; every hash chain is intact{signed}{scrub}{old}'
     )
 
 

@@ -15,7 +15,7 @@ from clitools import Store, fresh
 from eventlog import LmdbEventLog
 from eventlog._keys import (
     Table,
-    chain_hash,
+    append_hash,
     ck,
     conv_key,
     decode_body,
@@ -58,7 +58,7 @@ def _rewrite_alpha(path: Path) -> int:
             if body.kind == 'message' and b'noted' in body.payload:
                 hashed = encode_body(msgspec.structs.replace(body, payload=body.payload.replace(b'noted', b'NOTED')))
                 first.append(seq)
-            digest = chain_hash(prev, hashed)
+            digest = append_hash(prev, hashed)  # the store's chain rule 2
             txn.put(Table.ENTRIES, seq_key(seq), hashed + digest)
             prev = digest
         raw = txn.get(Table.CONVS, conv_key('alpha'))

@@ -93,6 +93,7 @@ def test_verify_an_intact_store(shared: Store) -> None:
         'conversations_checked': 2,
         'problems': [],
         'scrub_pending': None,
+        'chain_from': 1,
         'conversations': 2,
         'deletion_tombstones': 0,
     }

@@ -19,8 +19,8 @@ from logtools import add_run, exchange, tool_exchange
 from eventlog import InMemoryEventLog, InvalidArgumentError, NewEntry
 from eventlog._keys import (
     Table,
+    append_hash,
     by_conv_key,
-    chain_hash,
     ck,
     conv_key,
     decode_body,
@@ -79,7 +79,7 @@ def _rewrite(log: EventLogBase, conversation_id: str, *, from_seq: int = 0) -> i
                 hashed = encode_body(msgspec.structs.replace(body, payload=body.payload.replace(b'answer', b'ANSWER')))
                 first.append(seq)
             prev = b'' if body.kind == 'deleted' else prev
-            digest = chain_hash(prev, hashed)
+            digest = append_hash(prev, hashed)  # the store's chain rule 2
             txn.put(Table.ENTRIES, seq_key(seq), hashed + digest)
             prev = digest
         raw = txn.get(Table.CONVS, conv_key(conversation_id))

@@ -36,7 +36,7 @@ from eventlog import (
     parse_age,
 )
 from eventlog._erase import ERASED_METADATA_KEY
-from eventlog._keys import Table, encode_body, encode_erased_body, seq_key
+from eventlog._keys import Table, body_digest, encode_body, encode_erased_body, seq_key
 from eventlog._read import get_body
 from eventlog.log import EventLogBase
 from search.index_format import INDEX_PROJECTION
@@ -173,7 +173,8 @@ async def test_verify_finds_erasure_outside_erase(log: EventLogBase) -> None:
         body = get_body(txn, target)  # type: ignore[arg-type]
         assert body is not None
         value = txn.get(Table.ENTRIES, seq_key(target))  # type: ignore[attr-defined]
-        txn.put(Table.ENTRIES, seq_key(target), encode_erased_body(body) + value[-32:])  # type: ignore[attr-defined]
+        digest = body_digest(value[:-32])  # kept, as erase keeps it: the chain still links
+        txn.put(Table.ENTRIES, seq_key(target), encode_erased_body(body, digest) + value[-32:])  # type: ignore[attr-defined]
 
     log._write_sync(mark)  # pyright: ignore[reportPrivateUsage]
     report = await log.verify()
@@ -427,21 +428,17 @@ async def test_checkpoints_made_before_an_erasure_still_verify(log: EventLogBase
     assert report.ok, report.problems
     # An erasure does not let a rewritten history pass: an erased entry's stored hash still counts.
     erased = (await log.entries(run_id='r1', kinds=['message']))[0]
+    kept: list[bytes] = []
 
     def rehash(txn: object) -> None:
         value = txn.get(Table.ENTRIES, seq_key(erased.seq))  # type: ignore[attr-defined]
+        kept.append(value)
         txn.put(Table.ENTRIES, seq_key(erased.seq), value[:-32] + bytes(32))  # type: ignore[attr-defined]
 
     log._write_sync(rehash)  # pyright: ignore[reportPrivateUsage]
     report = await log.verify(checkpoints=[before], public_key=signer.public_key)
     assert ('checkpoint-mismatch', erased.seq) in {(p.code, p.seq) for p in report.problems}
-    log._write_sync(
-        lambda txn: txn.put(
-            Table.ENTRIES,
-            seq_key(erased.seq),
-            encode_erased_body(get_body(txn, erased.seq) or pytest.fail('gone')) + erased.hash,
-        )
-    )  # type: ignore[attr-defined]  # pyright: ignore[reportPrivateUsage]
+    log._write_sync(lambda txn: txn.put(Table.ENTRIES, seq_key(erased.seq), kept[0]))  # pyright: ignore[reportPrivateUsage]
     assert (await log.verify(checkpoints=[before], public_key=signer.public_key)).ok
     # A signed export of the erased store checks on a machine without the store.
     evidence = tmp_path / 'evidence.jsonl'

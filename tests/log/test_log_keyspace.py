@@ -86,7 +86,7 @@ def test_the_entry_shapes_share_one_definition() -> None:
     assert body[-1] == 'payload'
     assert list(_keys.StoredBody.__struct_fields__) == body
     assert list(Entry.__struct_fields__) == [*body, 'hash', 'erased']
-    assert list(_transfer.ExportedEntry.__struct_fields__) == [*body, 'hash', 'detached', 'erased']
+    assert list(_transfer.ExportedEntry.__struct_fields__) == [*body, 'hash', 'detached', 'erased', 'digest']
     assert list(_keys.StoredRun.__struct_fields__) == [
         f.name for f in msgspec.structs.fields(RunRecord) if f.name != 'run_id'
     ]

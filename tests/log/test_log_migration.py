@@ -74,13 +74,15 @@ async def test_a_format_1_store_is_migrated_and_reads_as_before(v1_store: Path, 
                 assert (await log.run_messages_json(run_id)).decode() == result
         exported = io.BytesIO()
         await log.export(exported)
-        # The format-1 code's export, entry line for entry line; only the framing of export
-        # version 2 differs (its header's version and the closing line).
+        # The format-1 code's export, entry line for entry line (hashes included: a migrated store
+        # keeps its entries' chain rule 1); only the framing of export version 3 differs (its
+        # header's version and chain rule boundary, and the closing line).
         header, *entry_lines, closing = exported.getvalue().splitlines(keepends=True)
         v1_header, *v1_entry_lines = (FIXTURES / 'v1-export.jsonl').read_bytes().splitlines(keepends=True)
         assert entry_lines == v1_entry_lines
         assert json.loads(v1_header) == {'format': 'pydantic-ai-eventlog', 'version': 1}
-        assert json.loads(header) == {'format': 'pydantic-ai-eventlog', 'version': 2}
+        last = json.loads(entry_lines[-1])['seq']
+        assert json.loads(header) == {'format': 'pydantic-ai-eventlog', 'version': 3, 'chain_from': last + 1}
         heads = {json.loads(line)['conversation_id']: json.loads(line)['hash'] for line in v1_entry_lines}
         assert json.loads(closing) == {'type': 'closing', 'entries': len(v1_entry_lines), 'heads': heads}
         assert (await log.verify()).ok
@@ -219,7 +221,7 @@ async def test_a_format_2_store_opened_read_only_reads_and_verifies_as_it_is(v2_
 
 def test_a_format_1_store_opened_read_only_names_its_migration(v1_store: Path) -> None:
     before = (v1_store / 'data.mdb').read_bytes()
-    with pytest.raises(ReadOnlyStoreError, match='in format 1, which is brought to format 3 by opening it for writing'):
+    with pytest.raises(ReadOnlyStoreError, match='in format 1, which is brought to format 4 by opening it for writing'):
         LmdbEventLog(v1_store, read_only=True)
     assert (v1_store / 'data.mdb').read_bytes() == before
 
@@ -235,7 +237,7 @@ async def test_a_format_2_store_is_migrated_and_reads_as_before(v2_store: Path) 
             assert (await log.run_messages_json(run.run_id)).decode() == expected['run_messages'][run.run_id]
         exported = io.BytesIO()
         await log.export(exported)
-        assert exported.getvalue() == (FIXTURES / 'v2-export.jsonl').read_bytes()
+        assert _same_export(exported.getvalue(), (FIXTURES / 'v2-export.jsonl').read_bytes())
         assert (await log.verify()).ok
         # Idempotency keys hold: the title appended again is the recorded entry.
         title = NewEntry(conversation_id='conv-b', kind='title', payload=b'{"title":"B"}', idempotency_key='title-once')
@@ -248,7 +250,9 @@ async def test_a_format_2_store_is_migrated_and_reads_as_before(v2_store: Path) 
         assert (await log.verify()).ok
     finally:
         log.close()
-    assert _meta(v2_store, b'format') == str(FORMAT_VERSION).encode() == b'3'
+    assert _meta(v2_store, b'format') == str(FORMAT_VERSION).encode() == b'4'
+    # Entries appended from the migration on are chained by rule 2; those before keep rule 1.
+    assert _meta(v2_store, b'chain_from') == (expected['last_seq'] + 1).to_bytes(8, 'big')
     # The recorded last seq was left as the format-2 code wrote it; the append did not move it.
     assert _meta(v2_store, b'last_seq') == expected['last_seq'].to_bytes(8, 'big')
     reopened = LmdbEventLog(v2_store, read_only=True)  # current now: opens read-only
@@ -260,7 +264,7 @@ async def test_a_format_2_store_is_migrated_and_reads_as_before(v2_store: Path) 
 
 def test_a_migration_killed_at_any_moment_leaves_a_store_that_opens(tmp_path: Path) -> None:
     """Opening migrates in one transaction: a process killed with SIGKILL while it opens (before,
-    during or after the migration) leaves the store in format 2 or 3, never in between."""
+    during or after the migration) leaves the store in format 2 or 4, never in between."""
     export = (FIXTURES / 'v2-export.jsonl').read_bytes()
     code = (
         'import sys, time\n'
@@ -286,9 +290,19 @@ def test_a_migration_killed_at_any_moment_leaves_a_store_that_opens(tmp_path: Pa
         try:
             exported = io.BytesIO()
             asyncio.run(log.export(exported))
-            assert exported.getvalue() == export
+            assert _same_export(exported.getvalue(), export)
             assert asyncio.run(log.verify()).ok
         finally:
             log.close()
-        assert _meta(path, b'format') == b'3'
-    assert formats <= {b'2', b'3'}, formats
+        assert _meta(path, b'format') == b'4'
+    assert formats <= {b'2', b'4'}, formats
+
+
+def _same_export(migrated: bytes, before: bytes) -> bool:
+    """Whether a migrated store's export holds the entry and closing lines (hashes included) of the
+    export made before, under a version-3 header naming where chain rule 2 starts (after them)."""
+    header, *rest = migrated.splitlines(keepends=True)
+    old_header, *old_rest = before.splitlines(keepends=True)
+    last = json.loads(old_rest[-2])['seq']
+    expected = {**json.loads(old_header), 'version': 3, 'chain_from': last + 1}
+    return rest == old_rest and json.loads(header) == expected

@@ -225,7 +225,7 @@ async def test_an_export_cut_at_a_line_boundary_is_refused(log: EventLogBase, ba
         target.close()
 
 
-@pytest.mark.parametrize('version', [0, -1, 3, 99])
+@pytest.mark.parametrize('version', [0, -1, 4, 99])
 async def test_unknown_export_versions_are_refused(log: EventLogBase, version: int) -> None:
     crafted = Crafted()
     crafted.add(1, 'c', 'title', b'{"title":"x"}')
@@ -244,7 +244,12 @@ async def test_a_version_1_export_needs_the_flag(log: EventLogBase) -> None:
     assert (await log.verify()).ok
     exported = io.BytesIO()
     await log.export(exported)
-    assert exported.getvalue().splitlines()[1:-1] == lines[1:]
+    # The same entries; their hashes are the importing store's (chain rule 2, docs/transfer.md).
+    unhashed = [{k: v for k, v in json.loads(line).items() if k != 'hash'} for line in lines[1:]]
+    again = [
+        {k: v for k, v in json.loads(line).items() if k != 'hash'} for line in exported.getvalue().splitlines()[1:-1]
+    ]
+    assert again == unhashed
 
 
 async def test_an_empty_log_exports_and_imports_nothing(log: EventLogBase) -> None:
