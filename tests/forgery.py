@@ -11,9 +11,12 @@ import msgspec
 from backends import postgres_dsn
 
 from eventlog._keys import (
+    META_CHAIN_FROM,
+    SEQ_SIZE,
     TABLE_NAMES,
     Table,
     TableId,
+    append_hash,
     chain_hash,
     conv_key,
     decode_body,
@@ -21,8 +24,10 @@ from eventlog._keys import (
     encode_body,
     encode_conversation,
     encode_erased_body,
+    erased_digest,
     is_erased_value,
     key_seq,
+    link,
     lmdb_key,
     seq_key,
     split_value,
@@ -120,6 +125,8 @@ def forge(raw: Raw, seq: int, payload: bytes) -> None:
     values = raw.entries()
     target = decode_body(seq, values[seq])
     conv_id = target.conversation_id
+    boundary = raw.get(Table.META, META_CHAIN_FROM)
+    first = None if boundary is None or len(boundary) != SEQ_SIZE else key_seq(boundary)
     prev = b''
     grown = 0
     for at in sorted(values):
@@ -131,8 +138,13 @@ def forge(raw: Raw, seq: int, payload: bytes) -> None:
         if at == seq:
             grown = len(payload) - len(body.payload)
             body = msgspec.structs.replace(body, payload=payload)
-            hashed = encode_erased_body(body) if is_erased_value(value) else encode_body(body)
-        digest = stored if is_erased_value(value) else chain_hash(prev, hashed)
+            erased = is_erased_value(value)
+            hashed = encode_erased_body(body, erased_digest(value)) if erased else encode_body(body)
+        rule_2 = first is not None and at >= first  # the store's own chain rule, as the attacker reads it
+        if is_erased_value(value):
+            digest = link(prev, hashed + stored, rule=2 if rule_2 else 1) or stored
+        else:
+            digest = append_hash(prev, hashed) if rule_2 else chain_hash(prev, hashed)
         if hashed + digest != value:
             raw.put(Table.ENTRIES, seq_key(at), hashed + digest)
         prev = digest
