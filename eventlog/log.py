@@ -443,7 +443,7 @@ class EventLogBase(ABC):
         fence = leases.FENCE.get()
         return fence[1] if fence is not None and fence[0] is self else None
 
-    async def take_run_lease(self, run_id: str, owner: str, seconds: float) -> RunLease:
+    async def take_run_lease(self, run_id: str, owner: str, seconds: float, *, executor: str | None = None) -> RunLease:
         """Take the lease of run `run_id` for the execution `owner` (unique per execution) for
         `seconds`, in a write transaction of the log; return it (its `epoch` is the fencing token
         with `owner`).
@@ -453,9 +453,16 @@ class EventLogBase(ABC):
         `RunLeaseError`, whose `held_until` says when the holder's lease lapses unless renewed.
         No process id or host name is consulted: a holder that died is taken over once its lease
         lapses. Holders' clocks are assumed to agree within a bound well below `seconds`.
+
+        `executor` names the process the execution runs in, by an id that persists across its
+        restarts and that no other live process uses: a lease held by another execution of the
+        same executor (the process before a restart) is taken over at once (`epoch` grows by one,
+        so that execution, if it still runs, is fenced).
         """
-        leases.check_args(run_id, owner, seconds)
-        return await self._write(lambda txn: leases.take_lease(txn, run_id, owner, float(seconds), self.lease_clock()))
+        leases.check_args(run_id, owner, seconds, executor)
+        return await self._write(
+            lambda txn: leases.take_lease(txn, run_id, owner, float(seconds), self.lease_clock(), executor)
+        )
 
     async def renew_run_lease(self, lease: RunLease, seconds: float) -> RunLease:
         """Make `lease` last `seconds` from now; `RunLeaseError` if the store no longer holds it

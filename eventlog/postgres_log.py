@@ -1363,13 +1363,13 @@ class PostgresEventLog(EventLogBase):
                     starts.clear()
                 starts[entry.run_id] = seq
 
-    async def take_run_lease(self, run_id: str, owner: str, seconds: float) -> RunLease:
+    async def take_run_lease(self, run_id: str, owner: str, seconds: float, *, executor: str | None = None) -> RunLease:
         """Take run `run_id`'s lease (see `EventLogBase.take_run_lease`), under the run's lock."""
         if not isinstance(run_id, str):  # pyright: ignore[reportUnnecessaryIsInstance]
-            return await super().take_run_lease(run_id, owner, seconds)  # the base names the error
+            return await super().take_run_lease(run_id, owner, seconds, executor=executor)  # the base names the error
         token = _RUN_SCOPED.set(_Plan.for_run(run_id))
         try:
-            return await super().take_run_lease(run_id, owner, seconds)
+            return await super().take_run_lease(run_id, owner, seconds, executor=executor)
         finally:
             _RUN_SCOPED.reset(token)
 
