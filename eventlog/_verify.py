@@ -40,10 +40,13 @@ from eventlog._keys import (
     conv_idem_prefix,
     conv_runs_key,
     decode_body,
+    decode_body_clipped,
     decode_conversation,
     decode_id,
     decode_run,
+    entry_hash,
     entry_key_of,
+    hashed_view,
     idem_conversation,
     idem_key_of,
     idem_run_start,
@@ -53,7 +56,6 @@ from eventlog._keys import (
     run_idem_prefix,
     run_key,
     seq_key,
-    split_value,
 )
 from eventlog._read import derives_last_seq
 from eventlog._storage import ReadTxn
@@ -143,8 +145,9 @@ class _Rebuild:
         self.conv_seqs.pop(conversation_id, None)
         self.erasure_listed.pop(conversation_id, None)
 
-    def apply(self, seq: int, body: StoredBody) -> None:
-        """Apply one decoded entry; `_Invalid` if it cannot follow the ones before it."""
+    def apply(self, seq: int, body: StoredBody, size: int) -> None:
+        """Apply one decoded entry whose payload has `size` bytes (a message's body holds none of
+        them: see `verify`); `_Invalid` if it cannot follow the ones before it."""
         conv_id = body.conversation_id
         kind = body.kind
         try:
@@ -159,7 +162,7 @@ class _Rebuild:
         conv.last_seq = seq
         conv.updated_at = body.timestamp
         conv.entry_count += 1
-        conv.payload_bytes += len(body.payload)
+        conv.payload_bytes += size
         self.conv_seqs.setdefault(conv_id, array('Q')).append(seq)
         self.max_seq = seq
 
@@ -373,7 +376,10 @@ def verify(txn: ReadTxn) -> VerifyReport:
             continue
         seq = key_seq(key)
         try:
-            body = decode_body(seq, value)
+            # A message's payload is not read here (it may be large): its size is enough.
+            body, size = decode_body_clipped(seq, value, 0)
+            if body.kind != 'message':
+                body = decode_body(seq, value)
         except CorruptEntryError:
             conv_of = _conversation_of(txn, seq) or '?'
             chain.setdefault(
@@ -382,7 +388,7 @@ def verify(txn: ReadTxn) -> VerifyReport:
             continue
         conv_id = body.conversation_id
         try:
-            rebuild.apply(seq, body)
+            rebuild.apply(seq, body, size)
         except _Invalid as exc:
             chain.setdefault(
                 conv_id,
@@ -394,7 +400,7 @@ def verify(txn: ReadTxn) -> VerifyReport:
         if body.kind == 'deleted':
             prev = b''
             marked.pop(conv_id, None)
-        hashed, stored_hash = split_value(value)
+        hashed, stored_hash = hashed_view(value), entry_hash(value)
         if is_erased_value(value):
             # The content is gone, so the entry's own hash cannot be recomputed: it is taken as
             # stored, and every later link is checked from it (docs/erasure.md).

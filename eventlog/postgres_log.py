@@ -1411,8 +1411,8 @@ class PostgresEventLog(EventLogBase):
             self._run, lambda cur: fn(PgReadTxn(cur, self._relations)), begin=None, lock=None
         )
 
-    async def _read(self, fn: Callable[[ReadTxn], T], *, bulk: bool = False) -> T:
-        self._check_open()
+    async def _read(self, fn: Callable[[ReadTxn], T], *, bulk: bool = False, views: bool = False) -> T:
+        self._check_open()  # values come over the wire: never views
         return await asyncio.to_thread(self._read_sync, self._sealed(fn))
 
     async def _write(self, fn: Callable[[WriteTxn], T], *, bulk: bool = False) -> T:
