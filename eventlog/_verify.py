@@ -145,9 +145,10 @@ class _Rebuild:
         self.conv_seqs.pop(conversation_id, None)
         self.erasure_listed.pop(conversation_id, None)
 
-    def apply(self, seq: int, body: StoredBody, size: int) -> None:
-        """Apply one decoded entry whose payload has `size` bytes (a message's body holds none of
-        them: see `verify`); `_Invalid` if it cannot follow the ones before it."""
+    def apply(self, seq: int, body: StoredBody, size: int | None = None) -> None:
+        """Apply one decoded entry whose payload has `size` bytes (when its body holds none of
+        them, as a message's in `verify`; else its payload's length); `_Invalid` if it cannot
+        follow the ones before it."""
         conv_id = body.conversation_id
         kind = body.kind
         try:
@@ -162,7 +163,7 @@ class _Rebuild:
         conv.last_seq = seq
         conv.updated_at = body.timestamp
         conv.entry_count += 1
-        conv.payload_bytes += size
+        conv.payload_bytes += len(body.payload) if size is None else size
         self.conv_seqs.setdefault(conv_id, array('Q')).append(seq)
         self.max_seq = seq
 
