@@ -170,14 +170,6 @@ def iter_entry_heads(
         yield to_entry(body, value), size
 
 
-def _decoded(seq: int, value: bytes, clip: int | None) -> tuple[StoredBody, int]:
-    """The body stored at `seq` (its payload cut to `clip` bytes unless `None`) and the payload's size."""
-    if clip is None:
-        body = decode_body(seq, value)
-        return body, len(body.payload)
-    return decode_body_clipped(seq, value, clip)
-
-
 def _matching(
     txn: ReadTxn,
     conversation_id: str | None,
@@ -186,8 +178,8 @@ def _matching(
     after_seq: int,
     clip: int | None,
 ) -> Iterator[tuple[StoredBody, bytes, int]]:
-    """The entries `iter_entries` gives, as bodies (payloads cut to `clip` bytes unless `None`)
-    with their stored values and payload sizes."""
+    """The entries `iter_entries` gives, as bodies with their stored values and payload sizes:
+    payloads cut to `clip` bytes, or whole when `clip` is `None` (the size then not told: -1)."""
     if run_id is not None:
         run = get_run(txn, run_id)
         if run is None or (conversation_id is not None and run.conversation_id != conversation_id):
@@ -208,13 +200,12 @@ def _matching(
         items = ((skey, value) for skey in seqs if (value := raw.get(Table.ENTRIES, skey)) is not None)
     for key, value in items:
         seq = key_seq(key)
-        if kinds is not None:  # the kind is read without the payload, which only a match needs
-            body, size = decode_body_clipped(seq, value, 0)
-            if body.kind not in kinds:
-                continue
+        body, size = (decode_body(seq, value), -1) if clip is None else decode_body_clipped(seq, value, clip)
+        if kinds is not None and body.kind not in kinds:
+            continue
         if opened is not None:
             value = opened(key, value)
-        body, size = _decoded(seq, value, clip)
+            body, size = (decode_body(seq, value), -1) if clip is None else decode_body_clipped(seq, value, clip)
         yield body, value, size
 
 
@@ -222,7 +213,7 @@ def _run_items(
     txn: ReadTxn, run: RunRecord, *, first: int, last: int, clip: int | None = None
 ) -> Iterator[tuple[StoredBody, bytes, int]]:
     """The run's entries with a `seq` from `first` to `last`, in order, with their stored values
-    and payload sizes (payloads cut to `clip` bytes unless `None`).
+    and payload sizes (as `_matching` gives them).
 
     A run's entries lie in its conversation between its `run_started` entry and its latest.
     When they make up most of that stretch of the log (the usual case: few runs interleave
@@ -241,7 +232,7 @@ def _run_items(
         seq = key_seq(key)
         if seq > last:
             return
-        body, size = _decoded(seq, value, clip)
+        body, size = (decode_body(seq, value), -1) if clip is None else decode_body_clipped(seq, value, clip)
         if body.run_id == run.run_id:
             yield body, value, size
 

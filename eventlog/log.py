@@ -688,7 +688,7 @@ class EventLogBase(ABC):
                 out.append(entry)
             return out
 
-        return await self._read(read, bulk=limit is None or limit > _BULK_THRESHOLD, views=True)
+        return await self._read(read, bulk=limit is None or limit > _BULK_THRESHOLD)
 
     async def iter_branch(
         self, tip: int | None, *, kinds: Iterable[str] | None = None, batch: int = STREAM_BATCH
