@@ -27,7 +27,8 @@ end) is made under the lease (`EventLogBase.run_lease_fence`): the transaction t
 checks the store still holds this execution's token. So a holder whose lease was taken over
 (it stalled past its lease: stopped, paused, suspended) appends nothing more; its run raises
 `RunLeaseError` without recording an end, and the new holder finishes the run. No process id or
-host name is consulted: a holder that died is taken over once its lease lapses. Lapsing is by
+host name is consulted: a holder that died is taken over once its lease lapses, or at once by
+the same process restarted, when it names itself with an `executor_id`. Lapsing is by
 wall clock, so holders' clocks must agree within a bound well below the lease; a holder whose
 clock or pause breaks that is fenced, not trusted (a unit it was executing at the takeover may
 execute in both, as one in flight when a process dies does).
@@ -89,6 +90,7 @@ from eventlog import (
     run_finished_entry,
     run_started_entry,
 )
+from eventlog._checks import check_id
 from eventlog.log import EventLogBase
 
 if TYPE_CHECKING:
@@ -318,6 +320,10 @@ class EventLogDurability(BaseDurabilityCapability[AgentDepsT]):
         lease_seconds: How long a run's lease lasts without renewal; the holder renews it every
             third of that. A run whose holder died is taken over once its lease lapses (by wall
             clock: holders' clocks must agree within a bound well below this).
+        executor_id: This process's identity, kept across its restarts and used by no other live
+            process (as DBOS's executor id): the runs a previous process of the same executor
+            held are taken over at once instead of after their lease lapses (that process, if it
+            still runs, is fenced). `None`: every execution waits for a lapsed lease.
     """
 
     engine_spec = DurabilityEngineSpec(
@@ -345,14 +351,19 @@ class EventLogDurability(BaseDurabilityCapability[AgentDepsT]):
         event_stream_handler: EventStreamHandler[AgentDepsT] | None = None,
         name: str | None = None,
         lease_seconds: float = 60.0,
+        executor_id: str | None = None,
     ) -> None:
         super().__init__(models=models, event_stream_handler=event_stream_handler, name=name)
         if not lease_seconds > 0:
             raise InvalidArgumentError(f'lease_seconds must be positive, got {lease_seconds!r}')
+        if executor_id is not None:
+            check_id(executor_id, 'executor_id')
         self.log: EventLog = log
         """The log that holds the journal."""
         self.lease_seconds: float = float(lease_seconds)
         """How long a run's lease lasts without renewal."""
+        self.executor_id: str | None = executor_id
+        """The process identity that takes over its own runs' leases at once after a restart, if any."""
         self._backend: _Backend | None = None
         self._records_runs = True
 
@@ -396,7 +407,7 @@ class EventLogDurability(BaseDurabilityCapability[AgentDepsT]):
             if not checking.durable or _CURRENT.get() is not None:
                 return await handler()  # a check against messages, or a run nested in the checked one
             return await self._check(ctx, handler, checking, run_id, conversation_id)
-        lease = _LeaseHolder(self.log, run_id, self.lease_seconds)
+        lease = _LeaseHolder(self.log, run_id, self.lease_seconds, self.executor_id)
         await lease.acquire(_LEASE_WAIT.get())
         try:
             with lease.fence():
@@ -509,8 +520,8 @@ class EventLogDurability(BaseDurabilityCapability[AgentDepsT]):
         keyword arguments go to `agent.run` (`model_settings`, `usage_limits`, ...).
 
         A run whose holder crashed stays leased until its lease lapses (at most `lease_seconds`
-        after its last renewal); with `wait_for_lease`, this waits up to that many seconds for
-        the lease to be free before giving up.
+        after its last renewal), unless that holder was a process of this `executor_id`; with
+        `wait_for_lease`, this waits up to that many seconds for the lease to be free before giving up.
 
         Raises `RunNotFound` (no such run), `DurableRunFailedError` (the run failed or was
         cancelled), `RunLeaseError` (another process holds the run's lease: its `held_until`
@@ -576,13 +587,21 @@ async def recorded_input(
     raise DurableRunFailedError(f'run {run.run_id!r} has no recorded prompt to execute it with')
 
 
+_EXECUTING: set[tuple[str, str]] = set()
+"""(executor id, run id) of the runs executing in this process under an executor id: another
+execution of the same run in this process is refused rather than taking the lease over."""
+
+
 class _LeaseHolder:
     """The lease of one run, held by this execution while it runs (`EventLogBase.take_run_lease`)."""
 
-    def __init__(self, log: EventLog, run_id: str, seconds: float) -> None:
+    def __init__(self, log: EventLog, run_id: str, seconds: float, executor: str | None = None) -> None:
         self.log = log if isinstance(log, EventLogBase) else None
         self.run_id = run_id
         self.seconds = seconds
+        self.executor = executor
+        self.here: tuple[str, str] | None = None
+        """This run's place in `_EXECUTING` while this execution holds it."""
         self.owner = uuid.uuid4().hex
         self.lease: RunLease | None = None
         self.confirmed = 0.0
@@ -597,17 +616,31 @@ class _LeaseHolder:
         if log is None:
             return  # a log without a store of its own: no lease
         deadline = time.monotonic() + wait
-        while True:
-            try:
-                self.lease = await log.take_run_lease(self.run_id, self.owner, self.seconds)
-                break
-            except RunLeaseError as error:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise
-                now = log.lease_clock()
-                until = error.held_until.timestamp() - now if error.held_until is not None else 0.0
-                await asyncio.sleep(min(left, max(until, 0.0) + 0.05, self.seconds / 3))
+        if self.executor is not None:
+            here = (self.executor, self.run_id)
+            if here in _EXECUTING:
+                raise RunLeaseError(
+                    f'run {self.run_id!r} is being executed in this process already (executor '
+                    f'{self.executor!r}); only one execution of a run at a time',
+                    run_id=self.run_id,
+                )
+            _EXECUTING.add(here)
+            self.here = here
+        try:
+            while True:
+                try:
+                    self.lease = await log.take_run_lease(self.run_id, self.owner, self.seconds, executor=self.executor)
+                    break
+                except RunLeaseError as error:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise
+                    now = log.lease_clock()
+                    until = error.held_until.timestamp() - now if error.held_until is not None else 0.0
+                    await asyncio.sleep(min(left, max(until, 0.0) + 0.05, self.seconds / 3))
+        except BaseException:
+            self._leave()
+            raise
         self.confirmed = time.monotonic()
         self.renewer = asyncio.create_task(self._renew())
 
@@ -652,7 +685,14 @@ class _LeaseHolder:
             except Exception:  # the store failed: the run's own writes will say, the next renewal may work
                 continue
 
+    def _leave(self) -> None:
+        """This execution no longer runs the run in this process (`_EXECUTING`)."""
+        if self.here is not None:
+            _EXECUTING.discard(self.here)
+            self.here = None
+
     async def release(self) -> None:
+        self._leave()
         if self.renewer is not None:
             self.renewer.cancel()
             self.renewer = None

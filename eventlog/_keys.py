@@ -62,9 +62,10 @@ from __future__ import annotations
 import hashlib
 import struct
 from collections.abc import Iterable, Iterator
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import msgspec
+from msgspec.structs import fields as struct_fields
 
 from eventlog._storage import TABLE_NAMES, ReadTxn, Table, TableId, prefix_end
 from eventlog.entries import ConversationRecord, EntryBody, RunRecord
@@ -99,6 +100,7 @@ __all__ = [
     'conv_key',
     'conv_runs_key',
     'decode_body',
+    'decode_body_clipped',
     'decode_conversation',
     'decode_id',
     'decode_run',
@@ -111,6 +113,7 @@ __all__ = [
     'entry_key_of',
     'erased_digest',
     'format_value',
+    'hashed_view',
     'idem_conversation',
     'idem_key_of',
     'idem_run_start',
@@ -355,12 +358,46 @@ def encode_body_of(entry: Any, payload: bytes) -> bytes:
     return _body_encoder.encode(StoredBody(*[getattr(entry, name) for name in _HEADER_FIELDS], payload=payload))
 
 
+_HeadBody = msgspec.defstruct(
+    '_HeadBody',
+    [(f.name, f.type) for f in struct_fields(StoredBody)[:-1]] + [('payload', msgspec.Raw)],
+    array_like=True,
+    frozen=True,
+)
+"""A stored body whose payload is left undecoded: a view of the stored bytes (no copy)."""
+_head_decoder = msgspec.msgpack.Decoder(_HeadBody)
+_BIN_WIDTHS: Final = {0xC4: 1, 0xC5: 2, 0xC6: 4}
+"""msgpack's `bin 8/16/32` type bytes, each with the size of the length after it."""
+
+
+def decode_body_clipped(seq: int, value: bytes | memoryview, limit: int) -> tuple[StoredBody, int]:
+    """`decode_body` with the payload cut to its first `limit` bytes, and the payload's full size.
+    Only those bytes are copied out of `value` (which may be a view of the store's map)."""
+    try:
+        head = _head_decoder.decode(memoryview(value)[: len(value) - HASH_SIZE])
+    except msgspec.DecodeError as exc:
+        raise CorruptEntryError(f'entry {seq} cannot be decoded: {exc}') from None
+    raw = memoryview(cast('msgspec.Raw', getattr(head, 'payload')))  # noqa: B009  (a field of a made struct)
+    width = _BIN_WIDTHS.get(raw[0]) if len(raw) else None
+    if width is None:
+        raise CorruptEntryError(f'entry {seq} cannot be decoded: its payload is not bytes')
+    size = int.from_bytes(raw[1 : 1 + width], 'big')
+    payload = bytes(raw[1 + width : 1 + width + min(size, limit)])
+    body = StoredBody(*[getattr(head, name) for name in _HEADER_FIELDS], payload=payload)
+    return _checked(seq, body), size
+
+
 def decode_body(seq: int, value: bytes) -> StoredBody:
     """The body of the ENTRIES value stored at `seq`; `CorruptEntryError` when it cannot be right."""
     try:
         body = _body_decoder.decode(memoryview(value)[: len(value) - HASH_SIZE])
     except msgspec.DecodeError as exc:
         raise CorruptEntryError(f'entry {seq} cannot be decoded: {exc}') from None
+    return _checked(seq, body)
+
+
+def _checked(seq: int, body: StoredBody) -> StoredBody:
+    """`body` if it can be the one stored at `seq`; `CorruptEntryError` otherwise."""
     if body.seq != seq:
         raise CorruptEntryError(f'entry stored at seq {seq} says it is seq {body.seq}')
     if body.parent is not None and not 0 < body.parent < seq:
@@ -374,12 +411,17 @@ def split_value(value: bytes) -> tuple[bytes, bytes]:
     return value[:cut], value[cut:]
 
 
+def hashed_view(value: bytes) -> memoryview:
+    """An ENTRIES value's hashed body bytes, as a view of `value` (no copy; `split_value` copies)."""
+    return memoryview(value)[: len(value) - HASH_SIZE]
+
+
 def entry_hash(value: bytes) -> bytes:
     """The chain hash at the end of an ENTRIES value."""
     return bytes(value[-HASH_SIZE:])
 
 
-def chain_hash(prev: bytes, body_bytes: bytes) -> bytes:
+def chain_hash(prev: bytes, body_bytes: bytes | memoryview) -> bytes:
     """Rule 1: SHA-256 of the previous entry's hash and this entry's bytes (hardware-accelerated on most CPUs)."""
     digest = hashlib.sha256(prev)
     digest.update(body_bytes)
@@ -396,10 +438,10 @@ def link(prev: bytes, value: bytes, *, rule: int) -> bytes | None:
     so an erased entry's stored hash is returned as given. `None` when `value` cannot hold the
     hash it should: an erased entry of rule 2 that kept no digest.
     """
-    hashed, stored = split_value(value)
+    hashed, stored = hashed_view(value), entry_hash(value)  # the body not copied (it may be large)
     erased = is_erased_value(value)
     if rule == 1:
-        return bytes(stored) if erased else chain_hash(prev, hashed)
+        return stored if erased else chain_hash(prev, hashed)
     digest = erased_digest(value) if erased else hashlib.sha256(hashed).digest()
     return None if digest is None else rule_2_hash(prev, digest)
 

@@ -21,6 +21,7 @@ from eventlog._keys import (
     ck,
     conv_key,
     decode_body,
+    decode_body_clipped,
     decode_conversation,
     decode_id,
     decode_run,
@@ -80,6 +81,15 @@ def get_entry(txn: ReadTxn, seq: int) -> Entry | None:
     if value is None:
         return None
     return to_entry(decode_body(seq, value), value)
+
+
+def get_entry_head(txn: ReadTxn, seq: int, payload_limit: int) -> tuple[Entry, int] | None:
+    """`get_entry` with the payload cut to its first `payload_limit` bytes, and its full size."""
+    value = txn.get(Table.ENTRIES, seq_key(seq))
+    if value is None:
+        return None
+    body, size = decode_body_clipped(seq, value, payload_limit)
+    return to_entry(body, value), size
 
 
 def get_body(txn: ReadTxn, seq: int) -> StoredBody | None:
@@ -156,44 +166,69 @@ def iter_entries(
     after_seq: int = 0,
 ) -> Iterator[Entry]:
     """Entries in `seq` order, filtered; the narrowest index is used."""
+    for body, value, _ in _matching(txn, conversation_id, run_id, kinds, after_seq, None):
+        yield to_entry(body, value)
+
+
+def iter_entry_heads(
+    txn: ReadTxn,
+    *,
+    conversation_id: str | None = None,
+    run_id: str | None = None,
+    kinds: frozenset[str] | None = None,
+    after_seq: int = 0,
+    payload_limit: int,
+) -> Iterator[tuple[Entry, int]]:
+    """`iter_entries`, each payload cut to its first `payload_limit` bytes, with its full size.
+    A plain store's values may be views of its map: only the bytes kept are copied."""
+    for body, value, size in _matching(txn, conversation_id, run_id, kinds, after_seq, payload_limit):
+        yield to_entry(body, value), size
+
+
+def _matching(
+    txn: ReadTxn,
+    conversation_id: str | None,
+    run_id: str | None,
+    kinds: frozenset[str] | None,
+    after_seq: int,
+    clip: int | None,
+) -> Iterator[tuple[StoredBody, bytes, int]]:
+    """The entries `iter_entries` gives, as bodies with their stored values and payload sizes:
+    payloads cut to `clip` bytes, or whole when `clip` is `None` (the size then not told: -1)."""
     if run_id is not None:
         run = get_run(txn, run_id)
         if run is None or (conversation_id is not None and run.conversation_id != conversation_id):
             return
-        for body, value in _run_items(txn, run, first=after_seq + 1, last=run.last_seq):
+        for body, value, size in _run_items(txn, run, first=after_seq + 1, last=run.last_seq, clip=clip):
             if kinds is None or body.kind in kinds:
-                yield to_entry(body, value)
+                yield body, value, size
         return
     # An encrypted store's transaction (`encryption.SealedTxn`) opens payloads as they are read:
     # entries are read raw here and only those of the wanted kinds opened.
     raw: ReadTxn = getattr(txn, 'raw', txn)
     opened: Callable[[bytes, bytes], bytes] | None = getattr(txn, 'open_value', None)
     if conversation_id is None:
-        for key, value in _log_order(raw, seq_key(after_seq + 1)):
-            body = decode_body(key_seq(key), value)
-            if kinds is None or body.kind in kinds:
-                if opened is not None:
-                    value = opened(key, value)
-                    body = decode_body(body.seq, value)
-                yield to_entry(body, value)
-        return
-    first = by_conv_key(conversation_id, after_seq + 1)
-    for key, _ in raw.scan(Table.BY_CONV, prefix=ck(conversation_id), start=first):
+        items: Iterator[tuple[bytes, bytes]] = _log_order(raw, seq_key(after_seq + 1))
+    else:
+        first = by_conv_key(conversation_id, after_seq + 1)
+        seqs = (seq_key(key_seq(key)) for key, _ in raw.scan(Table.BY_CONV, prefix=ck(conversation_id), start=first))
+        items = ((skey, value) for skey in seqs if (value := raw.get(Table.ENTRIES, skey)) is not None)
+    for key, value in items:
         seq = key_seq(key)
-        skey = seq_key(seq)
-        value = raw.get(Table.ENTRIES, skey)
-        if value is None:
+        body, size = (decode_body(seq, value), -1) if clip is None else decode_body_clipped(seq, value, clip)
+        if kinds is not None and body.kind not in kinds:
             continue
-        body = decode_body(seq, value)
-        if kinds is None or body.kind in kinds:
-            if opened is not None:
-                value = opened(skey, value)
-                body = decode_body(seq, value)
-            yield to_entry(body, value)
+        if opened is not None:
+            value = opened(key, value)
+            body, size = (decode_body(seq, value), -1) if clip is None else decode_body_clipped(seq, value, clip)
+        yield body, value, size
 
 
-def _run_items(txn: ReadTxn, run: RunRecord, *, first: int, last: int) -> Iterator[tuple[StoredBody, bytes]]:
-    """The run's entries with a `seq` from `first` to `last`, in order, with their stored values.
+def _run_items(
+    txn: ReadTxn, run: RunRecord, *, first: int, last: int, clip: int | None = None
+) -> Iterator[tuple[StoredBody, bytes, int]]:
+    """The run's entries with a `seq` from `first` to `last`, in order, with their stored values
+    and payload sizes (as `_matching` gives them).
 
     A run's entries lie in its conversation between its `run_started` entry and its latest.
     When they make up most of that stretch of the log (the usual case: few runs interleave
@@ -212,14 +247,14 @@ def _run_items(txn: ReadTxn, run: RunRecord, *, first: int, last: int) -> Iterat
         seq = key_seq(key)
         if seq > last:
             return
-        body = decode_body(seq, value)
+        body, size = (decode_body(seq, value), -1) if clip is None else decode_body_clipped(seq, value, clip)
         if body.run_id == run.run_id:
-            yield shown(body, value), value
+            yield shown(body, value), value, size
 
 
 def _run_bodies(txn: ReadTxn, run: RunRecord, upto: int) -> list[StoredBody]:
     """The run's entries up to `seq` `upto`, in order."""
-    return [body for body, _ in _run_items(txn, run, first=run.start_seq, last=upto)]
+    return [body for body, _, _ in _run_items(txn, run, first=run.start_seq, last=upto)]
 
 
 def branch_bodies(txn: ReadTxn, tip: int | None) -> list[StoredBody]:

@@ -29,9 +29,10 @@ def branch_stretches(txn: ReadTxn, tip: int | None) -> list[Stretch]:
     stretches: list[Stretch] = []
     point = tip
     while point is not None:
-        entry = engine.get_entry(txn, point)
-        if entry is None:
+        head = engine.get_entry_head(txn, point, 0)  # its run and parent: not its payload
+        if head is None:
             break  # the rest of the branch was deleted with its conversation
+        entry = head[0]
         if entry.run_id is not None:
             run = engine.get_run(txn, entry.run_id)
             if run is None:
@@ -64,6 +65,27 @@ def branch_entries(
             if entry.seq > last:
                 break
             yield entry
+
+
+def fold_entries(txn: ReadTxn, tip: int | None) -> Iterator[Entry]:
+    """The messages and compactions of the branch ending at `tip`, in order, as a context plan
+    reads them: compactions whole, messages without their payloads (a plan needs their `seq`s)."""
+    for run_id, first, last in branch_stretches(txn, tip):
+        if run_id is None:
+            heads = [] if (head := engine.get_entry_head(txn, first, 0)) is None else [head]
+        else:
+            heads = engine.iter_entry_heads(txn, run_id=run_id, kinds=_FOLD_KINDS, after_seq=first - 1, payload_limit=0)
+        for entry, size in heads:
+            if entry.seq > last:
+                break
+            if entry.kind == 'compaction' and size:
+                whole = engine.get_entry(txn, entry.seq)
+                entry = entry if whole is None else whole
+            if entry.kind in _FOLD_KINDS:
+                yield entry
+
+
+_FOLD_KINDS = frozenset({'message', 'compaction'})
 
 
 def history_origin(txn: ReadTxn, conversation_id: str) -> int | None:
@@ -134,6 +156,21 @@ def plan_items(txn: ReadTxn, plan: Sequence[ContextItem], start: int = 0) -> Ite
             yield [entry.payload]
         else:
             yield item
+
+
+def plan_item_heads(
+    txn: ReadTxn, plan: Sequence[ContextItem], start: int, payload_limit: int
+) -> Iterator[list[tuple[bytes, int]]]:
+    """`plan_items`, each payload cut to its first `payload_limit` bytes, with its full size."""
+    for index in range(start, len(plan)):
+        item = plan[index]
+        if isinstance(item, int):
+            head = engine.get_entry_head(txn, item, payload_limit)
+            if head is None:
+                raise CorruptEntryError(f'entry {item} of the context is missing')
+            yield [(head[0].payload, head[1])]
+        else:
+            yield [(payload[:payload_limit], len(payload)) for payload in item]
 
 
 def plan_payloads(txn: ReadTxn, plan: Sequence[ContextItem]) -> Iterator[bytes]:

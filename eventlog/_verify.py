@@ -41,9 +41,11 @@ from eventlog._keys import (
     conv_idem_prefix,
     conv_runs_key,
     decode_body,
+    decode_body_clipped,
     decode_conversation,
     decode_id,
     decode_run,
+    entry_hash,
     entry_key_of,
     idem_conversation,
     idem_key_of,
@@ -56,11 +58,10 @@ from eventlog._keys import (
     run_idem_prefix,
     run_key,
     seq_key,
-    split_value,
 )
 from eventlog._read import derives_last_seq
 from eventlog._storage import ReadTxn
-from eventlog.encryption import META_ENCRYPTION, is_sealed, seal_problem
+from eventlog.encryption import META_ENCRYPTION, SEAL_MARK_SIZE, is_sealed, seal_problem
 from eventlog.entries import (
     CompactionInfo,
     ConversationRecord,
@@ -147,8 +148,10 @@ class _Rebuild:
         self.conv_seqs.pop(conversation_id, None)
         self.erasure_listed.pop(conversation_id, None)
 
-    def apply(self, seq: int, body: StoredBody) -> None:
-        """Apply one decoded entry; `_Invalid` if it cannot follow the ones before it."""
+    def apply(self, seq: int, body: StoredBody, size: int | None = None) -> None:
+        """Apply one decoded entry whose payload has `size` bytes (when its body holds none of
+        them, as a message's in `verify`; else its payload's length); `_Invalid` if it cannot
+        follow the ones before it."""
         conv_id = body.conversation_id
         kind = body.kind
         try:
@@ -163,7 +166,7 @@ class _Rebuild:
         conv.last_seq = seq
         conv.updated_at = body.timestamp
         conv.entry_count += 1
-        conv.payload_bytes += len(body.payload)
+        conv.payload_bytes += len(body.payload) if size is None else size
         self.conv_seqs.setdefault(conv_id, array('Q')).append(seq)
         self.max_seq = seq
 
@@ -383,14 +386,18 @@ def verify(txn: ReadTxn) -> VerifyReport:
             continue
         seq = key_seq(key)
         try:
-            body = decode_body(seq, value)
+            # A message's payload is read only as far as its seal mark (it may be large): its size is
+            # enough for the records. An erased one is read whole, to check its placeholder.
+            body, size = decode_body_clipped(seq, value, SEAL_MARK_SIZE)
+            if body.kind != 'message' or is_erased_value(value):
+                body = decode_body(seq, value)
         except CorruptEntryError:
             undecodable.append(seq)  # its conversation is looked up with the others' after the scan
             continue
         conv_id = body.conversation_id
         _check_seal(encrypted, body, findings)
         try:
-            rebuild.apply(seq, body)
+            rebuild.apply(seq, body, size)
         except _Invalid as exc:
             chain.setdefault(
                 conv_id,
@@ -402,7 +409,7 @@ def verify(txn: ReadTxn) -> VerifyReport:
         if body.kind == 'deleted':
             prev = b''
             marked.pop(conv_id, None)
-        stored_hash = split_value(value)[1]
+        stored_hash = entry_hash(value)
         if is_erased_value(value):
             marked.setdefault(conv_id, {})[seq] = _named_erasure(body)
         # Rule 2 recomputes an erased entry's link from the digest it keeps; rule 1 (entries older

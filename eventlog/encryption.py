@@ -118,6 +118,8 @@ _TAG: Final = 16
 _HEADER: Final = len(_MAGIC) + 1 + _FINGERPRINT + _NONCE
 SEAL_OVERHEAD: Final = _HEADER + _TAG
 """Bytes a sealed payload has beyond its plaintext: magic, role, key fingerprint, nonce, tag."""
+SEAL_MARK_SIZE: Final = len(_MAGIC)
+"""How many leading bytes of a payload `is_sealed` reads (a reader that clips payloads keeps at least these)."""
 
 CACHED_KEYS: Final = 4096
 """Data keys a handle keeps unwrapped in memory (the most recently used): a process serving many

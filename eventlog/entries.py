@@ -375,6 +375,9 @@ class RunLease(msgspec.Struct, frozen=True, kw_only=True):
     epoch: int
     expires: float
     """When the lease lapses unless renewed (seconds since the epoch, by the holder's clock)."""
+    executor: str | None = None
+    """The executor (a process identity that persists across restarts) the execution belongs to,
+    if it named one: another execution of the same executor takes the lease over at once."""
 
 
 class RunRecord(msgspec.Struct, kw_only=True):

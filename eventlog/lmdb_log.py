@@ -91,6 +91,10 @@ class _LmdbTxn:
         db, prefix = self._layout[table]
         return cast('bytes | None', self._txn.get(prefix + key, db=db))
 
+    def _rows(self, table: TableId, rows: Iterator[tuple[bytes, bytes]]) -> Iterator[tuple[bytes, bytes]]:
+        """A cursor's rows as `scan` reads them (here: as LMDB gives them, copies)."""
+        return rows
+
     def scan(
         self, table: TableId, *, prefix: bytes = b'', start: bytes | None = None, reverse: bool = False
     ) -> Iterator[tuple[bytes, bytes]]:
@@ -102,7 +106,7 @@ class _LmdbTxn:
             first = full if start is None else max(full, table_prefix + start)
             if not cursor.set_range(first):
                 return
-            for key, value in cast('Iterator[tuple[bytes, bytes]]', iter(cursor)):
+            for key, value in self._rows(table, cast('Iterator[tuple[bytes, bytes]]', iter(cursor))):
                 if not key.startswith(full):
                     return
                 yield key[cut:], value
@@ -116,7 +120,7 @@ class _LmdbTxn:
             positioned = cursor.prev() if upper is not None and cursor.set_range(upper) else cursor.last()
         if not positioned:
             return
-        for key, value in cast('Iterator[tuple[bytes, bytes]]', cursor.iterprev()):
+        for key, value in self._rows(table, cast('Iterator[tuple[bytes, bytes]]', cursor.iterprev())):
             if not key.startswith(full):
                 if key < full:
                     return
@@ -130,7 +134,7 @@ class _LmdbTxn:
         """The key of the last entry (ENTRIES is a database of its own, so its last key), or
         `None` when there is none: an LMDB store derives its last `seq` from it (`_read.last_seq`)."""
         cursor = self._txn.cursor(db=self._layout[Table.ENTRIES][0])
-        return cast('bytes', cursor.key()) if cursor.last() else None
+        return bytes(cast('bytes', cursor.key())) if cursor.last() else None
 
     def put(self, table: TableId, key: bytes, value: bytes) -> None:
         db, prefix = self._layout[table]
@@ -145,6 +149,24 @@ class _LmdbTxn:
     def delete(self, table: TableId, key: bytes) -> None:
         db, prefix = self._layout[table]
         self._txn.delete(prefix + key, db=db)
+
+
+class _LmdbViewTxn(_LmdbTxn):
+    """A read transaction opened with `buffers=True` (`LmdbEventLog._read_views_sync`): ENTRIES
+    values are views of the map, read only as far as they are used; keys and other values are
+    copied, so that only entry values (which `_read.iter_entry_heads` cuts) are views."""
+
+    __slots__ = ()
+
+    def get(self, table: TableId, key: bytes) -> bytes | None:
+        db, prefix = self._layout[table]
+        value = cast('bytes | None', self._txn.get(prefix + key, db=db))
+        return value if value is None or table == Table.ENTRIES else bytes(value)
+
+    def _rows(self, table: TableId, rows: Iterator[tuple[bytes, bytes]]) -> Iterator[tuple[bytes, bytes]]:
+        if table == Table.ENTRIES:
+            return ((bytes(key), value) for key, value in rows)
+        return ((bytes(key), bytes(value)) for key, value in rows)
 
 
 class _SharedEnv:
@@ -512,12 +534,16 @@ class LmdbEventLog(EventLogBase):
     def _read_sync(self, fn: Callable[[ReadTxn], T]) -> T:
         return self.run_in_txn(lambda txn: fn(_LmdbTxn(txn, self._shared.dbs)), write=False)
 
+    def _read_views_sync(self, fn: Callable[[ReadTxn], T]) -> T:
+        return self.run_in_txn(lambda txn: fn(_LmdbViewTxn(txn, self._shared.dbs)), write=False, buffers=True)
+
     def _write_sync(self, fn: Callable[[WriteTxn], T]) -> T:
         return self.run_in_txn(lambda txn: fn(_LmdbTxn(txn, self._shared.dbs)), write=True)
 
-    def run_in_txn(self, fn: Callable[[lmdb.Transaction], T], *, write: bool) -> T:
+    def run_in_txn(self, fn: Callable[[lmdb.Transaction], T], *, write: bool, buffers: bool = False) -> T:
         """Run `fn` in an LMDB transaction: committed if it returns (when `write`), aborted if it
-        raises; retried after growing the map when it fills. For projections over this store."""
+        raises; retried after growing the map when it fills. For projections over this store.
+        With `buffers`, values are views of the map, valid only inside `fn`."""
         if self._closed:
             raise LogClosedError('LmdbEventLog is closed')
         if write:
@@ -530,7 +556,7 @@ class LmdbEventLog(EventLogBase):
             shared.enter()
             grow = 0
             try:
-                with shared.env.begin(write=write) as txn:
+                with shared.env.begin(write=write, buffers=buffers) as txn:
                     if write:
                         shared.check_identity()
                     return fn(txn)

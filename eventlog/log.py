@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime
 from functools import partial
+from itertools import islice
 from pathlib import Path
 from types import TracebackType
 from typing import IO, TYPE_CHECKING, ClassVar, Protocol, Self, TypeVar, cast, runtime_checkable
@@ -407,11 +408,17 @@ class EventLogBase(ABC):
             return cast('Callable[[ReadTxn], T]', fn)
         return lambda txn: fn(SealedTxn(txn, sealer))
 
-    async def _read(self, fn: Callable[[ReadTxn], T], *, bulk: bool = False) -> T:
+    async def _read(self, fn: Callable[[ReadTxn], T], *, bulk: bool = False, views: bool = False) -> T:
         self._check_open()
         fn = self._sealed(fn)
+        read = self._read_views_sync if views and self._sealer is None else self._read_sync  # sealed: opened whole
         if bulk:
-            return await to_thread(self._read_sync, fn)
+            return await to_thread(read, fn)
+        return read(fn)
+
+    def _read_views_sync(self, fn: Callable[[ReadTxn], T]) -> T:
+        """`_read_sync`, where the ENTRIES values `fn` reads may be views of the store's memory
+        (LMDB's map) rather than copies: valid only inside `fn`, which must return none of them."""
         return self._read_sync(fn)
 
     async def _write(self, fn: Callable[[WriteTxn], T], *, bulk: bool = False) -> T:
@@ -454,7 +461,7 @@ class EventLogBase(ABC):
         fence = leases.FENCE.get()
         return fence[1] if fence is not None and fence[0] is self else None
 
-    async def take_run_lease(self, run_id: str, owner: str, seconds: float) -> RunLease:
+    async def take_run_lease(self, run_id: str, owner: str, seconds: float, *, executor: str | None = None) -> RunLease:
         """Take the lease of run `run_id` for the execution `owner` (unique per execution) for
         `seconds`, in a write transaction of the log; return it (its `epoch` is the fencing token
         with `owner`).
@@ -464,9 +471,16 @@ class EventLogBase(ABC):
         `RunLeaseError`, whose `held_until` says when the holder's lease lapses unless renewed.
         No process id or host name is consulted: a holder that died is taken over once its lease
         lapses. Holders' clocks are assumed to agree within a bound well below `seconds`.
+
+        `executor` names the process the execution runs in, by an id that persists across its
+        restarts and that no other live process uses: a lease held by another execution of the
+        same executor (the process before a restart) is taken over at once (`epoch` grows by one,
+        so that execution, if it still runs, is fenced).
         """
-        leases.check_args(run_id, owner, seconds)
-        return await self._write(lambda txn: leases.take_lease(txn, run_id, owner, float(seconds), self.lease_clock()))
+        leases.check_args(run_id, owner, seconds, executor)
+        return await self._write(
+            lambda txn: leases.take_lease(txn, run_id, owner, float(seconds), self.lease_clock(), executor)
+        )
 
     async def renew_run_lease(self, lease: RunLease, seconds: float) -> RunLease:
         """Make `lease` last `seconds` from now; `RunLeaseError` if the store no longer holds it
@@ -501,10 +515,46 @@ class EventLogBase(ABC):
         """The largest `seq` in the log (0 when empty)."""
         return await self._read(engine.last_seq)
 
+    async def entry_heads(
+        self,
+        *,
+        conversation_id: str | None = None,
+        run_id: str | None = None,
+        kinds: Iterable[str] | None = None,
+        after_seq: int = 0,
+        limit: int | None = None,
+        payload_limit: int,
+    ) -> list[tuple[Entry, int]]:
+        """`entries`, each with its payload cut to its first `payload_limit` bytes, and the
+        payload's full size: to show big entries without reading them whole. On LMDB only the
+        bytes kept are read from the file (an encrypted store opens each payload whole first)."""
+        engine.check_count(payload_limit, 'payload_limit')
+        kind_set = self._entries_args(conversation_id, run_id, kinds, after_seq, limit)
+
+        def read(txn: ReadTxn) -> list[tuple[Entry, int]]:
+            it = engine.iter_entry_heads(
+                txn,
+                conversation_id=conversation_id,
+                run_id=run_id,
+                kinds=kind_set,
+                after_seq=after_seq,
+                payload_limit=payload_limit,
+            )
+            return list(it if limit is None else islice(it, limit))
+
+        return await self._read(read, bulk=limit is None or limit > _BULK_THRESHOLD, views=True)
+
+    async def get_entry_head(self, seq: int, payload_limit: int) -> tuple[Entry, int] | None:
+        """`get_entry` with the payload cut to its first `payload_limit` bytes, and its full size
+        (see `entry_heads`); `None` when there is no entry `seq`."""
+        engine.check_seq(seq, 'seq')
+        engine.check_count(payload_limit, 'payload_limit')
+        return await self._read(lambda txn: engine.get_entry_head(txn, seq, payload_limit), views=True)
+
     async def get_entry(self, seq: int) -> Entry | None:
         """One entry by `seq`, or `None`."""
         engine.check_seq(seq, 'seq')
-        return await self._read(lambda txn: engine.get_entry(txn, seq))
+        return await self._read(lambda txn: engine.get_entry(txn, seq), views=True)
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         """A run's record, or `None`."""
@@ -604,10 +654,27 @@ class EventLogBase(ABC):
 
         def read(txn: ReadTxn) -> list[ModelMessage]:
             tip = stream.context_tip(txn, conversation_id)
-            plan = stream.context_plan(stream.branch_entries(txn, stream.branch_stretches(txn, tip), _FOLD_KINDS))
+            plan = stream.context_plan(stream.fold_entries(txn, tip))
             return _decode_in_batches(stream.plan_payloads(txn, plan))
 
         return await self._read(read, bulk=True)
+
+    @staticmethod
+    def _entries_args(
+        conversation_id: str | None, run_id: str | None, kinds: Iterable[str] | None, after_seq: int, limit: int | None
+    ) -> frozenset[str] | None:
+        """Check the filters of `entries`; the kinds as a set (`None`: all)."""
+        if conversation_id is not None:
+            engine.check_id(conversation_id, 'conversation_id')
+        if run_id is not None:
+            engine.check_id(run_id, 'run_id')
+        kind_set = None if kinds is None else frozenset(kinds)
+        if kind_set is not None and not kind_set <= engine.KINDS:
+            raise InvalidArgumentError(f'unknown kinds {sorted(kind_set - engine.KINDS)}')
+        engine.check_count(after_seq, 'after_seq')
+        if limit is not None:
+            engine.check_count(limit, 'limit')
+        return kind_set
 
     async def entries(
         self,
@@ -619,16 +686,7 @@ class EventLogBase(ABC):
         limit: int | None = None,
     ) -> list[Entry]:
         """Entries in `seq` order, filtered; `after_seq` lets a follower resume where it stopped."""
-        if conversation_id is not None:
-            engine.check_id(conversation_id, 'conversation_id')
-        if run_id is not None:
-            engine.check_id(run_id, 'run_id')
-        kind_set = None if kinds is None else frozenset(kinds)
-        if kind_set is not None and not kind_set <= engine.KINDS:
-            raise InvalidArgumentError(f'unknown kinds {sorted(kind_set - engine.KINDS)}')
-        engine.check_count(after_seq, 'after_seq')
-        if limit is not None:
-            engine.check_count(limit, 'limit')
+        kind_set = self._entries_args(conversation_id, run_id, kinds, after_seq, limit)
 
         def read(txn: ReadTxn) -> list[Entry]:
             out: list[Entry] = []
@@ -719,39 +777,57 @@ class EventLogBase(ABC):
 
         def plan(txn: ReadTxn) -> list[stream.ContextItem]:
             tip = stream.context_tip(txn, conversation_id)
-            return stream.context_plan(stream.branch_entries(txn, stream.branch_stretches(txn, tip), _FOLD_KINDS))
+            return stream.context_plan(stream.fold_entries(txn, tip))
 
-        items = await self._read(plan, bulk=True)
+        items = await self._read(plan, bulk=True, views=True)
         start = 0
         while start < len(items):
             found, start = await self._read(
                 partial(_plan_payloads, plan=items, start=start, count=batch), bulk=batch > _BULK_THRESHOLD
             )
-            yield found
+            yield [payload for payload, _ in found]
 
     async def iter_context_messages(
         self, conversation_id: str, *, batch: int = STREAM_BATCH
     ) -> AsyncIterator[list[tuple[int, bytes]]]:
         """`iter_context_payloads` with each message's entry number: `(seq, payload)`, where `seq` is
         the message's own entry, or for the messages of a compaction summary the compaction's entry."""
+        async for found in self._context_batches(conversation_id, batch, None):
+            yield [(seq, payload) for seq, payload, _ in found]
+
+    async def iter_context_heads(
+        self, conversation_id: str, *, payload_limit: int, batch: int = STREAM_BATCH
+    ) -> AsyncIterator[list[tuple[int, bytes, int]]]:
+        """`iter_context_messages` with each payload cut to its first `payload_limit` bytes and
+        its full size: `(seq, payload, size)`. On LMDB only the bytes kept are read from the
+        file (see `entry_heads`)."""
+        engine.check_count(payload_limit, 'payload_limit')
+        async for found in self._context_batches(conversation_id, batch, payload_limit):
+            yield found
+
+    async def _context_batches(
+        self, conversation_id: str, batch: int, payload_limit: int | None
+    ) -> AsyncIterator[list[tuple[int, bytes, int]]]:
+        """The context's messages in batches as `(seq, payload, size)`, each payload cut to
+        `payload_limit` bytes unless `None` (see `iter_context_messages`)."""
         engine.check_id(conversation_id, 'conversation_id')
         _check_batch(batch)
 
         def plan(txn: ReadTxn) -> list[tuple[int, stream.ContextItem]]:
             tip = stream.context_tip(txn, conversation_id)
-            return stream.numbered_context_plan(
-                stream.branch_entries(txn, stream.branch_stretches(txn, tip), _FOLD_KINDS)
-            )
+            return stream.numbered_context_plan(stream.fold_entries(txn, tip))
 
-        numbered = await self._read(plan, bulk=True)
+        numbered = await self._read(plan, bulk=True, views=True)
         items = [item for _, item in numbered]
         start = 0
         while start < len(items):
             found, end = await self._read(
-                partial(_plan_payloads, plan=items, start=start, count=batch), bulk=batch > _BULK_THRESHOLD
+                partial(_plan_payloads, plan=items, start=start, count=batch, payload_limit=payload_limit),
+                bulk=batch > _BULK_THRESHOLD,
+                views=payload_limit is not None,
             )
             seqs = [seq for seq, item in numbered[start:end] for _ in (item if isinstance(item, list) else [item])]
-            yield list(zip(seqs, found, strict=True))
+            yield [(seq, payload, size) for seq, (payload, size) in zip(seqs, found, strict=True)]
             start = end
 
     async def history_origin(self, conversation_id: str) -> int | None:
@@ -1209,9 +1285,6 @@ class EventLogBase(ABC):
         self.close()
 
 
-_FOLD_KINDS = frozenset({'message', 'compaction'})
-
-
 def _check_kinds(kinds: Iterable[str] | None) -> frozenset[str] | None:
     kind_set = None if kinds is None else frozenset(kinds)
     if kind_set is not None and not kind_set <= engine.KINDS:
@@ -1271,15 +1344,23 @@ def _take_entries(
     return _take(found, count)
 
 
-def _plan_payloads(txn: ReadTxn, *, plan: list[stream.ContextItem], start: int, count: int) -> tuple[list[bytes], int]:
-    """The payloads of `plan` from item `start`: up to `count` items, fewer once they pass
-    `STREAM_BYTES`; and the index of the next item."""
-    out: list[bytes] = []
+def _plan_payloads(
+    txn: ReadTxn, *, plan: list[stream.ContextItem], start: int, count: int, payload_limit: int | None = None
+) -> tuple[list[tuple[bytes, int]], int]:
+    """The payloads of `plan` from item `start` (cut to `payload_limit` bytes unless `None`) with
+    their full sizes: up to `count` items, fewer once the bytes read pass `STREAM_BYTES`; and the
+    index of the next item."""
+    items: Iterator[list[tuple[bytes, int]]] = (
+        ([(payload, len(payload)) for payload in payloads] for payloads in stream.plan_items(txn, plan, start))
+        if payload_limit is None
+        else stream.plan_item_heads(txn, plan, start, payload_limit)
+    )
+    out: list[tuple[bytes, int]] = []
     size = 0
     index = start
-    for index, payloads in enumerate(stream.plan_items(txn, plan, start), start=start):
-        out.extend(payloads)
-        size += sum(len(payload) for payload in payloads)
+    for index, heads in enumerate(items, start=start):
+        out.extend(heads)
+        size += sum(len(payload) for payload, _ in heads)
         if len(out) >= count or size >= STREAM_BYTES:
             return out, index + 1
     return out, len(plan)

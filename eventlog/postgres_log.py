@@ -1363,13 +1363,13 @@ class PostgresEventLog(EventLogBase):
                     starts.clear()
                 starts[entry.run_id] = seq
 
-    async def take_run_lease(self, run_id: str, owner: str, seconds: float) -> RunLease:
+    async def take_run_lease(self, run_id: str, owner: str, seconds: float, *, executor: str | None = None) -> RunLease:
         """Take run `run_id`'s lease (see `EventLogBase.take_run_lease`), under the run's lock."""
         if not isinstance(run_id, str):  # pyright: ignore[reportUnnecessaryIsInstance]
-            return await super().take_run_lease(run_id, owner, seconds)  # the base names the error
+            return await super().take_run_lease(run_id, owner, seconds, executor=executor)  # the base names the error
         token = _RUN_SCOPED.set(_Plan.for_run(run_id))
         try:
-            return await super().take_run_lease(run_id, owner, seconds)
+            return await super().take_run_lease(run_id, owner, seconds, executor=executor)
         finally:
             _RUN_SCOPED.reset(token)
 
@@ -1411,8 +1411,8 @@ class PostgresEventLog(EventLogBase):
             self._run, lambda cur: fn(PgReadTxn(cur, self._relations)), begin=None, lock=None
         )
 
-    async def _read(self, fn: Callable[[ReadTxn], T], *, bulk: bool = False) -> T:
-        self._check_open()
+    async def _read(self, fn: Callable[[ReadTxn], T], *, bulk: bool = False, views: bool = False) -> T:
+        self._check_open()  # values come over the wire: never views
         return await asyncio.to_thread(self._read_sync, self._sealed(fn))
 
     async def _write(self, fn: Callable[[WriteTxn], T], *, bulk: bool = False) -> T:

@@ -153,6 +153,8 @@ class MessageView(msgspec.Struct, kw_only=True):
     """A response's non-zero token counts."""
     omitted: int = 0
     """The payload's size when it was over the caller's `max_bytes` and so not decoded."""
+    preview: str = ''
+    """For an omitted payload, the start of its JSON as a reader may show it (`web.messages.payload_preview`)."""
 
     def lines(self) -> list[str]:
         """Each part's `Part.line`."""

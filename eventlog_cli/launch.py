@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import sys
 from typing import IO, NoReturn
@@ -23,6 +24,9 @@ browser tab closed while a page loads, a model's connection dropped) is an error
 connection (EPIPE), not the end of the process. Every other command dies of SIGPIPE, as a
 filter should when its reader goes away."""
 
+_PR_SET_PDEATHSIG = 1
+"""`prctl` option (linux/prctl.h): the signal this process gets when its parent dies."""
+
 _CRASH_SIGNALS = frozenset({signal.SIGBUS, signal.SIGSEGV, signal.SIGABRT, signal.SIGILL, signal.SIGFPE})
 """Signals a damaged store can raise inside LMDB (a map past the file's end, a bad page, an assertion)."""
 
@@ -37,9 +41,11 @@ def main() -> None:
         sys.exit(_command(argv))
     sys.stdout.flush()
     sys.stderr.flush()
+    launcher = os.getpid()
     with _anonymous_file() as engine_noise:  # the child's C-level stderr (LMDB's assertion message)
         pid = os.fork()
         if pid == 0:
+            _die_with(launcher)
             _child(argv, engine_noise.fileno())
         _parent(pid, argv, engine_noise)
 
@@ -51,6 +57,41 @@ def _anonymous_file() -> IO[bytes]:
     import tempfile  # pragma: no cover - systems without memfd_create
 
     return tempfile.TemporaryFile()  # pragma: no cover
+
+
+def _die_with(launcher: int) -> None:
+    """Make this forked child end when the launcher (`launcher`, its parent) ends by any means,
+    SIGKILL included, so that no orphaned command keeps holding the store.
+
+    Linux: the kernel sends SIGKILL on the parent's death (`prctl(PR_SET_PDEATHSIG)`); the parent
+    is checked after that, since it may have died before. BSD and macOS: a thread waits on a
+    kqueue for the parent's exit. Elsewhere, the check at start only."""
+    if sys.platform.startswith('linux'):
+        with contextlib.suppress(OSError, AttributeError):
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    elif hasattr(select, 'kqueue'):  # pragma: no cover - BSD and macOS
+        with contextlib.suppress(OSError):
+            _watch_with_kqueue(launcher)
+    if os.getppid() != launcher:  # the launcher died before the watch was set: it cannot fire
+        os._exit(128 + signal.SIGKILL)
+
+
+def _watch_with_kqueue(launcher: int) -> None:  # pragma: no cover - BSD and macOS
+    """Start a daemon thread that ends this process when `launcher` exits."""
+    import threading
+
+    queue = select.kqueue()
+    event = select.kevent(launcher, filter=select.KQ_FILTER_PROC, flags=select.KQ_EV_ADD, fflags=select.KQ_NOTE_EXIT)
+    queue.control([event], 0)
+
+    def wait() -> None:
+        queue.control(None, 1)
+        os._exit(128 + signal.SIGKILL)
+
+    threading.Thread(target=wait, name='eventlog-launcher-watch', daemon=True).start()
 
 
 def _child(argv: list[str], noise_fd: int) -> NoReturn:

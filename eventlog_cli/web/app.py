@@ -56,7 +56,7 @@ from eventlog_cli._store import StoreLog
 from eventlog_cli._text import clean, clip, size, timestamp, tokens
 from eventlog_cli._views import RUN_STATUS_FILTERS, CliError, read_stats, read_verify, stats_rows, verify_ok_line
 from eventlog_cli.web import reads
-from eventlog_cli.web.messages import binary_item, part_body, pretty_json
+from eventlog_cli.web.messages import PAYLOAD_LIMIT, binary_item, part_body, pretty_json
 
 __all__ = ['CONTENT_SECURITY_POLICY', 'TOKEN_COOKIE', 'VERIFY_INTERVAL', 'Viewer', 'create_app']
 
@@ -467,8 +467,12 @@ class _Pages:
         return entry
 
     async def entry(self, request: Request) -> Response:
-        entry = await self._entry(request)
-        view = reads.entry_view(entry)
+        seq = request.path_params['seq']
+        head = await self.viewer.log.get_entry_head(seq, PAYLOAD_LIMIT) if seq > 0 else None
+        if head is None:
+            raise _NotFound(f'no entry #{seq} in this store')
+        entry, size = await reads.whole_unless_message(self.viewer.log, *head)
+        view = reads.entry_view(entry, size)
         run = await self.viewer.log.get_run(entry.run_id) if entry.run_id else None
         if run is not None and entry.run_id is not None:
             view.offset_ms = (entry.timestamp - run.started_at).total_seconds() * 1000

@@ -20,7 +20,13 @@ from eventlog.errors import EventLogError
 from eventlog_cli._ids import ShortIds
 from eventlog_cli._text import clip, entry_headline
 from eventlog_cli._views import latest_start, run_status_filter
-from eventlog_cli.web.messages import MessageView, compaction_view, message_view, payload_view
+from eventlog_cli.web.messages import (
+    PAYLOAD_LIMIT,
+    MessageView,
+    compaction_view,
+    message_view,
+    payload_view,
+)
 
 if TYPE_CHECKING:
     from eventlog.checkpoint import Checkpoint
@@ -67,6 +73,7 @@ __all__ = [
     'search_page',
     'transcript_page',
     'verify_by_conversation',
+    'whole_unless_message',
 ]
 
 PAGE = 100
@@ -111,12 +118,14 @@ class EntryView:
     """Why the entry could not be shown (a damaged payload), if it could not."""
 
 
-def entry_view(entry: Entry) -> EntryView:
-    """`entry` with what its kind records decoded; a damaged payload is reported, not raised."""
+def entry_view(entry: Entry, size: int | None = None) -> EntryView:
+    """`entry` with what its kind records decoded; a damaged payload is reported, not raised.
+    `size` is the payload's full size when `entry` holds only its first `PAYLOAD_LIMIT` bytes
+    (`EventLogBase.entry_heads`): such a message is previewed, not decoded."""
     view = EntryView(entry=entry)
     try:
         if entry.kind == 'message':
-            view.message = message_view(entry)
+            view.message = message_view(entry, size)
         elif entry.kind == 'compaction':
             view.replaced, view.summary = compaction_view(entry)
         else:
@@ -129,6 +138,15 @@ def entry_view(entry: Entry) -> EntryView:
         effect = tool_effect(entry)
         view.tool_status = None if effect is None else effect.status
     return view
+
+
+async def whole_unless_message(log: EventLogBase, entry: Entry, size: int) -> tuple[Entry, int]:
+    """An entry read cut (`entry_heads`) and its payload's size: a message as it is (its view
+    previews a big one), any other kind read whole (it is shown decoded)."""
+    if entry.kind == 'message' or size <= len(entry.payload):
+        return entry, size
+    whole = await log.get_entry(entry.seq)
+    return (entry, size) if whole is None else (whole, size)
 
 
 @dataclass
@@ -155,14 +173,19 @@ async def entry_page(
     size: int = PAGE,
 ) -> Page:
     """Up to `size` matching entries after entry `after`, and the links to the pages around them."""
-    found = await log.entries(
-        conversation_id=conversation_id, run_id=run_id, kinds=kinds, after_seq=after, limit=size + 1
+    found = await log.entry_heads(
+        conversation_id=conversation_id,
+        run_id=run_id,
+        kinds=kinds,
+        after_seq=after,
+        limit=size + 1,
+        payload_limit=PAYLOAD_LIMIT,
     )
     more = len(found) > size
     shown = found[:size]
     total = 0
-    for count, entry in enumerate(shown):
-        total += len(entry.payload)
+    for count, (_, full) in enumerate(shown):
+        total += full
         if total > PAGE_BYTES and count + 1 < len(shown):
             shown, more = shown[: count + 1], True
             break
@@ -171,9 +194,9 @@ async def entry_page(
         start = await latest_start(log, size, after, conversation_id, run_id, kinds)
         prev = 0 if start is None else start
     return Page(
-        items=[entry_view(e) for e in shown],
+        items=[entry_view(*await whole_unless_message(log, e, full)) for e, full in shown],
         after=after,
-        next_after=shown[-1].seq if more and shown else None,
+        next_after=shown[-1][0].seq if more and shown else None,
         prev_after=prev,
     )
 
@@ -228,20 +251,22 @@ async def context_page(
     more = False
     total = 0
     compactions: set[int] = set()
-    async for batch in log.iter_context_messages(conversation_id, batch=size):
-        for seq, payload in batch:
+    async for batch in log.iter_context_heads(conversation_id, batch=size, payload_limit=PAYLOAD_LIMIT):
+        for seq, payload, full in batch:
             if index >= start + size or (items and total > PAGE_BYTES):
                 more = True
                 break
             if index >= start:
-                items.append(ContextItem(seq=seq, message=payload_view(payload), summary=False))
-                total += len(payload)
+                items.append(ContextItem(seq=seq, message=payload_view(payload, full), summary=False))
+                total += full
             index += 1
         if more:
             break
     if items:
-        found = await log.entries(conversation_id=conversation_id, kinds=['compaction'], after_seq=items[0].seq - 1)
-        compactions = {e.seq for e in found if e.seq <= items[-1].seq}
+        found = await log.entry_heads(
+            conversation_id=conversation_id, kinds=['compaction'], after_seq=items[0].seq - 1, payload_limit=0
+        )
+        compactions = {e.seq for e, _ in found if e.seq <= items[-1].seq}
     for item in items:
         item.summary = item.seq in compactions
     return items, index, more
@@ -571,7 +596,8 @@ class RunIndex:
         from eventlog.entries import RUN_KINDS
 
         if self._seq >= 0:
-            since = await log.entries(after_seq=self._seq, limit=RUN_INDEX_CATCH_UP + 1)
+            heads = await log.entry_heads(after_seq=self._seq, limit=RUN_INDEX_CATCH_UP + 1, payload_limit=0)
+            since = [entry for entry, _ in heads]
             if len(since) <= RUN_INDEX_CATCH_UP and all(e.kind in RUN_KINDS and e.run_id for e in since):
                 for run_id in dict.fromkeys(e.run_id for e in since if e.run_id):
                     run = await log.get_run(run_id)

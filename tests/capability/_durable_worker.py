@@ -24,8 +24,8 @@ test stops the process with SIGSTOP meanwhile, then continues it), then goes on;
 `paused-<name>.json` (output, or the error the run raised).
 
 Environment: `DURABLE_LEASE_SECONDS` (the lease's length, default 60), `DURABLE_LEASE_WAIT`
-(`resume`'s `wait_for_lease`, default 0), `DURABLE_PROJECTIONS_DIR` (PostgreSQL only: the
-handle's `projections_dir`).
+(`resume`'s `wait_for_lease`, default 0), `DURABLE_EXECUTOR` (the capability's `executor_id`,
+default none), `DURABLE_PROJECTIONS_DIR` (PostgreSQL only: the handle's `projections_dir`).
 
 Every unit execution (`model:<n>` for the n-th model request of the run, `tool:<key>` and
 `flaky:<retry>` for the tools) is appended to `calls.txt` as `<mode> <name> <unit>`: the
@@ -224,7 +224,11 @@ def main(workdir: Path, mode: str, names: str, store: Sequence[str]) -> None:
             raise ModelRetry('try again')
         return 'worked'
 
-    durability = EventLogDurability(log, lease_seconds=float(os.environ.get('DURABLE_LEASE_SECONDS', '60')))
+    durability = EventLogDurability(
+        log,
+        lease_seconds=float(os.environ.get('DURABLE_LEASE_SECONDS', '60')),
+        executor_id=os.environ.get('DURABLE_EXECUTOR') or None,
+    )
     agent = Agent(
         FunctionModel(model),
         name=AGENT,
