@@ -668,9 +668,7 @@ class EventLogBase(ABC):
             engine.check_id(conversation_id, 'conversation_id')
         if run_id is not None:
             engine.check_id(run_id, 'run_id')
-        kind_set = None if kinds is None else frozenset(kinds)
-        if kind_set is not None and not kind_set <= engine.KINDS:
-            raise InvalidArgumentError(f'unknown kinds {sorted(kind_set - engine.KINDS)}')
+        kind_set = _check_kinds(kinds)
         engine.check_count(after_seq, 'after_seq')
         if limit is not None:
             engine.check_count(limit, 'limit')
@@ -731,12 +729,7 @@ class EventLogBase(ABC):
     ) -> AsyncIterator[list[Entry]]:
         """`entries` in lists of at most `batch` (fewer once their payloads pass `STREAM_BYTES`),
         each read in its own short transaction; it ends at the last entry when it is reached."""
-        if conversation_id is not None:
-            engine.check_id(conversation_id, 'conversation_id')
-        if run_id is not None:
-            engine.check_id(run_id, 'run_id')
-        kind_set = _check_kinds(kinds)
-        engine.check_count(after_seq, 'after_seq')
+        kind_set = self._entries_args(conversation_id, run_id, kinds, after_seq, None)
         _check_batch(batch)
         take = partial(_take_entries, conversation_id=conversation_id, run_id=run_id, kinds=kind_set, count=batch)
         async for found in self._batches(take, after=after_seq, bulk=batch > _BULK_THRESHOLD):
