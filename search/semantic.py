@@ -9,21 +9,17 @@
   this query: a rare word that only a few messages contain lifts them far above BM25's mean, while
   a query whose words are everywhere (or nowhere) leaves BM25 flat and the semantic ranking
   decides. The fused score is `w * z_bm25 + (1 - w) * z_semantic` with `w` =
-  `HYBRID_LEXICAL_WEIGHT` (0.175), plus a lead for BM25's first matches when BM25 is sure
-  (`lexical_lead`): when its first match stands at least `HYBRID_LEAD_GAP` (8) deviations above
-  its second, its first `HYBRID_LEAD_DEPTH` (5) matches gain `HYBRID_LEAD_BONUS / rank` (1, 1/2,
-  ... 1/5). A first match that far above every other is a word few messages hold: then BM25's
-  next few matches are kept in reach of the top even when they mean little to the embedding
-  model (a question naming a fact said once), where a weight alone would have to be raised for
-  every query and would cost the questions answered in other words. `SearchOptions.lexical_weight`
-  fixes `w` and drops the lead (plain weighted standardised scores; 0.15 gives the first
-  standardised-score fusion). `'rrf'` is the first, reciprocal-rank fusion (`fuse_rankings`).
-  Equal fused scores go to the semantically closer document.
+  `HYBRID_LEXICAL_WEIGHT` (0.6): BM25 has the larger say, so where it tells messages apart a weak
+  semantic half cannot overturn it (a message needs `w / (1 - w)` = 1.5 deviations of meaning to
+  make up one of BM25), and where BM25 is flat meaning still orders the messages.
+  `SearchOptions.lexical_weight` sets another `w`. `'rrf'` is reciprocal-rank fusion
+  (`fuse_rankings`). Equal fused scores go to the semantically closer document.
 
 Analyzers: `'bm25'` and the lexical half of `'hybrid'` tokenize with `SearchOptions.analyzer`
 (`'default'` unless set; `'english'` stems with PyStemmer). `'semantic'` uses none: the embedder
-reads the raw text. Measured on both realistic sets (docs/semantic.md), the english analyzer did
-not make hybrid recall more, so the default stays `'default'` in every mode.
+reads the raw text. On real English conversations (LoCoMo, docs/semantic.md) the english analyzer
+recalls more in both BM25 and hybrid; it is language-specific and a store's index is built with one
+analyzer, so it is chosen per store, never by default.
 
 Both rank the same corpus the BM25 search opens, so scope rules, `run_id` confinement and the
 exclusion of the searching run apply identically in every mode. Embeddings come from the log's
@@ -52,9 +48,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     'HYBRID_FUSIONS',
-    'HYBRID_LEAD_BONUS',
-    'HYBRID_LEAD_DEPTH',
-    'HYBRID_LEAD_GAP',
     'HYBRID_LEXICAL_WEIGHT',
     'RRF_DEPTH',
     'RRF_K',
@@ -64,7 +57,6 @@ __all__ = [
     'TextVectors',
     'fuse_rankings',
     'fuse_scores',
-    'lexical_lead',
     'semantic_ranking',
 ]
 
@@ -81,24 +73,15 @@ HybridFusion = Literal['zscore', 'rrf']
 HYBRID_FUSIONS: Final[tuple[HybridFusion, ...]] = ('zscore', 'rrf')
 """Every hybrid fusion."""
 
-HYBRID_LEXICAL_WEIGHT: Final = 0.175
+HYBRID_LEXICAL_WEIGHT: Final = 0.6
 """The weight of BM25's standardised scores in `'zscore'` fusion (the semantic ranking's weight is 1
-minus it), beside the lead of `lexical_lead`.
+minus it).
 
-Tuned with the lead on the development halves of both realistic sets only (`bench/tune_fusion.py`):
-0.15 to 0.2 with the lead recalled more than either half on both; 0.175 is the middle of that plateau
-(docs/semantic.md). Above it, questions answered in other words fall below semantic alone."""
-
-HYBRID_LEAD_GAP: Final = 8.0
-"""How many standard deviations BM25's first match must stand above its second (over the documents
-searched, a document BM25 does not match counting as 0) for BM25's first matches to get the lead."""
-
-HYBRID_LEAD_BONUS: Final = 1.0
-"""The lead, in standard deviations of fused score, of BM25's first match when the gap is met; its
-match ranked `r` gets `HYBRID_LEAD_BONUS / r`."""
-
-HYBRID_LEAD_DEPTH: Final = 5
-"""How many of BM25's first matches get a lead (the top 5 a recall reads)."""
+Chosen on LoCoMo's development half (five real multi-session conversations, 841 questions;
+`bench/tune_locomo.py`), leaving one conversation out: 0.6 was chosen in every fold with the default
+analyzer, and 0.5 to 0.7 with the english one (MiniLM); from 0.4 to 0.95 hybrid recalled at least as
+much as BM25 alone with either analyzer, and at 0.6 so did it with e5 (`search.local_model`), where the
+previous 0.175 (tuned on generated and Chit-Chat sets) recalled less than BM25 (docs/semantic.md)."""
 
 RRF_K: Final = 60
 """The `k` of reciprocal-rank fusion: a document ranked `r` scores `1 / (RRF_K + r)` per ranking."""
@@ -256,46 +239,10 @@ def _union(lexical: NDArray[np.int64], semantic: NDArray[np.int64]) -> NDArray[n
     return np.union1d(lexical, semantic).astype(np.int64)
 
 
-def lexical_lead(doc_ids: NDArray[np.int64], lexical_z: NDArray[np.float64], documents: int) -> NDArray[np.float64]:
-    """The lead `'zscore'` fusion adds to BM25's matches (`doc_ids`, their standardised scores
-    `lexical_z`, among `documents` searched): `HYBRID_LEAD_BONUS / rank` for BM25's first
-    `HYBRID_LEAD_DEPTH` matches when its first stands at least `HYBRID_LEAD_GAP` deviations above its
-    second, where a document BM25 does not match counts as 0; zeros otherwise. Equal scores rank in
-    document order.
-
-    Why: a weighted sum cannot tell a BM25 ranking that found the one message sharing a rare word
-    with the question from one that matched common words; a weight large enough for the first
-    drowns meaning on the second. The gap tells them apart, and a lead by rank (not by score) gives
-    BM25's top few a fixed place beside the semantic top, as reciprocal-rank fusion does, only for
-    those queries. Measured: docs/semantic.md.
-    """
-    lead: NDArray[np.float64] = np.zeros(len(lexical_z), dtype=np.float64)
-    if lexical_z.shape[0] == 0:
-        return lead
-    depth = max(HYBRID_LEAD_DEPTH, 2)
-    if lexical_z.shape[0] > depth:
-        # only the first few are ranked: those at or above the depth-th best score (a linear partition)
-        floor = np.partition(lexical_z, lexical_z.shape[0] - depth)[lexical_z.shape[0] - depth]
-        near = np.flatnonzero(lexical_z >= floor)
-        order = near[np.lexsort((doc_ids[near], -lexical_z[near]))]
-    else:
-        order = np.lexsort((doc_ids, -lexical_z))
-    first = float(lexical_z[order[0]])
-    second = float(lexical_z[order[1]]) if order.shape[0] > 1 else -math.inf
-    if documents > lexical_z.shape[0]:
-        second = max(second, 0.0)
-    if not first - second >= HYBRID_LEAD_GAP:
-        return lead
-    top = order[:HYBRID_LEAD_DEPTH]
-    lead[top] = HYBRID_LEAD_BONUS / np.arange(1, top.shape[0] + 1, dtype=np.float64)
-    return lead
-
-
 def fuse_scores(lexical: Sequence[Hit], semantic: Sequence[Hit], *, lexical_weight: float | None = None) -> RankedHits:
     """Fusion of a BM25 ranking and a semantic ranking of one corpus (each a `RankedHits`) by
-    standardised scores: `w * z_lexical + (1 - w) * z_semantic + lead`. With `lexical_weight=None`
-    (the default) `w` is `HYBRID_LEXICAL_WEIGHT` and `lead` is `lexical_lead`'s; a number fixes `w`
-    and drops the lead (plain weighted standardised scores, the fusion before the lead at 0.15).
+    standardised scores: `w * z_lexical + (1 - w) * z_semantic`, `w` being `lexical_weight` or, when
+    it is `None` (the default), `HYBRID_LEXICAL_WEIGHT`.
 
     Each ranking's scores are standardised over every document either ranking holds (the semantic
     one holds every document with an embedding); a document BM25 does not match counts as a BM25
@@ -319,8 +266,6 @@ def fuse_scores(lexical: Sequence[Hit], semantic: Sequence[Hit], *, lexical_weig
     lex_z = _standardised(lex_scores, count)
     weight = HYBRID_LEXICAL_WEIGHT if lexical_weight is None else lexical_weight
     lexical_part = weight * lex_z
-    if lexical_weight is None:
-        lexical_part += lexical_lead(lex_ids, lex_z, count)
     fused = np.zeros(count, dtype=np.float64)
     # each ranking holds a document once, so plain indexed assignment is exact
     fused[np.searchsorted(union, lex_ids)] = lexical_part

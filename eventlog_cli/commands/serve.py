@@ -52,7 +52,7 @@ async def _serve(store: str, host: str, port: int, token: str | None) -> None:
         from eventlog_cli.web.serve import serve as serve_viewer
     except ImportError as exc:
         raise CliError(
-            f"eventlog serve needs the optional dependencies of 'pydantic-ai-eventlog[web]' ({exc})"
+            f"eventlog serve needs the extra 'web' (in a clone of this repository: pip install '.[web]') ({exc})"
         ) from None
 
     def announce(line: str) -> None:

@@ -1,6 +1,6 @@
 """`eventlog serve`: a read-only web viewer over a store, for auditors (docs/web.md).
 
-Needs the optional dependencies of `pydantic-ai-eventlog[web]` (Starlette, Jinja2, uvicorn).
+Needs the extra `web` (Starlette, Jinja2, uvicorn; in a clone of this repository: `pip install '.[web]'`).
 `create_app` builds the ASGI application over an open store; `serve` opens a store and serves it.
 """
 

@@ -78,7 +78,7 @@ async def serve(
         from eventlog_cli.web.app import create_app
     except ImportError as exc:
         raise MissingExtraError(
-            f"eventlog serve needs the optional dependencies of 'pydantic-ai-eventlog[web]' ({exc})"
+            f"eventlog serve needs the extra 'web' (in a clone of this repository: pip install '.[web]') ({exc})"
         ) from None
     if token is not None and not token.strip():
         raise InvalidArgumentError('--token must not be empty')

@@ -1,5 +1,5 @@
-"""`AutoRecall`'s mode: left unset, `'hybrid'` with an embedder (it recalled most on the realistic
-development set, docs/semantic.md) and `'bm25'` without one; a real agent's recall entry says which."""
+"""`AutoRecall`'s mode: left unset, `'hybrid'` with an embedder (it recalled most on real
+conversations, LoCoMo's development half, docs/semantic.md) and `'bm25'` without one; a real agent's recall entry says which."""
 
 from __future__ import annotations
 

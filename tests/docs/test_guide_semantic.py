@@ -12,7 +12,7 @@ GUIDE = Path(__file__).parents[2] / 'docs' / 'guide.md'
 
 
 def test_semantic_example_runs_and_finds_the_paraphrase(tmp_path: Path) -> None:
-    [block] = [b for b in re.findall(r'```python\n(.*?)```', GUIDE.read_text(), re.S) if 'minilm_embedder' in b]
+    [block] = [b for b in re.findall(r'```python\n(.*?)```', GUIDE.read_text(), re.S) if 'e5_embedder' in b]
     done = subprocess.run(
         [sys.executable, '-c', block],
         capture_output=True,

