@@ -22,8 +22,8 @@ from capability import AutoRecall, EventLogPersistence
 from eventlog import LmdbEventLog, RecallInfo, message_entry, run_started_entry
 from eventlog.errors import MissingExtraError
 from search import SearchEngine, SearchOptions
-from search.persistent_index import PersistentIndex as LmdbIndex
 from search.local_model import E5_MAX_CHARS, E5_NAME, E5EmbeddingModel, e5_embedder
+from search.persistent_index import PersistentIndex as LmdbIndex
 from search.vector_index import VectorIndex
 from tests.search.searchtools import reply, user
 
