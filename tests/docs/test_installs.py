@@ -46,7 +46,7 @@ def test_make_demo_installs_only_the_cli_extra() -> None:
     make = shutil.which('make')
     assert make is not None, 'make is needed to read the Makefile'
     plan = subprocess.run(
-        [make, '-n', '-B', 'demo'], cwd=ROOT, capture_output=True, text=True, check=True
+        [make, '--no-print-directory', '-n', '-B', 'demo'], cwd=ROOT, capture_output=True, text=True, check=True
     ).stdout.splitlines()
     installs = [line for line in plan if ' install ' in line]
     assert installs, plan
