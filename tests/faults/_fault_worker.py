@@ -42,12 +42,32 @@ from eventlog import NewEntry, message_entry, run_finished_entry, run_started_en
 from eventlog.errors import EventLogError, RunLeaseError, StoreBusyError, StoreConnectionError
 from eventlog.log import EventLogBase
 
-ROLES = ('appender', 'compactor', 'eraser', 'deleter', 'retainer', 'durable', 'resumer')
+ROLES = ('appender', 'compactor', 'eraser', 'deleter', 'retainer', 'durable', 'resumer', 'attacker')
 TOOL_CALLS = 3
 """Tool units each durable run executes (one per model response), before its final answer."""
 LEASE_SECONDS = 1.5
 AGENT = 'fault_agent'
 EXEC_RE = re.compile(rb'exec ([0-9a-f]{32})')
+DEEP = 600
+"""How deep the attacker's tool calls nest (3.6 KB of JSON, within reach of a prompt injection)."""
+DEEP_WORD = 'wolverine'
+"""The word at the bottom of every deep call: the checker's search must find it."""
+ATTACKED = 'attacked-'
+"""What `attacked` leaves in WORKDIR: a process ran code a store named (it must never exist)."""
+
+
+def attacked(store: object) -> None:
+    """What the attacker's catalogue entries name as a maintainer (`_fault_worker:attacked`): run by
+    any process that took a store's word for code, it leaves a file in that process's WORKDIR."""
+    Path(sys.argv[1], f'{ATTACKED}{os.getpid()}').touch()
+
+
+def deep_call(depth: int) -> Any:
+    """A model response whose tool call's arguments nest `depth` objects deep."""
+    from pydantic_ai.messages import ModelResponse, ToolCallPart
+
+    args = '{"a":' * depth + json.dumps(DEEP_WORD) + '}' * depth
+    return ModelResponse(parts=[ToolCallPart('inspect', args, tool_call_id='deep')])
 
 
 def token() -> str:
@@ -401,6 +421,40 @@ class Worker:
             if running:
                 await durable.resume(self.rng.choice(running))
             await self.pause(0.5)
+
+    async def attacker(self) -> None:
+        """What an attacker with write access to the store and a prompt injection does, between the
+        other roles' operations: catalogue entries naming code (a projection of its own, and the
+        index's kind), and runs holding tool calls nested `DEEP` levels deep."""
+        from eventlog._keys import META_PROJECTION_PREFIX, Table
+
+        log = self.log
+        assert log is not None
+        while self.left() > 0:
+            name = self.rng.choice(['evil', 'ix', 'vx'])
+            entry = json.dumps(
+                {'name': name, 'tables': ['t'], 'format': '1', 'maintainer': '_fault_worker:attacked'}
+            ).encode()
+
+            def plant(txn: Any, name: str = name, entry: bytes = entry) -> None:
+                txn.put(Table.META, META_PROJECTION_PREFIX + name.encode(), entry)
+
+            try:
+                log._write_sync(plant)  # pyright: ignore[reportPrivateUsage]  (the attacker's raw access)
+                self.acks.ack(op='planted', name=name)
+            except EventLogError as error:
+                self.note_error('plant', error)
+            conv, run = self.fresh_id('deep'), self.fresh_id('run')
+            entries = [
+                run_started_entry(conversation_id=conv, run_id=run),
+                message_entry(user_message(f'call deep {conv}'), conversation_id=conv, run_id=run),
+                message_entry(deep_call(DEEP), conversation_id=conv, run_id=run),
+                run_finished_entry(conversation_id=conv, run_id=run, status='completed'),
+            ]
+            if await self.call(lambda entries=entries: log.append_many(entries), idem=False, what='deep') is not None:
+                self.acks.ack(op='deep', conv=conv, run=run)
+            await self.pause(0.3)
+            await self.between()
 
     async def main(self) -> None:
         user_message('warm up')  # the imports, before the clock starts

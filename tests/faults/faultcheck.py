@@ -38,7 +38,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _fault_worker import LEASE_SECONDS, Acks, answer_for, build_agent, durable_log_class
+from _fault_worker import ATTACKED, DEEP_WORD, LEASE_SECONDS, Acks, answer_for, build_agent, durable_log_class
 
 from eventlog.log import EventLogBase
 
@@ -86,6 +86,7 @@ class Checker:
         try:
             await self.check_log(log)
             await self.check_durable(log)
+            await self.check_attacks(log)
             report = await log.verify()
             if not report.ok:
                 self.violate('verify', None, None, '; '.join(str(p) for p in report.problems[:10]))
@@ -147,6 +148,31 @@ class Checker:
             assert not missing, missing
             if len(record['seqs']) != len(record['tokens']):
                 self.violate('erased is gone', worker, record, f'erase reported {len(record["seqs"])} entries erased')
+
+    async def check_attacks(self, log: EventLogBase) -> None:
+        """No process ran the code the attacker's catalogue entries named, and the deep calls stop
+        no search: every acknowledged one is found by a search of the whole store."""
+        for ran in sorted(self.workdir.glob(f'{ATTACKED}*')):
+            self.violate('a store is data, never code', None, {'file': ran.name}, 'a process ran code a store named')
+        deep = {r['conv'] for _, r in self.records('deep')}
+        self.counts['deep calls'] = len(deep)
+        if not deep:
+            return
+        from search import SearchEngine, SearchOptions
+        from search.persistent_index import PersistentIndex
+
+        try:
+            result = await SearchEngine(PersistentIndex.for_log(log), SearchOptions(max_matches=10_000)).find(
+                DEEP_WORD, scope='all', conversation_id=None, decode=False
+            )
+        except Exception as error:
+            self.violate('a deep call stops no search', None, None, f'{type(error).__name__}: {str(error)[:300]}')
+            return
+        found = {hit.conversation_id for hit in result.hits}
+        removed = {r['conv'] for _, r in self.records('delete', 'retain')}
+        removed |= {r['conv'] for _, r in self.records('intent') if r.get('kind') in ('delete', 'retain')}
+        for conv in sorted(deep - found - removed):
+            self.violate('a deep call stops no search', None, {'conv': conv}, 'its deep call was not found')
 
     async def check_durable(self, log: EventLogBase) -> None:
         runs = {r.run_id: r for r in await log.list_runs() if r.run_id.startswith('dur-')}

@@ -345,6 +345,7 @@ def random_specs(rng: random.Random, backend: str) -> list[Spec]:
         Spec('r0', 'retainer'),
         Spec('u0', 'durable'),
         Spec('s0', 'resumer'),
+        Spec('h0', 'attacker'),
     ]
     if backend == 'lmdb':
         for spec in specs:

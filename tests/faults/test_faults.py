@@ -2,7 +2,8 @@
 
 A seeded mix of worker processes (`_fault_worker.py`) shares one store, each doing one role in a
 loop: appenders (with and without idempotency keys), compactors, erasers, deleters, retainers,
-durable runs and resumers. The driver (`faultdriver.py`) sends SIGKILL and SIGSTOP/SIGCONT to
+durable runs, resumers and an attacker (catalogue entries naming code, tool calls nested 600 deep:
+no process may run that code, and a search of the whole store must find every deep call). The driver (`faultdriver.py`) sends SIGKILL and SIGSTOP/SIGCONT to
 random workers at random moments (and, on PostgreSQL, kills the server with SIGKILL and starts
 it again); killed workers start again and pick up from their acknowledgement files. Once
 everything has stopped, a fresh process (`faultcheck.py`) checks the store against what the
