@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from eventlog._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from capability.conversation_store import EventLogConversationStore
     from capability.durability import EventLogDurability
     from capability.persistence import (
         EventLogPersistence,
@@ -25,6 +26,7 @@ __all__ = [
     'AutoRecall',
     'ConversationSearch',
     'Divergence',
+    'EventLogConversationStore',
     'EventLogDurability',
     'EventLogPersistence',
     'EventLogPersistenceError',
@@ -43,6 +45,7 @@ __all__ = [
 # The names are imported on first use (PEP 562): the `eventlog` command imports
 # `eventlog_cli.commands`, and most of its commands never need pydantic-ai's agent machinery.
 _SUBMODULE: dict[str, str] = {
+    'EventLogConversationStore': 'capability.conversation_store',
     'EventLogDurability': 'capability.durability',
     'AutoRecall': 'capability.recall',
     'RecallMode': 'capability.recall',

@@ -37,6 +37,7 @@ from eventlog._keys import (
 )
 from eventlog._read import branch_bodies, context_tip, conv_or_raise, derives_last_seq, get_run, last_seq
 from eventlog._storage import ReadTxn, WriteTxn
+from eventlog._store_index import forget_conversation
 from eventlog.entries import ForkInfo, NewEntry
 from eventlog.errors import InvalidArgumentError, StoreVersionError
 
@@ -178,6 +179,7 @@ def delete_conversation(txn: WriteTxn, conversation_id: str) -> int:
     if derives_last_seq(txn):
         # Its entries may be the log's last: their seqs stay used (`_read.last_seq`).
         txn.put(Table.META, META_LAST_SEQ, seq_key(last_seq(txn)))
+    forget_conversation(txn, conversation_id)
     prefix = ck(conversation_id)
     run_ids = [decode_id(run_id, 'the run id') for _, run_id in txn.scan(Table.CONV_RUNS, prefix=prefix)]
     for run_id in run_ids:

@@ -37,6 +37,7 @@ from eventlog._keys import (
 from eventlog._lease import check_fence
 from eventlog._read import derives_last_seq, get_body, get_conversation, get_run, last_seq
 from eventlog._storage import WriteTxn
+from eventlog._store_index import apply_saved
 from eventlog.encryption import seal_body
 from eventlog.entries import (
     KINDS,
@@ -55,6 +56,7 @@ from eventlog.entries import (
     RunLease,
     RunRecord,
     RunStartedInfo,
+    SavedInfo,
     TitleInfo,
 )
 from eventlog.errors import ConversationNotFound, InvalidArgumentError, InvalidPayloadError, LogFullError, RunNotFound
@@ -464,6 +466,23 @@ def _unarchived(batch: _Batch, entry: NewEntry, seq: int, ts: datetime, allow_in
     return None
 
 
+def _saved(batch: _Batch, entry: NewEntry, seq: int, ts: datetime, allow_internal: bool) -> int | None:
+    if not allow_internal:
+        raise InvalidArgumentError('saved entries are written by the conversation store (EventLogConversationStore)')
+    _no_parent(entry)
+    info: SavedInfo = _payload(entry)
+    for link in info.links:
+        check_seq(link.seq, "a store entry's message")
+        body = get_body(batch.txn, link.seq) if link.seq < seq else None
+        if body is None or body.kind != 'message':
+            raise InvalidArgumentError(f'store entry {link.id!r} names entry {link.seq}, which holds no message')
+    conv = batch.conv(entry.conversation_id)
+    if conv is None or conv.deleted:
+        _reopen(batch, conv, entry.conversation_id, seq, ts)
+    apply_saved(batch.txn, entry.conversation_id, seq, info)
+    return None
+
+
 def _no_parent(entry: NewEntry) -> None:
     if entry.parent is not None:
         raise InvalidArgumentError(f'a {entry.kind} entry takes no parent')
@@ -513,5 +532,6 @@ _APPLY: Final[dict[Kind, _Rule]] = {
     'unarchived': _unarchived,
     'erasure': _erasure,
     'shred': _shred,
+    'saved': _saved,
 }
 """Each kind's rule: the one place the write path tells kinds apart."""

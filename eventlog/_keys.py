@@ -16,6 +16,15 @@ ids may not contain, so prefixes never collide):
 - CONVS      conversation id -> ConversationRecord (msgpack)
 - IDEM       b'r' + run start seq8 + key -> seq8 (keys of a run), or
              b'\\x00' + ck(conversation) + key -> seq8 (keys of conversation entries)
+- STORE      the conversation store's index, derived from `saved` entries (`_convstore`):
+             b'r' + conversation id -> msgpack [seq of its latest `saved` entry, scope or nil]
+             (a record, absent once deleted); b'l' + seq8 -> conversation id and
+             b's' + ck(scope) + seq8 -> conversation id (records newest first, by the `seq` of
+             their latest `saved` entry); b'e' + entry id -> msgpack [conversation, depth] and
+             b'd' + ck(conversation) + depth8 + entry id -> msgpack [seq, parent id or nil]
+             (the store's entries: each under the conversation whose save added it, at its
+             distance from the first entry of its history, so a history's tail is one range);
+             b'f' + ck(conversation) + fork's id -> '' (the conversations forked from it)
 - META       b'format' -> format version, b'last_seq' -> seq8 (the largest seq ever assigned;
              an LMDB store derives that from its last ENTRIES key and writes this key only
              before a deletion removes entries, so it is a lower bound there (`_read.last_seq`);
@@ -545,3 +554,99 @@ def decode_conversation(conversation_id: str, raw: bytes) -> ConversationRecord:
             f'the record of conversation {conversation_id!r} holds impossible positions; run verify'
         )
     return conv
+
+
+# --- the conversation store's index (STORE) -----------------------------------------------------
+
+
+class StoreRecordRef(msgspec.Struct, array_like=True, frozen=True):
+    """STORE `r` value: where a conversation's record is, and what its listing keys are under."""
+
+    seq: int
+    """The conversation's latest `saved` entry."""
+    scope: str | None
+    forked_from: str | None
+
+
+class StorePlace(msgspec.Struct, array_like=True, frozen=True):
+    """STORE `e` value: under which conversation, and at which depth, a store entry's link is kept."""
+
+    conversation_id: str
+    depth: int
+
+
+class StoreLinkValue(msgspec.Struct, array_like=True, frozen=True):
+    """STORE `d` value: the `message` entry holding a store entry's message, and the entry before it."""
+
+    seq: int
+    parent: str | None
+
+
+_ref_decoder = msgspec.msgpack.Decoder(StoreRecordRef)
+_place_decoder = msgspec.msgpack.Decoder(StorePlace)
+_link_decoder = msgspec.msgpack.Decoder(StoreLinkValue)
+
+
+def store_record_key(conversation_id: str) -> bytes:
+    """STORE key of a conversation's record."""
+    return b'r' + conversation_id.encode()
+
+
+def store_list_key(seq: int) -> bytes:
+    """STORE key listing the record whose latest `saved` entry is `seq` (newest = largest)."""
+    return b'l' + seq_key(seq)
+
+
+STORE_LIST_PREFIX: Final = b'l'
+
+
+def store_scope_prefix(scope: str) -> bytes:
+    """STORE prefix of the listing keys of one scope's records."""
+    return b's' + ck(scope)
+
+
+def store_entry_key(entry_id: str) -> bytes:
+    """STORE key locating a store entry's link."""
+    return b'e' + entry_id.encode()
+
+
+def store_depth_prefix(conversation_id: str) -> bytes:
+    """STORE prefix of the links a conversation's saves added, ordered by depth."""
+    return b'd' + ck(conversation_id)
+
+
+def store_depth_key(conversation_id: str, depth: int, entry_id: str) -> bytes:
+    """STORE key of one store entry's link."""
+    return store_depth_prefix(conversation_id) + seq_key(depth) + entry_id.encode()
+
+
+def store_fork_prefix(conversation_id: str) -> bytes:
+    """STORE prefix of the conversations forked from `conversation_id`."""
+    return b'f' + ck(conversation_id)
+
+
+def encode_store_value(value: StoreRecordRef | StorePlace | StoreLinkValue) -> bytes:
+    """A STORE value as msgpack."""
+    return _record_encoder.encode(value)
+
+
+def decode_store_ref(raw: bytes) -> StoreRecordRef:
+    """A STORE `r` value; `CorruptStoreError` when damaged."""
+    return _decode_store(_ref_decoder, raw)
+
+
+def decode_store_place(raw: bytes) -> StorePlace:
+    """A STORE `e` value; `CorruptStoreError` when damaged."""
+    return _decode_store(_place_decoder, raw)
+
+
+def decode_store_link(raw: bytes) -> StoreLinkValue:
+    """A STORE `d` value; `CorruptStoreError` when damaged."""
+    return _decode_store(_link_decoder, raw)
+
+
+def _decode_store(decoder: msgspec.msgpack.Decoder[Any], raw: bytes) -> Any:
+    try:
+        return decoder.decode(raw)
+    except (msgspec.DecodeError, ValueError):
+        raise CorruptStoreError('a conversation store record is damaged; run verify') from None

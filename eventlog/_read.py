@@ -257,6 +257,11 @@ def _run_bodies(txn: ReadTxn, run: RunRecord, upto: int) -> list[StoredBody]:
     return [body for body, _, _ in _run_items(txn, run, first=run.start_seq, last=upto)]
 
 
+def run_bodies(txn: ReadTxn, run: RunRecord) -> list[StoredBody]:
+    """Every entry of `run`, in order (an erased one as its placeholder)."""
+    return _run_bodies(txn, run, run.last_seq)
+
+
 def branch_bodies(txn: ReadTxn, tip: int | None) -> list[StoredBody]:
     """Every entry on the branch that ends at `tip`, oldest first.
 

@@ -41,6 +41,8 @@ class Table:
     CONV_RUNS: Final = 6
     CONVS: Final = 7
     IDEM: Final = 8
+    STORE: Final = 9
+    """The conversation store's index, derived from `saved` entries (`_convstore`)."""
 
 
 TableId = int
@@ -56,6 +58,7 @@ TABLE_NAMES: dict[TableId, bytes] = {
     Table.CONV_RUNS: b'conv_runs',
     Table.CONVS: b'convs',
     Table.IDEM: b'idem',
+    Table.STORE: b'store',
 }
 
 

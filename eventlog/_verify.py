@@ -60,7 +60,8 @@ from eventlog._keys import (
     seq_key,
 )
 from eventlog._read import derives_last_seq
-from eventlog._storage import ReadTxn
+from eventlog._storage import MemoryTables, MemoryTxn, ReadTxn
+from eventlog._store_index import apply_saved, forget_conversation
 from eventlog.encryption import META_ENCRYPTION, SEAL_MARK_SIZE, is_sealed, seal_problem
 from eventlog.entries import (
     CompactionInfo,
@@ -72,11 +73,12 @@ from eventlog.entries import (
     RunFinishedInfo,
     RunRecord,
     RunStartedInfo,
+    SavedInfo,
     TitleInfo,
     VerifyProblem,
     VerifyReport,
 )
-from eventlog.errors import CorruptEntryError, CorruptStoreError
+from eventlog.errors import CorruptEntryError, CorruptStoreError, InvalidArgumentError
 
 __all__ = ['MAX_FINDINGS_PER_CODE', 'report_of', 'verify']
 
@@ -88,6 +90,7 @@ _finished: Final = msgspec.json.Decoder(RunFinishedInfo)
 _compaction: Final = msgspec.json.Decoder(CompactionInfo)
 _title: Final = msgspec.json.Decoder(TitleInfo)
 _fork: Final = msgspec.json.Decoder(ForkInfo)
+_saved: Final = msgspec.json.Decoder(SavedInfo)
 _erasure: Final = msgspec.json.Decoder(ErasureInfo)
 _recall: Final = msgspec.json.Decoder(RecallInfo)
 
@@ -96,6 +99,7 @@ _INDEX_NAMES: Final = {
     Table.RUN_ORDER: 'the run order index (RUN_ORDER)',
     Table.CONV_RUNS: "the conversation's runs index (CONV_RUNS)",
     Table.IDEM: 'the idempotency index (IDEM)',
+    Table.STORE: "the conversation store's index (STORE)",
 }
 
 
@@ -124,6 +128,9 @@ class _Rebuild:
         """The `seq`s each conversation's `erasure` entries record as erased, each with the first
         `erasure` entry recording it."""
         self.max_seq = 0
+        self.store = MemoryTables([Table.STORE])
+        """The conversation store's index (STORE), as the `saved` entries give it."""
+        self.store_txn = MemoryTxn(self.store)
 
     def _reopen(self, conversation_id: str, seq: int, body: Any) -> ConversationRecord:
         conv = ConversationRecord(
@@ -191,8 +198,20 @@ class _Rebuild:
     def _deleted(self, seq: int, body: StoredBody) -> _Applied:
         self._conversation_entry(body)
         self._forget(body.conversation_id)
+        forget_conversation(self.store_txn, body.conversation_id)
         conv = self._reopen(body.conversation_id, seq, body)
         conv.deleted = True
+        return conv, None
+
+    def _saved(self, seq: int, body: StoredBody) -> _Applied:
+        conv = self._conversation_entry(body)
+        if conv is None or conv.deleted:
+            conv = self._reopen(body.conversation_id, seq, body)
+        info: SavedInfo = _saved.decode(body.payload)
+        try:
+            apply_saved(self.store_txn, body.conversation_id, seq, info)
+        except (InvalidArgumentError, CorruptStoreError) as exc:
+            raise _Invalid(str(exc)) from None
         return conv, None
 
     def _live_conversation(self, body: StoredBody) -> ConversationRecord:
@@ -336,6 +355,7 @@ _REBUILD: Final[dict[Kind, Callable[[_Rebuild, int, StoredBody], _Applied]]] = {
     'unarchived': _Rebuild._unarchived,  # pyright: ignore[reportPrivateUsage]
     'erasure': _Rebuild._erasure,  # pyright: ignore[reportPrivateUsage]
     'shred': _Rebuild._shred,  # pyright: ignore[reportPrivateUsage]
+    'saved': _Rebuild._saved,  # pyright: ignore[reportPrivateUsage]
 }
 """Each kind's rule in the rebuild: the one place `verify` tells kinds apart."""
 
@@ -449,6 +469,7 @@ def verify(txn: ReadTxn) -> VerifyReport:
     _compare_index(txn, Table.RUN_ORDER, rebuild.run_order, findings, _run_conversation(rebuild))
     _compare_index(txn, Table.CONV_RUNS, rebuild.conv_runs, findings, key_conversation)
     _compare_index(txn, Table.IDEM, rebuild.idem, findings, _idem_conversation(rebuild))
+    _compare_index(txn, Table.STORE, dict(rebuild.store_txn.scan(Table.STORE)), findings, _store_conversation)
     _check_meta(txn, rebuild, findings, tail_broken=any(p.code == 'chain-truncated' for p in chain.values()))
     problems = sorted([*chain.values(), *findings.all()], key=lambda p: (p.conversation_id, p.seq))
     return VerifyReport(
@@ -763,6 +784,15 @@ def _compare_index(
         if have != want:
             seq = _seq_of(have) if have is not None and len(have) == 8 else _seq_of(key)
             findings.add('index-key', conversation(key), seq, _describe(table, key, have, want))
+
+
+def _store_conversation(key: bytes) -> str:
+    """The conversation a STORE key names, where it names one by its id (records and links)."""
+    if key[:1] in (b'r',):
+        return key[1:].decode('utf-8', errors='replace')
+    if key[:1] in (b'd', b'f', b's'):
+        return key[1:].split(b'\x00', 1)[0].decode('utf-8', errors='replace')
+    return ''
 
 
 def _check_meta(txn: ReadTxn, rebuild: _Rebuild, findings: _Findings, *, tail_broken: bool) -> None:

@@ -44,7 +44,9 @@ __all__ = [
     'RunRecord',
     'RunStartedInfo',
     'RunStatus',
+    'SavedInfo',
     'ShredInfo',
+    'StoreLink',
     'TitleInfo',
     'ToolEffectInfo',
     'ToolEffectStatus',
@@ -78,6 +80,7 @@ Kind = Literal[
     'deleted',
     'erasure',
     'shred',
+    'saved',
 ]
 """Every kind of entry the log knows."""
 
@@ -89,7 +92,7 @@ RUN_KINDS: Final[frozenset[Kind]] = frozenset(
 """Kinds that belong to a run: they carry a `run_id` and sit on the run's branch."""
 
 CONVERSATION_KINDS: Final[frozenset[Kind]] = frozenset(
-    {'title', 'archived', 'unarchived', 'forked_from', 'deleted', 'erasure', 'shred'}
+    {'title', 'archived', 'unarchived', 'forked_from', 'deleted', 'erasure', 'shred', 'saved'}
 )
 """Kinds that describe a conversation as a whole and carry no `run_id`."""
 
@@ -323,6 +326,50 @@ class ShredInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """Who asked for it, as the caller gave it."""
 
 
+class StoreLink(msgspec.Struct, frozen=True, array_like=True):
+    """One entry a conversation store's save added: the store's id for it, the entry before it,
+    and the `seq` of the `message` entry of the log that holds its message."""
+
+    id: str
+    parent: str | None
+    seq: int
+
+
+class SavedInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Payload of a `saved` entry: a conversation's record in the conversation store
+    (`capability.EventLogConversationStore`) as a save, branch, fork or delete left it.
+
+    The store's records are these entries: the latest one of a conversation is its record, and
+    the STORE index (`_keys`) is derived from them, so an export carries the records and `verify`
+    rebuilds the index. Only identifiers, counts and the tool-call ids of deferred requests are
+    kept here; every message stays in a `message` entry, which `links` point at.
+    """
+
+    revision: str
+    """The record's revision after this write (an opaque token, compared for equality)."""
+    expected: str | None = None
+    """The revision this write replaced (`None`: the conversation was new to the store)."""
+    head: str | None = None
+    """The store's id of the newest entry of the conversation's history."""
+    scope: str | None = None
+    forked_from: str | None = None
+    forked_at: str | None = None
+    branches: list[str] = msgspec.field(default_factory=list)
+    """The last entries of the branches the conversation left, oldest first."""
+    usage: dict[str, Any] = msgspec.field(default_factory=dict)
+    """The conversation's accumulated usage, as pydantic-ai's `RunUsage` serializes."""
+    deferred: dict[str, Any] | None = None
+    """The deferred tool requests the conversation waits on, as pydantic-ai serializes them, with
+    each tool call replaced by its `tool_call_id` (the call itself is in the history's messages)."""
+    updated_at: datetime
+    links: list[StoreLink] = msgspec.field(default_factory=list)
+    """The entries this write added, in order, each after the one it names as parent."""
+    deleted: bool = False
+    """The conversation was deleted from the store: it no longer loads or lists."""
+    released: list[str] = msgspec.field(default_factory=list)
+    """With `deleted`: the store's entries no other record reaches, which the delete dropped."""
+
+
 PAYLOAD_TYPES: Final[Mapping[Kind, type[msgspec.Struct] | None]] = {
     'message': None,
     'run_started': RunStartedInfo,
@@ -338,6 +385,7 @@ PAYLOAD_TYPES: Final[Mapping[Kind, type[msgspec.Struct] | None]] = {
     'deleted': None,
     'erasure': ErasureInfo,
     'shred': ShredInfo,
+    'saved': SavedInfo,
 }
 """The payload struct of each kind (JSON), or None: a `message` holds one pydantic-ai message,
 `archived`, `unarchived` and `deleted` hold nothing."""

@@ -39,6 +39,7 @@ __all__ = [
     'NotFoundError',
     'PayloadMovedError',
     'ReadOnlyStoreError',
+    'RevisionConflict',
     'RunLeaseError',
     'RunNotFound',
     'StorageError',
@@ -67,6 +68,18 @@ class InvalidPayloadError(InvalidArgumentError):
 
 class NotFoundError(EventLogError, LookupError):
     """A conversation, run or entry the call names does not exist."""
+
+
+class RevisionConflict(EventLogError):
+    """A conversation store's record changed since it was read (saved, deleted or created by
+    another writer), or the entry a save continues from is gone; nothing was written.
+
+    `capability.EventLogConversationStore` raises pydantic-ai's `ConversationConflict` for it.
+    """
+
+    def __init__(self, conversation_id: str, reason: str) -> None:
+        self.conversation_id = conversation_id
+        super().__init__(f'conversation {conversation_id!r}: {reason}')
 
 
 class ConversationNotFound(NotFoundError):

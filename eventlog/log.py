@@ -22,6 +22,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, TYPE_CHECKING, ClassVar, Protocol, Self, TypeVar, cast, runtime_checkable
 
+from eventlog import _convstore as convstore
 from eventlog import _engine as engine
 from eventlog import _erase as erasure
 from eventlog import _ids as ids
@@ -48,6 +49,7 @@ from eventlog.entries import (
     RunLease,
     RunRecord,
     RunStatus,
+    SavedInfo,
     ShredInfo,
     TitleInfo,
     VerifyReport,
@@ -907,6 +909,80 @@ class EventLogBase(ABC):
             bulk=True,
         )
         if done.seqs and scrub:
+            problem = await self.scrub()
+            return replace(done, scrubbed=problem is None, scrub_error=problem)
+        return done
+
+    # -- the conversation store (capability.EventLogConversationStore) --------------------------
+
+    async def store_record(self, conversation_id: str) -> SavedInfo | None:
+        """The conversation store's record of a conversation (its latest `saved` entry), or `None`."""
+        engine.check_id(conversation_id, 'conversation_id')
+        found = await self._read(lambda txn: convstore.read_record(txn, conversation_id))
+        return None if found is None else found[1]
+
+    async def store_records(self, *, scope: str | None = None, limit: int | None = None) -> list[convstore.SavedRecord]:
+        """The conversation store's records, most recently saved first: of one `scope` when given,
+        at most `limit` of them (an index read, not a scan)."""
+        if scope is not None:
+            engine.check_id(scope, 'scope')
+        if limit is not None:
+            engine.check_count(limit, 'limit')
+        found = await self._read(lambda txn: convstore.read_records(txn, scope=scope, limit=limit))
+        return [convstore.SavedRecord(conversation_id, info) for conversation_id, info in found]
+
+    async def store_history(self, head: str | None, *, limit: int | None = None) -> list[convstore.HistoryEntry]:
+        """The conversation store's entries from the first one up to `head`, in order, or only the
+        last `limit` of them, with their messages' bytes, in one read transaction.
+
+        Raises `NotFoundError` when the store has no entry `head`."""
+        if limit is not None:
+            engine.check_count(limit, 'limit')
+        if head is None or limit == 0:
+            return []
+        return await self._read(lambda txn: convstore.read_history(txn, head, limit=limit), bulk=limit is None)
+
+    async def store_entry(self, entry_id: str) -> convstore.HistoryEntry:
+        """One conversation store entry with its message's bytes; `NotFoundError` when absent."""
+        return await self._read(lambda txn: convstore.read_entry(txn, entry_id))
+
+    async def store_save(
+        self, conversation_id: str, info: SavedInfo, new_entries: Sequence[convstore.NewStoreEntry]
+    ) -> list[int]:
+        """Write a conversation store's record and the entries it adds in one transaction, if the
+        stored revision is still `info.expected`; return the `seq` of each new entry's message.
+
+        A message this log recorded in the run it names (`EventLogPersistence`) is linked, not
+        stored again; the others are appended in a run of the store's own. Raises
+        `RevisionConflict` (nothing written) when the record changed since it was read.
+        """
+        engine.check_id(conversation_id, 'conversation_id')
+        return await self._write(lambda txn: convstore.save_record(txn, conversation_id, info, new_entries))
+
+    async def store_delete(
+        self, conversation_id: str, *, expected: str, revision: str, updated_at: datetime
+    ) -> erasure.Erased:
+        """Delete a conversation's store record if its revision is still `expected`, and erase,
+        in the same transaction, the content of its entries no other record reaches (a fork keeps
+        what it shares); then scrub the store's files as `erase` does.
+
+        Raises `RevisionConflict` (nothing changed) when the record changed since it was read.
+        """
+        engine.check_id(conversation_id, 'conversation_id')
+        by = 'EventLogConversationStore'
+
+        def erase_unkept(txn: WriteTxn, conv_id: str, kept: set[int]) -> erasure.Erased:
+            return erasure.erase(
+                txn, conv_id, where=lambda entry: entry.seq not in kept, reason=convstore.ERASE_REASON, by=by
+            )
+
+        done = await self._write(
+            lambda txn: convstore.delete_record(
+                txn, conversation_id, expected=expected, revision=revision, updated_at=updated_at, erase=erase_unkept
+            ),
+            bulk=True,
+        )
+        if done.seqs:
             problem = await self.scrub()
             return replace(done, scrubbed=problem is None, scrub_error=problem)
         return done

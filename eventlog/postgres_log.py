@@ -109,13 +109,18 @@ __all__ = ['SCHEMA_VERSION', 'PendingLastSeq', 'PostgresEventLog', 'redact_dsn']
 
 T = TypeVar('T')
 
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 """The layout of the PostgreSQL tables this version creates and reads (recorded in `schema_version`).
 
-Layout 2 (this one) records each entry's writing transaction (`entries.tx`, xid8) and hands out
-seqs from a counter (`seq_counter`, `claim_seqs`) instead of the META `last_seq` record, so that
-appends to different conversations commit concurrently; layout 1 is migrated in place on open
-(`_migrate_layout`)."""
+Layout 2 records each entry's writing transaction (`entries.tx`, xid8) and hands out seqs from a
+counter (`seq_counter`, `claim_seqs`) instead of the META `last_seq` record, so that appends to
+different conversations commit concurrently. Layout 3 (this one) adds the `store` table (the
+conversation store's index, `_convstore`). Older layouts are migrated in place on open
+(`_migrate_layout`); a layout-2 schema opened read-only is read as it is, its `store` table
+read as empty (it can hold no `saved` entries)."""
+
+_EMPTY_TABLE: Final = '(SELECT NULL::bytea AS k, NULL::bytea AS v WHERE FALSE) AS absent'
+"""Stands for a table a schema of an older layout lacks, when it is only read."""
 
 _SCHEMA_NAME = re.compile(r'[a-z_][a-z0-9_]{0,62}')
 _RETRIES: Final = 3
@@ -335,7 +340,9 @@ class PostgresEventLog(EventLogBase):
                     )
                 if detect and self.read_only_reason is None:
                     self.read_only_reason = self._write_blocker(cur)
-                if version < SCHEMA_VERSION:
+                if version == 2 and self.read_only_reason is not None:
+                    self._relations[Table.STORE] = PgRelation(_EMPTY_TABLE)
+                elif version < SCHEMA_VERSION:
                     if self.read_only_reason is not None:
                         raise ReadOnlyStoreError(
                             f'{self.location} has schema version {version}, which opening it for writing once '
@@ -343,8 +350,9 @@ class PostgresEventLog(EventLogBase):
                         )
                     with conn.transaction():
                         cur.execute('SELECT pg_advisory_xact_lock(%s, %s)', (_LOCK_CLASS, _schema_lock_id(self.schema)))
-                        if (self._read_version(cur) or 0) < SCHEMA_VERSION:
-                            self._migrate_layout(cur)
+                        found_version = self._read_version(cur) or 0
+                        if found_version < SCHEMA_VERSION:
+                            self._migrate_layout(cur, found_version)
                 if self.read_only_reason is None:
                     self._install_window(conn)
                 # Most opens find the format current and need no writers' lock: opening never waits
@@ -556,10 +564,18 @@ class PostgresEventLog(EventLogBase):
             except psycopg.errors.InsufficientPrivilege:
                 self._variants = False
 
-    def _migrate_layout(self, cur: psycopg.Cursor[Any]) -> None:
-        """Bring a schema of layout 1 (one writer at a time, the last seq in META) to layout 2 in
-        place, in the caller's transaction: entries written before are settled for every follower
-        (their `tx` is older than any transaction), and the counter goes on from the last seq."""
+    def _migrate_layout(self, cur: psycopg.Cursor[Any], version: int) -> None:
+        """Bring a schema of layout `version` to this one in place, in the caller's transaction."""
+        if version < 2:
+            self._migrate_layout_1(cur)
+        q = self._q
+        cur.execute(f'CREATE TABLE IF NOT EXISTS {q}."store" (k bytea PRIMARY KEY, v bytea NOT NULL)'.encode())
+        cur.execute(f'UPDATE {q}.schema_version SET version = %s'.encode(), (SCHEMA_VERSION,))
+
+    def _migrate_layout_1(self, cur: psycopg.Cursor[Any]) -> None:
+        """Bring a schema of layout 1 (one writer at a time, the last seq in META) to layout 2:
+        entries written before are settled for every follower (their `tx` is older than any
+        transaction), and the counter goes on from the last seq."""
         q = self._q
         cur.execute(f'LOCK TABLE {q}.entries IN ACCESS EXCLUSIVE MODE'.encode())
         cur.execute(f'SELECT v FROM {q}.meta WHERE k = %s'.encode(), (META_LAST_SEQ,))
@@ -574,7 +590,6 @@ class PostgresEventLog(EventLogBase):
         for statement in self._counter_sql(last):
             cur.execute(statement.encode())
         cur.execute(b'SELECT setval(%s, %s)', (f'{q}.seq_counter', last))
-        cur.execute(f'UPDATE {q}.schema_version SET version = %s'.encode(), (SCHEMA_VERSION,))
 
     # -- transactions ---------------------------------------------------------------------------
 

@@ -28,6 +28,8 @@ from eventlog.entries import (
     NewEntry,
     RecalledHit,
     RecallInfo,
+    SavedInfo,
+    StoreLink,
     TitleInfo,
     durable_step_entry,
     encode_info,
@@ -121,6 +123,24 @@ def _build() -> MemoryTables:
                     )
                 ),
                 idempotency_key='recall:0',
+            ),
+        ],
+        [
+            NewEntry(
+                conversation_id='c1',
+                kind='saved',
+                payload=encode_info(
+                    SavedInfo(
+                        revision='rev-1',
+                        head='e1',
+                        scope='user-1',
+                        branches=['e0'],
+                        usage={'requests': 1},
+                        deferred={'calls': ['t'], 'approvals': [], 'metadata': {}},
+                        updated_at=datetime(2025, 1, 1, tzinfo=UTC),
+                        links=[StoreLink('e0', None, 2), StoreLink('e1', 'e0', 2)],
+                    )
+                ),
             ),
         ],
     ]
