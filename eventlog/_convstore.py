@@ -31,6 +31,7 @@ from eventlog._keys import (
     STORE_LIST_PREFIX,
     StoreLinkValue,
     Table,
+    ck,
     decode_store_link,
     key_seq,
     seq_key,
@@ -369,16 +370,42 @@ def delete_record(
     revision: str,
     updated_at: datetime,
     erase: Callable[[WriteTxn, str, set[int]], T],
-) -> T:
+) -> list[T]:
     """Delete a conversation's record if its revision is still `expected`, release the store
-    entries no remaining record reaches, and erase (with `erase`) the content of the
-    conversation's entries that nothing reached keeps; return what `erase` returned.
+    entries no remaining record reaches, and erase (with `erase`, given the `seq`s to keep) the
+    content of the conversation's entries that nothing reached keeps; return what each `erase`
+    returned.
 
-    A conversation forked from this one keeps the history it shares: those entries stay.
+    A conversation forked from this one keeps the history it shares: those entries stay. The
+    conversations this one was forked from that were deleted before (their shared entries kept
+    for it) are released in the same way, now that it no longer reaches them.
     """
     ref = record_ref(txn, conversation_id)
     if ref is None or _saved_at(txn, ref.seq).revision != expected:
         raise RevisionConflict(conversation_id, 'the record was saved, replaced or deleted since it was read')
+    done = [_release(txn, conversation_id, expected, revision, updated_at, ref.forked_from, erase)]
+    source, seen = ref.forked_from, {conversation_id}
+    while source is not None and source not in seen and record_ref(txn, source) is None:
+        seen.add(source)
+        tombstone = _last_saved(txn, source)
+        if tombstone is None:
+            break
+        done.append(_release(txn, source, None, f'{revision}/{source}', updated_at, tombstone.forked_from, erase))
+        source = tombstone.forked_from
+    return done
+
+
+def _release(
+    txn: WriteTxn,
+    conversation_id: str,
+    expected: str | None,
+    revision: str,
+    updated_at: datetime,
+    forked_from: str | None,
+    erase: Callable[[WriteTxn, str, set[int]], T],
+) -> T:
+    """Append the tombstone `saved` entry that drops a conversation's record and the links no
+    live record reaches, and erase what those links held."""
     reached = _reached_by_others(txn, conversation_id)
     prefix = store_depth_prefix(conversation_id)
     released: list[str] = []
@@ -393,7 +420,7 @@ def delete_record(
         revision=revision,
         expected=expected,
         updated_at=updated_at,
-        forked_from=ref.forked_from,
+        forked_from=forked_from,
         deleted=True,
         released=released,
     )
@@ -403,6 +430,15 @@ def delete_record(
         allow_internal=True,
     )
     return erase(txn, conversation_id, kept)
+
+
+def _last_saved(txn: ReadTxn, conversation_id: str) -> SavedInfo | None:
+    """The latest `saved` entry of a conversation (its tombstone, once deleted), or `None`."""
+    for key, _ in txn.scan(Table.BY_CONV, prefix=ck(conversation_id), reverse=True):
+        body = get_body(txn, key_seq(key))
+        if body is not None and body.kind == 'saved':
+            return decode_info(_SAVED, body.payload, 'saved')
+    return None
 
 
 def _reached_by_others(txn: ReadTxn, conversation_id: str) -> set[str]:

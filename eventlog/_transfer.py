@@ -40,7 +40,17 @@ from eventlog._keys import (
 from eventlog._read import get_conversation, get_entry, iter_entries, list_runs
 from eventlog._storage import ReadTxn, WriteTxn
 from eventlog.encryption import check_sealed, is_sealed, read_store_id, seal_problem
-from eventlog.entries import CompactionInfo, Entry, ErasureInfo, ForkInfo, Kind, NewEntry
+from eventlog.entries import (
+    CompactionInfo,
+    Entry,
+    ErasureInfo,
+    ForkInfo,
+    Kind,
+    NewEntry,
+    SavedInfo,
+    StoreLink,
+    encode_info,
+)
 from eventlog.errors import ConversationNotFound, InvalidArgumentError
 
 FORMAT_NAME: Final = 'pydantic-ai-eventlog'
@@ -542,6 +552,9 @@ def import_lines(txn: WriteTxn, lines: Iterable[tuple[int, ExportedEntry]]) -> i
         elif line.kind == 'compaction':
             flush()
             payload = _retarget_compaction(number, payload, mapping)
+        elif line.kind == 'saved':
+            flush()
+            payload = _retarget_saved(number, line, payload, mapping)
         pending.append(
             (
                 line.seq,
@@ -608,6 +621,28 @@ def _retarget_compaction(number: int, payload: bytes, mapping: _SeqMap) -> bytes
     if replaced == info.replaced:
         return payload
     return msgspec.json.encode(CompactionInfo(replaced=replaced, summary=info.summary))
+
+
+def _retarget_saved(number: int, line: ExportedEntry, payload: bytes, mapping: _SeqMap) -> bytes:
+    """The `saved` payload linking each store entry to its message's `seq` in this store; every
+    message it links must be an entry of the export."""
+    try:
+        info = msgspec.json.decode(payload, type=SavedInfo)
+    except msgspec.DecodeError as exc:
+        raise InvalidArgumentError(f'line {number}: the saved payload is not valid: {exc}') from None
+    links: list[StoreLink] = []
+    for link in info.links:
+        seq = mapping.get(link.seq)
+        if seq is None:
+            raise InvalidArgumentError(
+                f'line {number} (seq {line.seq}, conversation {line.conversation_id!r}) links store entry '
+                f'{link.id!r} to entry {link.seq}, which the export does not carry; an import may only '
+                'reference its own entries'
+            )
+        links.append(StoreLink(link.id, link.parent, seq))
+    if links == info.links:
+        return payload
+    return encode_info(msgspec.structs.replace(info, links=links))
 
 
 def import_from(

@@ -982,10 +982,13 @@ class EventLogBase(ABC):
             ),
             bulk=True,
         )
-        if done.seqs:
+        erased = [seq for each in done for seq in each.seqs]
+        removed = sum(each.payload_bytes for each in done)
+        result = erasure.Erased(conversation_id, erased, done[0].erasure_seq, removed)
+        if erased:
             problem = await self.scrub()
-            return replace(done, scrubbed=problem is None, scrub_error=problem)
-        return done
+            return replace(result, scrubbed=problem is None, scrub_error=problem)
+        return result
 
     async def shred(self, conversation_id: str, *, reason: str | None = None, by: str | None = None) -> int:
         """Destroy the conversation's data key (crypto-shredding) and record it in a `shred` entry;
