@@ -14,8 +14,9 @@ Everything here is pure and synchronous; the capability does the I/O.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import msgspec
 from pydantic_ai.messages import ModelMessage
@@ -23,7 +24,7 @@ from pydantic_ai.messages import ModelMessage
 from eventlog import CompactionInfo, Entry
 from eventlog.entries import fold_compaction
 
-__all__ = ['BranchMatch', 'Layout', 'SyncPlan', 'advance', 'match_branch', 'plan_sync']
+__all__ = ['BranchMatch', 'Layout', 'Same', 'SyncPlan', 'advance', 'match_branch', 'plan_sync']
 
 _compaction_decoder = msgspec.json.Decoder(CompactionInfo)
 
@@ -174,15 +175,25 @@ class BranchMatch:
     """The entry to branch from (`None` when nothing matched)."""
     anchors: list[int]
     groups: set[int]
+    payloads: list[bytes] = field(default_factory=list[bytes])
+    """Parallel to `anchors`: the stored message each position of the match stands for."""
+    following: Entry | None = None
+    """The branch's next `message` entry after the matched point, when no compaction comes
+    before it (what the history would continue with on this branch)."""
 
 
-def match_branch(entries: Sequence[Entry], target: Sequence[bytes]) -> BranchMatch:
+Same = Callable[[Any, bytes], bool]
+"""Whether an item of a handed-in history is a stored message payload."""
+
+
+def match_branch(entries: Sequence[Entry], target: Sequence[Any], same: Same | None = None) -> BranchMatch:
     """The deepest point of a stored branch whose context is a prefix of `target`.
 
     `entries` is a branch, oldest first (`EventLog.branch`); `target` the handed-in history as
-    pydantic-ai JSON, one item per message. The branch's context is replayed entry by entry,
-    folding compactions in as the log does, and the last point where it is a prefix of `target`
-    wins.
+    pydantic-ai JSON, one item per message, compared with the stored payloads byte for byte, or
+    items of any form compared with `same(item, payload)`. The branch's context is replayed entry
+    by entry, folding compactions in as the log does, and the last point where it is a prefix of
+    `target` wins.
     """
     live: list[tuple[int, bytes]] = []
     groups: set[int] = set()
@@ -191,18 +202,23 @@ def match_branch(entries: Sequence[Entry], target: Sequence[bytes]) -> BranchMat
     for index, entry in enumerate(entries):
         if entry.kind == 'message':
             live.append((entry.seq, entry.payload))
-            if matched == len(live) - 1 and matched < len(target) and target[matched] == entry.payload:
+            if (
+                matched == len(live) - 1
+                and matched < len(target)
+                and (target[matched] == entry.payload if same is None else same(target[matched], entry.payload))
+            ):
                 matched += 1
         elif entry.kind == 'compaction':
             live = _fold(live, entry)
             groups.add(entry.seq)
-            matched = _common_prefix(live, target)
+            matched = _common_prefix(live, target, same)
         else:
             continue
         if matched == len(live) and live and len(live) >= best_length:
             best_length, best_tip, best_index = len(live), entry.seq, index
+    following = _following(entries, best_index)
     if best_tip is None:
-        return BranchMatch(length=0, tip=None, anchors=[], groups=set())
+        return BranchMatch(length=0, tip=None, anchors=[], groups=set(), following=following)
     live = []
     groups = set()
     for entry in entries[: best_index + 1]:
@@ -211,7 +227,23 @@ def match_branch(entries: Sequence[Entry], target: Sequence[bytes]) -> BranchMat
         elif entry.kind == 'compaction':
             live = _fold(live, entry)
             groups.add(entry.seq)
-    return BranchMatch(length=best_length, tip=best_tip, anchors=[a for a, _ in live], groups=groups)
+    return BranchMatch(
+        length=best_length,
+        tip=best_tip,
+        anchors=[a for a, _ in live],
+        groups=groups,
+        payloads=[p for _, p in live],
+        following=following,
+    )
+
+
+def _following(entries: Sequence[Entry], index: int) -> Entry | None:
+    for entry in entries[index + 1 :]:
+        if entry.kind == 'message':
+            return entry
+        if entry.kind == 'compaction':
+            return None
+    return None
 
 
 def _fold(live: list[tuple[int, bytes]], entry: Entry) -> list[tuple[int, bytes]]:
@@ -224,10 +256,10 @@ def _anchor(item: tuple[int, bytes]) -> int:
     return item[0]
 
 
-def _common_prefix(live: list[tuple[int, bytes]], target: Sequence[bytes]) -> int:
+def _common_prefix(live: list[tuple[int, bytes]], target: Sequence[Any], same: Same | None) -> int:
     count = 0
     for (_, payload), wanted in zip(live, target, strict=False):
-        if payload != wanted:
+        if (payload != wanted) if same is None else not same(wanted, payload):
             break
         count += 1
     return count

@@ -21,13 +21,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Literal, Protocol
 
-from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
+from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelRequest
 from pydantic_ai.usage import RunUsage
 
-from capability._persistence_sync import Layout, SyncPlan, advance, match_branch, plan_sync
+from capability._equivalence import Canonical, canonical, same_message
+from capability._persistence_sync import BranchMatch, Layout, SyncPlan, advance, match_branch, plan_sync
 from capability._redaction import Redaction
 from eventlog import (
     DurableError,
+    Entry,
     EventLog,
     EventLogError,
     InvalidArgumentError,
@@ -60,7 +62,8 @@ _CACHE_SIZE = 16
 """Finished runs whose layouts are remembered per capability."""
 
 _CANDIDATE_RUNS = 4
-"""Runs tried, newest first, when a handed-in history has to be matched against the log."""
+"""Runs tried, newest first, when a handed-in history has to be matched against the log (those
+its messages name; when they do not hold it exactly, this many of its conversation's latest)."""
 
 
 class EventLogPersistenceError(EventLogError):
@@ -105,6 +108,17 @@ class Append(Protocol):
     async def __call__(
         self, *, run_id: str, conversation_id: str, entries: list[WireEntry]
     ) -> list[tuple[int, str]]: ...  # pragma: no cover - a protocol
+
+
+@dataclass(slots=True)
+class _Resumed:
+    """A client's copy of a recorded request that a run resumes from (a regenerated answer)."""
+
+    seq: int
+    """The recorded request's entry: where the run branches off if its request is that one."""
+    original: Canonical
+    fallback: int | None
+    """Where the run branches off otherwise: the tip of the history before the request."""
 
 
 @dataclass(slots=True)
@@ -202,19 +216,28 @@ class RunRecorder:
     the log (`start(check_branch=False)`): the run's first write checks the branch still exists
     (its `run_started` entry names the branch's tip as its parent, which the log verifies), and a
     write refused because that tip is gone matches this history against the log and writes again."""
+    copies: dict[int, Canonical] = field(default_factory=dict[int, Canonical])
+    """Positions of the layout holding a client's rebuilt copy of a recorded message (matched by
+    `same_message`, not byte for byte), with the original: a hook that rewrites such a message
+    into another copy of the original (a system prompt put back) rewrites nothing recorded."""
+    resumed: _Resumed | None = None
+    """The run resumes from a client's copy of a recorded request, decided when the request is final."""
 
     # --- the run's life ----------------------------------------------------------------------
 
-    async def start(self, history: list[ModelMessage], *, check_branch: bool = True) -> None:
+    async def start(
+        self, history: list[ModelMessage], *, check_branch: bool = True, resumed: ModelRequest | None = None
+    ) -> None:
         """Find what the handed-in `history` continues, store what the log lacks of it, and
         prepare the `run_started` entry.
 
         A remembered branch is checked to still exist with a read, unless `check_branch` is false:
         then the run's first write checks it (`unchecked`). Only for runs no durable engine
-        journals: a write refused and made again would add a step to the journal.
+        journals: a write refused and made again would add a step to the journal. `resumed` is the
+        request the run resumes from (the history's last message, left out of `history`).
         """
         self.started = True
-        layout, unseen = await self._resolve_history(history, check_branch=check_branch)
+        layout, unseen = await self._resolve_history(history, check_branch=check_branch, resumed=resumed)
         self.layout = layout
         started = run_started_entry(
             conversation_id=self.conversation_id,
@@ -252,7 +275,11 @@ class RunRecorder:
             return
         self.live = live
         final = live if upto is None else live[:upto]
+        if self.copies:
+            self._keep_copies(final)
         plan = plan_sync(self.layout, final, allow_compaction=not unwinding)
+        if self.resumed is not None and plan.new_messages and plan.summary is None:
+            self._take_resumed(plan)
         items = self._plan_items(plan)
         if closing is not None:
             items.append(Outgoing(closing))
@@ -276,6 +303,37 @@ class RunRecorder:
             elif item.entry.kind == 'compaction':
                 compaction = seq
         advance(self.layout, plan, final, compaction=compaction, anchors=anchors)
+        if compaction is not None:
+            self.copies.clear()  # positions moved
+
+    def _keep_copies(self, final: list[ModelMessage]) -> None:
+        """Take into the layout the messages of `final` that replaced a client's copy with another
+        copy of the same recorded original (a hook rebuilt it: same position, same content)."""
+        messages = self.layout.messages
+        for position, original in self.copies.items():
+            if position >= len(final) or position >= len(messages) or final[position] is messages[position]:
+                continue
+            if same_message(canonical(self.redaction.encode(final[position])), original):
+                messages[position] = final[position]
+
+    def _take_resumed(self, plan: SyncPlan) -> None:
+        """The run's resumed request is final (first of `plan`'s new messages): if it is still the
+        recorded request the client's copy matched, it stands for that entry and is not recorded
+        again; otherwise the run branches off before it."""
+        resumed = self.resumed
+        self.resumed = None
+        if resumed is None:  # pragma: no cover - checked by the caller
+            return
+        first = plan.new_messages[0]
+        if isinstance(first, ModelRequest) and same_message(canonical(self.redaction.encode(first)), resumed.original):
+            self.layout.messages.append(first)
+            self.layout.anchors.append(resumed.seq)
+            plan.new_messages.pop(0)
+            return
+        self.layout.tip = resumed.fallback
+        for item in self.pending:
+            if item.entry.kind == 'run_started':
+                item.entry.parent = resumed.fallback
 
     def note_sent(self, request: ModelMessage) -> None:
         """`request`, just recorded, is what the model is about to be sent."""
@@ -512,11 +570,19 @@ class RunRecorder:
     # --- threading -------------------------------------------------------------------------------
 
     async def _resolve_history(
-        self, history: list[ModelMessage], *, check_branch: bool = True
+        self, history: list[ModelMessage], *, check_branch: bool = True, resumed: ModelRequest | None = None
     ) -> tuple[Layout, list[ModelMessage]]:
         """The layout of the stored branch `history` continues, and the messages the log lacks."""
+        if resumed is not None and resumed.run_id is not None:
+            resumed = None  # pydantic-ai's own request (a run resumed after a failure), not a client's copy
         if not history:
-            return Layout(), []
+            if resumed is None:
+                return Layout(), []
+            try:
+                return await self._match_in_log(history, resumed)
+            except (EventLogError, OSError) as exc:
+                self._failed(exc)
+                return Layout(), []
         recalled = self.recent.recall(history, self.redaction.encode)
         if recalled is not None and recalled.tip is not None and not check_branch:
             self.unchecked = history  # the first write checks the branch (`_branch_gone`)
@@ -525,14 +591,22 @@ class RunRecorder:
             # One cheap read guards against a branch deleted since it was remembered.
             if recalled is not None and recalled.tip is not None and await self.log.get_entry(recalled.tip):
                 return recalled, []
-            return await self._match_in_log(history)
+            return await self._match_in_log(history, resumed)
         except (EventLogError, OSError) as exc:
             self._failed(exc)
             return Layout(), []
 
-    async def _match_in_log(self, history: list[ModelMessage]) -> tuple[Layout, list[ModelMessage]]:
-        """Match `history` against the branches of the runs it names (newest first) and the
-        latest run of its conversation; keep the deepest exact match."""
+    async def _match_in_log(
+        self, history: list[ModelMessage], resumed: ModelRequest | None = None
+    ) -> tuple[Layout, list[ModelMessage]]:
+        """Match `history` against the log and keep the deepest match.
+
+        First byte for byte, against the branches of the runs it names (newest first) and the
+        latest run of its conversation. When none holds all of it (a UI client's rebuilt copies),
+        by `same_message`, against the branches of its own conversation's latest runs. `resumed`
+        (a client's copy of a request the run resumes from) stands for the message a fully
+        matched branch continues with, if it is that message.
+        """
         payloads = [self.redaction.encode(m) for m in history]
         candidates: list[str] = []
         for message in reversed(history):
@@ -544,19 +618,61 @@ class RunRecorder:
         latest = await self.log.list_runs(conversation_id=self.conversation_id)
         if latest and latest[-1].run_id not in candidates:
             candidates.append(latest[-1].run_id)
-        best = None
+        own: dict[str, list[Entry]] = {}
+        matches: list[BranchMatch] = []
         for run_id in candidates:
             run = await self.log.get_run(run_id)
             if run is None:
                 continue
-            match = match_branch(await self.log.branch(run.last_seq), payloads)
-            if best is None or match.length > best.length:
-                best = match
-            if match.length == len(history):
+            entries = await self.log.branch(run.last_seq)
+            if run.conversation_id == self.conversation_id:
+                own[run_id] = entries
+            match = match_branch(entries, payloads)
+            matches.append(match)
+            if match.length == len(history) and resumed is None:
                 break
-        if best is None or best.length == 0:
+        exact = max((m.length for m in matches), default=0)
+        copies = exact < len(history)
+        if copies:
+            matches = [m for m in matches if m.length == exact]
+            targets = [canonical(p) for p in payloads]
+            seen: dict[bytes, Canonical] = {}
+
+            def same(target: Canonical, payload: bytes) -> bool:
+                original = seen.get(payload)
+                if original is None:
+                    original = seen[payload] = canonical(payload)
+                return same_message(target, original)
+
+            recent = [r for r in reversed(latest) if r.parent_run_id is None][:_CANDIDATE_RUNS]
+            for run in recent:
+                entries = own.get(run.run_id)
+                if entries is None:
+                    entries = await self.log.branch(run.last_seq)
+                match = match_branch(entries, targets, same)
+                if match.length > exact:
+                    matches.append(match)
+        depth = max((m.length for m in matches), default=0)
+        tied = [m for m in matches if m.length == depth]
+        best = tied[0] if tied else None
+        self.resumed = None
+        if resumed is not None and depth == len(history):
+            request = canonical(self.redaction.encode(resumed))
+            for match in tied:
+                following = match.following
+                if following is not None and same_message(request, original := canonical(following.payload)):
+                    best = match
+                    self.resumed = _Resumed(following.seq, original, match.tip)
+                    break
+        if best is None or (best.length == 0 and self.resumed is None):
             return Layout(), history
-        layout = Layout(history[: best.length], best.anchors, best.groups, best.tip)
+        self.copies = (
+            {i: canonical(best.payloads[i]) for i in range(best.length) if best.payloads[i] != payloads[i]}
+            if copies
+            else {}
+        )
+        tip = self.resumed.seq if self.resumed is not None else best.tip
+        layout = Layout(history[: best.length], best.anchors, best.groups, tip)
         return layout, history[best.length :]
 
 

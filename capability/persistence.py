@@ -257,15 +257,18 @@ class EventLogPersistence(AbstractCapability[AgentDepsT]):
     async def before_run(self, ctx: RunContext[AgentDepsT]) -> None:
         """Find what the handed-in history continues and prepare the `run_started` entry."""
         history = list(ctx.messages)
-        if history and ctx.prompt is None and isinstance(history[-1], ModelRequest):
+        resumed: ModelRequest | None = None
+        if history and ctx.prompt is None and isinstance(last := history[-1], ModelRequest):
             # Resuming without a prompt: pydantic-ai sends (a copy of) the trailing request as this
-            # run's own request, so it is recorded as this run's, not as inherited history.
-            history = history[:-1]
+            # run's own request, so it is recorded as this run's, not as inherited history (unless
+            # it is a UI client's copy of a request the log holds: a regenerated answer).
+            resumed = last
+            history.pop()
         # Outside a durable run, the remembered branch is checked by the run's first write rather
         # than by a read of its own (`RunRecorder.unchecked`); a durable run keeps the read, so a
         # refused first write never adds a step to its journal.
         check_branch = not (isinstance(self.log, EventLogBase) and _unjournaled(self.id))
-        await self._recording(ctx).start(history, check_branch=check_branch)
+        await self._recording(ctx).start(history, check_branch=check_branch, resumed=resumed)
 
     async def before_model_request(
         self, ctx: RunContext[AgentDepsT], request_context: ModelRequestContext
