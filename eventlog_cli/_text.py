@@ -30,6 +30,7 @@ from eventlog.entries import (
     RunFinishedInfo,
     RunRecord,
     RunStartedInfo,
+    SavedInfo,
     TitleInfo,
     ToolEffectInfo,
 )
@@ -284,6 +285,25 @@ def _forked_from_headline(entry: Entry, limit: int) -> str:
     return f'forked from {fork.conversation_id} at #{fork.seq}'
 
 
+def _saved_headline(entry: Entry, limit: int) -> str:
+    info = msgspec.json.decode(entry.payload, type=SavedInfo)
+    if info.deleted:
+        return f'conversation store: deleted ({len(info.released)} entries released)'
+    added = len(info.links)
+    parts = [f'conversation store: saved, {added} {"entry" if added == 1 else "entries"} added']
+    if info.links:
+        parts.append(f'linking {seq_list([link.seq for link in info.links])}')
+    if info.scope is not None:
+        parts.append(f'scope {clip(repr(info.scope), limit)}')
+    if info.forked_from is not None and info.expected is None:
+        parts.append(f'forked from {info.forked_from}')
+    if info.branches:
+        parts.append(f'{len(info.branches)} {"branch" if len(info.branches) == 1 else "branches"} left')
+    if info.deferred is not None:
+        parts.append('waiting on deferred tool calls')
+    return ', '.join(parts)
+
+
 HEADLINES: dict[Kind, Callable[[Entry, int], str]] = {
     'message': _message_headline,
     'run_started': _run_started_headline,
@@ -299,6 +319,7 @@ HEADLINES: dict[Kind, Callable[[Entry, int], str]] = {
     'deleted': lambda _entry, _limit: 'entries removed; this tombstone remains',
     'erasure': _erasure_headline,
     'shred': lambda _entry, _limit: "data key destroyed: the conversation's content is unreadable everywhere",
+    'saved': _saved_headline,
 }
 """One line per kind of entry, for `tail` and `replay`."""
 

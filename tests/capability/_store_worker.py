@@ -15,12 +15,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 
-from backends import make_log  # noqa: E402
-from pydantic_ai.conversation import Conversation  # noqa: E402
-from pydantic_ai.conversation_store import ConversationConflict  # noqa: E402
-from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart  # noqa: E402
+from backends import make_log
+from pydantic_ai.conversation import Conversation
+from pydantic_ai.conversation_store import ConversationConflict
+from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
 
-from capability import EventLogConversationStore  # noqa: E402
+from capability import EventLogConversationStore
 
 CONVERSATION = 'shared'
 

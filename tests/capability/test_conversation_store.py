@@ -24,18 +24,18 @@ import pytest
 
 pytest.importorskip('pydantic_ai.conversation_store', reason='the conversation store needs pydantic-ai-slim 2.66+')
 
-from backends import BACKENDS, ENCRYPTED_BACKENDS, make_log, postgres_dsn  # noqa: E402
-from pydantic_ai import DeferredToolRequests  # noqa: E402
-from pydantic_ai.conversation import Conversation  # noqa: E402
-from pydantic_ai.conversation_store import (  # noqa: E402
+from backends import BACKENDS, ENCRYPTED_BACKENDS, make_log, postgres_dsn
+from pydantic_ai import DeferredToolRequests
+from pydantic_ai.conversation import Conversation
+from pydantic_ai.conversation_store import (
     ConversationConflict,
     ConversationEntry,
     ConversationRecord,
     ConversationStore,
     InMemoryConversationStore,
 )
-from pydantic_ai.exceptions import UserError  # noqa: E402
-from pydantic_ai.messages import (  # noqa: E402
+from pydantic_ai.exceptions import UserError
+from pydantic_ai.messages import (
     ModelMessage,
     ModelMessagesTypeAdapter,
     ModelRequest,
@@ -45,9 +45,9 @@ from pydantic_ai.messages import (  # noqa: E402
     ToolReturnPart,
     UserPromptPart,
 )
-from pydantic_ai.usage import RunUsage  # noqa: E402
+from pydantic_ai.usage import RunUsage
 
-from capability import EventLogConversationStore  # noqa: E402
+from capability import EventLogConversationStore
 
 _T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 
@@ -198,9 +198,7 @@ async def _script(store: ConversationStore) -> list[Any]:
     assert record is not None
 
     # Branch: regenerate the last answer, then go back to the branch left.
-    branched = await o.outcome(
-        'branch at 3', store.branch('a', at=3, expected_revision=record.revision), c
-    )
+    branched = await o.outcome('branch at 3', store.branch('a', at=3, expected_revision=record.revision), c)
     assert branched is not None
     branched.messages.append(_say('a2 regenerated', 'r6'))
     await o.outcome('save on branch', store.save(branched), e)

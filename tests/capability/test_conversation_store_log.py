@@ -14,16 +14,16 @@ import pytest
 
 pytest.importorskip('pydantic_ai.conversation_store', reason='the conversation store needs pydantic-ai-slim 2.66+')
 
-from _helpers import chat_model, dump  # noqa: E402
-from backends import BACKENDS, ENCRYPTED_BACKENDS, make_log, postgres_dsn, schema_for  # noqa: E402
-from pydantic_ai import Agent  # noqa: E402
-from pydantic_ai.conversation import Conversation  # noqa: E402
-from pydantic_ai.conversation_store import ConversationConflict  # noqa: E402
+from _helpers import chat_model, dump
+from backends import BACKENDS, ENCRYPTED_BACKENDS, make_log, postgres_dsn, schema_for
+from pydantic_ai import Agent
+from pydantic_ai.conversation import Conversation
+from pydantic_ai.conversation_store import ConversationConflict
 
-from capability import EventLogConversationStore, EventLogPersistence  # noqa: E402
-from eventlog import InMemoryEventLog, InvalidArgumentError, LmdbEventLog, NewEntry  # noqa: E402
-from eventlog._keys import Table, store_record_key  # noqa: E402
-from eventlog.log import EventLogBase  # noqa: E402
+from capability import EventLogConversationStore, EventLogPersistence
+from eventlog import InMemoryEventLog, InvalidArgumentError, LmdbEventLog, NewEntry
+from eventlog._keys import Table, store_record_key
+from eventlog.log import EventLogBase
 
 ALL = [*BACKENDS, *ENCRYPTED_BACKENDS]
 
@@ -45,9 +45,7 @@ async def test_with_the_capability_each_message_is_stored_once(backend: str, tmp
     try:
         store = EventLogConversationStore(log)
         agent = Agent(chat_model(), capabilities=[EventLogPersistence(log)])
-        results = [
-            await _turn(store, agent, 'c', prompt) for prompt in ['hello', 'call lookup paris', 'and then?']
-        ]
+        results = [await _turn(store, agent, 'c', prompt) for prompt in ['hello', 'call lookup paris', 'and then?']]
         loaded = await store.load('c')
         assert loaded is not None
         assert dump(loaded.messages) == dump(results[-1].all_messages())  # type: ignore[attr-defined]

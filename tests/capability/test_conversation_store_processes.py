@@ -21,10 +21,10 @@ import pytest
 
 pytest.importorskip('pydantic_ai.conversation_store', reason='the conversation store needs pydantic-ai-slim 2.66+')
 
-from backends import make_log, postgres_dsn  # noqa: E402
-from pydantic_ai.messages import ModelRequest, UserPromptPart  # noqa: E402
+from backends import make_log, postgres_dsn
+from pydantic_ai.messages import ModelRequest, UserPromptPart
 
-from capability import EventLogConversationStore  # noqa: E402
+from capability import EventLogConversationStore
 
 WORKER = Path(__file__).with_name('_store_worker.py')
 
