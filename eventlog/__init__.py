@@ -38,6 +38,7 @@ if TYPE_CHECKING:
         run_finished_entry,
         run_started_entry,
         tool_effect_entry,
+        top_level_runs,
     )
     from eventlog.errors import (
         ConversationNotFound,
@@ -129,6 +130,7 @@ __all__ = [
     'run_finished_entry',
     'run_started_entry',
     'tool_effect_entry',
+    'top_level_runs',
 ]
 
 # Each name is imported on first use, so that a light part (the entry model, the keyspace, as
@@ -193,6 +195,7 @@ _SUBMODULE: dict[str, str] = {
     'run_finished_entry': 'eventlog.entries',
     'run_started_entry': 'eventlog.entries',
     'tool_effect_entry': 'eventlog.entries',
+    'top_level_runs': 'eventlog.entries',
     'durable_step_entry': 'eventlog.entries',
     'RunLeaseError': 'eventlog.errors',
 }
