@@ -39,6 +39,7 @@ from eventlog import (
     run_finished_entry,
     run_started_entry,
     tool_effect_entry,
+    top_level_runs,
 )
 
 __all__ = [
@@ -532,7 +533,10 @@ class RunRecorder:
 
     async def _match_in_log(self, history: list[ModelMessage]) -> tuple[Layout, list[ModelMessage]]:
         """Match `history` against the branches of the runs it names (newest first) and the
-        latest run of its conversation; keep the deepest exact match."""
+        latest top-level run of its conversation; keep the deepest exact match.
+
+        A sub-agent run recorded under the conversation's id (`top_level_runs`) is tried only when
+        `history` names it: a history that does not is never continued from a sub-agent's branch."""
         payloads = [self.redaction.encode(m) for m in history]
         candidates: list[str] = []
         for message in reversed(history):
@@ -541,7 +545,7 @@ class RunRecorder:
                 candidates.append(run_id)
                 if len(candidates) >= _CANDIDATE_RUNS:
                     break
-        latest = await self.log.list_runs(conversation_id=self.conversation_id)
+        latest = top_level_runs(await self.log.list_runs(conversation_id=self.conversation_id))
         if latest and latest[-1].run_id not in candidates:
             candidates.append(latest[-1].run_id)
         best = None
