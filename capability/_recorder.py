@@ -41,6 +41,7 @@ from eventlog import (
     run_finished_entry,
     run_started_entry,
     tool_effect_entry,
+    top_level_runs,
 )
 
 __all__ = [
@@ -602,8 +603,10 @@ class RunRecorder:
         """Match `history` against the log and keep the deepest match.
 
         First byte for byte, against the branches of the runs it names (newest first) and the
-        latest run of its conversation. When none holds all of it (a UI client's rebuilt copies),
-        by `same_message`, against the branches of its own conversation's latest runs. `resumed`
+        latest top-level run of its conversation (a sub-agent run recorded under the
+        conversation's id, `top_level_runs`, is tried only when `history` names it). When none
+        holds all of it (a UI client's rebuilt copies), by `same_message`, against the branches
+        of its own conversation's latest top-level runs. `resumed`
         (a client's copy of a request the run resumes from) stands for the message a fully
         matched branch continues with, if it is that message.
         """
@@ -615,7 +618,7 @@ class RunRecorder:
                 candidates.append(run_id)
                 if len(candidates) >= _CANDIDATE_RUNS:
                     break
-        latest = await self.log.list_runs(conversation_id=self.conversation_id)
+        latest = top_level_runs(await self.log.list_runs(conversation_id=self.conversation_id))
         if latest and latest[-1].run_id not in candidates:
             candidates.append(latest[-1].run_id)
         own: dict[str, list[Entry]] = {}

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
         run_finished_entry,
         run_started_entry,
         tool_effect_entry,
+        top_level_runs,
     )
     from eventlog.errors import (
         ConversationNotFound,
@@ -135,6 +136,7 @@ __all__ = [
     'run_finished_entry',
     'run_started_entry',
     'tool_effect_entry',
+    'top_level_runs',
 ]
 
 # Each name is imported on first use, so that a light part (the entry model, the keyspace, as
@@ -202,6 +204,7 @@ _SUBMODULE: dict[str, str] = {
     'run_finished_entry': 'eventlog.entries',
     'run_started_entry': 'eventlog.entries',
     'tool_effect_entry': 'eventlog.entries',
+    'top_level_runs': 'eventlog.entries',
     'durable_step_entry': 'eventlog.entries',
     'RunLeaseError': 'eventlog.errors',
 }

@@ -48,6 +48,7 @@ from eventlog._keys import (
 from eventlog._read import (
     branch_bodies,
     context_payloads,
+    context_tip,
     decode_payloads,
     fold_context,
     get_conversation,
@@ -83,6 +84,7 @@ __all__ = [
     'ck',
     'clear_scrub_pending',
     'context_payloads',
+    'context_tip',
     'decode_body',
     'decode_conversation',
     'decode_id',

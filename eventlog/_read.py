@@ -331,13 +331,37 @@ def transcript_payloads(txn: ReadTxn, conversation_id: str) -> list[bytes]:
     return out
 
 
+def is_nested(txn: ReadTxn, run: RunRecord) -> bool:
+    """Whether `run` was started inside another run of its own conversation (a sub-agent that
+    records with its parent's conversation id). A run whose parent run is in another conversation,
+    or no longer in the log, is not: it is its own conversation's main line."""
+    if run.parent_run_id is None:
+        return False
+    parent = get_run(txn, run.parent_run_id)
+    return parent is not None and parent.conversation_id == run.conversation_id
+
+
+def latest_main_run(txn: ReadTxn, conversation_id: str) -> RunRecord | None:
+    """The conversation's latest run not nested in another of its runs (`is_nested`), or `None`."""
+    for _, raw in txn.scan(Table.CONV_RUNS, prefix=ck(conversation_id), reverse=True):
+        run = get_run(txn, decode_id(raw, 'the run id'))
+        if run is None:
+            return None  # a damaged index: `verify` names it
+        if not is_nested(txn, run):
+            return run
+    return None
+
+
 def context_tip(txn: ReadTxn, conversation_id: str) -> int | None:
-    conv = conv_or_raise(txn, conversation_id)
-    item = txn.last(Table.CONV_RUNS, ck(conversation_id))
-    if item is not None:
-        run = get_run(txn, decode_id(item[1], 'the run id'))
-        if run is not None:
-            return run.last_seq
+    """Where the conversation's context ends: the last entry of its latest run that is not a
+    nested (sub-agent) run, else its fork point; `None` for a conversation without either, one
+    the log does not hold or one deleted."""
+    conv = get_conversation(txn, conversation_id)
+    if conv is None or conv.deleted:
+        return None
+    run = latest_main_run(txn, conversation_id)
+    if run is not None:
+        return run.last_seq
     if conv.forked_from is not None:
         return conv.forked_from.seq
     return None
@@ -360,7 +384,7 @@ def _anchor(item: tuple[int, list[bytes]]) -> int:
 
 
 def context_payloads(txn: ReadTxn, conversation_id: str) -> list[bytes]:
-    """What an agent continuing the conversation would start from."""
+    """What an agent continuing the conversation would start from (none for an unknown one)."""
     return fold_context(branch_bodies(txn, context_tip(txn, conversation_id)))
 
 

@@ -15,7 +15,7 @@ import msgspec
 from eventlog import _engine as engine
 from eventlog._storage import ReadTxn, Table
 from eventlog.entries import CompactionInfo, Entry, fold_compaction
-from eventlog.errors import ConversationNotFound, CorruptEntryError
+from eventlog.errors import CorruptEntryError
 
 Stretch = tuple[str | None, int, int]
 """A run id (`None` for a lone conversation entry), the first and the last `seq` of its part of a branch."""
@@ -104,19 +104,6 @@ def history_origin(txn: ReadTxn, conversation_id: str) -> int | None:
     if parent is None or parent.conversation_id == conversation_id:
         return None
     return run.branch_parent
-
-
-def context_tip(txn: ReadTxn, conversation_id: str) -> int | None:
-    """Where the conversation's context ends: its latest run's last entry, else its fork point."""
-    conv = engine.get_conversation(txn, conversation_id)
-    if conv is None or conv.deleted:
-        raise ConversationNotFound(f'no conversation {conversation_id!r} in this log')
-    item = txn.last(Table.CONV_RUNS, engine.ck(conversation_id))
-    if item is not None:
-        run = engine.get_run(txn, engine.decode_id(item[1], 'a run id in the conversation index'))
-        if run is not None:
-            return run.last_seq
-    return conv.forked_from.seq if conv.forked_from is not None else None
 
 
 def _item_seq(item: tuple[int, list[bytes]] | int) -> int:

@@ -63,6 +63,7 @@ __all__ = [
     'run_finished_entry',
     'run_started_entry',
     'tool_effect_entry',
+    'top_level_runs',
 ]
 
 Kind = Literal[
@@ -448,6 +449,24 @@ class RunRecord(msgspec.Struct, kw_only=True):
     last_seq: int
     message_count: int = 0
     entry_count: int = 0
+
+
+def top_level_runs(runs: Iterable[RunRecord]) -> list[RunRecord]:
+    """The runs of `runs` that were not started inside another run of their own conversation, in
+    their order: a conversation's main line, without the sub-agent runs recorded under its id.
+
+    A run whose parent run is in another conversation (a sub-agent with a conversation of its own)
+    is top-level in its conversation. A parent is recognised only among `runs`: pass a
+    conversation's whole `list_runs(conversation_id=...)` (or every run of the log). The log's
+    `context` continues from the last of them.
+    """
+    runs = list(runs)
+    conversation_of = {run.run_id: run.conversation_id for run in runs}
+    return [
+        run
+        for run in runs
+        if run.parent_run_id is None or conversation_of.get(run.parent_run_id) != run.conversation_id
+    ]
 
 
 class ConversationRecord(msgspec.Struct, kw_only=True):

@@ -159,7 +159,8 @@ class EventLog(Protocol):
         ...
 
     async def context(self, conversation_id: str) -> list[ModelMessage]:
-        """What an agent continuing the conversation starts from (compaction summaries folded in)."""
+        """What an agent continuing the conversation starts from (compaction summaries folded in);
+        `[]` for a conversation the log does not hold."""
         ...
 
     async def entries(
@@ -645,17 +646,22 @@ class EventLogBase(ABC):
         return engine.join_payloads(await self.transcript_payloads(conversation_id))
 
     async def context_payloads(self, conversation_id: str) -> list[bytes]:
-        """`context` as stored pydantic-ai JSON, one item per message."""
+        """`context` as stored pydantic-ai JSON, one item per message (`[]` for an unknown conversation)."""
         engine.check_id(conversation_id, 'conversation_id')
         return await self._read(lambda txn: engine.context_payloads(txn, conversation_id), bulk=True)
 
     async def context(self, conversation_id: str) -> list[ModelMessage]:
-        """What an agent continuing the conversation starts from: the latest run's record,
-        with each compaction summary in place of the originals it replaced."""
+        """What an agent continuing the conversation starts from: the record of its latest run
+        that is not a sub-agent's (a run started inside another run of the same conversation,
+        see `top_level_runs`), with each compaction summary in place of the originals it replaced.
+
+        A conversation the log does not hold (never recorded, or deleted) has none: `[]`, so
+        `message_history=await log.context(conversation_id)` starts a new conversation too.
+        """
         engine.check_id(conversation_id, 'conversation_id')
 
         def read(txn: ReadTxn) -> list[ModelMessage]:
-            tip = stream.context_tip(txn, conversation_id)
+            tip = engine.context_tip(txn, conversation_id)
             plan = stream.context_plan(stream.fold_entries(txn, tip))
             return _decode_in_batches(stream.plan_payloads(txn, plan))
 
@@ -762,7 +768,8 @@ class EventLogBase(ABC):
     async def iter_context_payloads(
         self, conversation_id: str, *, batch: int = STREAM_BATCH
     ) -> AsyncIterator[list[bytes]]:
-        """`context_payloads` in lists of at most `batch` messages (fewer once they pass `STREAM_BYTES`).
+        """`context_payloads` in lists of at most `batch` messages (fewer once they pass `STREAM_BYTES`);
+        nothing for an unknown conversation.
 
         The fold of compactions is planned first in one transaction, holding one integer per
         message (and the summaries); the payloads are then read batch by batch.
@@ -771,7 +778,7 @@ class EventLogBase(ABC):
         _check_batch(batch)
 
         def plan(txn: ReadTxn) -> list[stream.ContextItem]:
-            tip = stream.context_tip(txn, conversation_id)
+            tip = engine.context_tip(txn, conversation_id)
             return stream.context_plan(stream.fold_entries(txn, tip))
 
         items = await self._read(plan, bulk=True, views=True)
@@ -809,7 +816,7 @@ class EventLogBase(ABC):
         _check_batch(batch)
 
         def plan(txn: ReadTxn) -> list[tuple[int, stream.ContextItem]]:
-            tip = stream.context_tip(txn, conversation_id)
+            tip = engine.context_tip(txn, conversation_id)
             return stream.numbered_context_plan(stream.fold_entries(txn, tip))
 
         numbered = await self._read(plan, bulk=True, views=True)

@@ -32,6 +32,7 @@ from eventlog import (
     run_finished_entry,
     run_started_entry,
     tool_effect_entry,
+    top_level_runs,
 )
 from eventlog.log import EventLogBase
 
@@ -313,6 +314,7 @@ async def test_delete_removes_everything_and_leaves_a_tombstone(log: EventLogBas
     assert all(b'secret' not in e.payload for e in await log.entries())
     with pytest.raises(ConversationNotFound):
         await log.transcript('gone')
+    assert await log.context('gone') == []  # as for a conversation never recorded: nothing to continue
     with pytest.raises(RunNotFound):
         await log.run_messages('rg')
     assert (await log.verify()).ok
@@ -505,9 +507,69 @@ async def test_readers_reject_bad_arguments(log: EventLogBase) -> None:
     with pytest.raises(RunNotFound):
         await log.run_messages('missing')
     with pytest.raises(ConversationNotFound):
-        await log.context('missing')
+        await log.transcript('missing')
     assert await log.get_run('missing') is None
     assert await log.get_conversation('missing') is None
+
+
+async def test_context_of_an_unknown_conversation_is_empty(log: EventLogBase) -> None:
+    """Every form of `context` gives nothing for a conversation never recorded (an agent starts it
+    from scratch); the readers of what was recorded, and the writes that need it, still refuse it."""
+    await add_run(log, 'other', 'r1', exchange(1))
+    assert await log.context('new') == []
+    assert await log.context_payloads('new') == []
+    assert [b async for b in log.iter_context_payloads('new')] == []
+    assert [b async for b in log.iter_context_messages('new')] == []
+    assert [b async for b in log.iter_context_heads('new', payload_limit=10)] == []
+    with pytest.raises(ConversationNotFound):
+        await log.transcript('new')
+    with pytest.raises(ConversationNotFound):
+        await log.fork('new')
+    with pytest.raises(InvalidArgumentError):
+        await log.context('')
+    assert await log.get_conversation('new') is None  # reading created nothing
+
+
+async def _nested_run(log: EventLogBase, conversation_id: str, run_id: str, parent_run_id: str, i: int) -> list[int]:
+    """A run started inside run `parent_run_id` (a sub-agent), recorded under `conversation_id`."""
+    started = run_started_entry(conversation_id=conversation_id, run_id=run_id, parent_run_id=parent_run_id)
+    await log.append(started)
+    seqs = [await log.append(message_entry(m, conversation_id=conversation_id, run_id=run_id)) for m in exchange(i)]
+    await log.append(run_finished_entry(conversation_id=conversation_id, run_id=run_id, status='completed'))
+    return seqs
+
+
+async def test_a_nested_run_never_becomes_the_context(log: EventLogBase) -> None:
+    """A sub-agent's run recorded under its parent's conversation id, inside the parent's tool call,
+    is not what the conversation continues from; one in a conversation of its own is that one's."""
+    outer = tool_exchange(1)
+    await log.append(run_started_entry(conversation_id='c', run_id='p'))
+    seqs = [await log.append(message_entry(m, conversation_id='c', run_id='p')) for m in outer[:2]]
+    await _nested_run(log, 'c', 's1', 'p', 2)  # inside the tool call, same conversation
+    await _nested_run(log, 'c', 's2', 's1', 3)  # a sub-agent of the sub-agent
+    await _nested_run(log, 'own', 's3', 'p', 4)  # a sub-agent with a conversation of its own
+    seqs += [await log.append(message_entry(m, conversation_id='c', run_id='p')) for m in outer[2:]]
+    await log.append(run_finished_entry(conversation_id='c', run_id='p', status='completed'))
+    await _nested_run(log, 'c', 's4', 'p', 5)  # recorded after its parent ended: still nested
+    assert dump(await log.context('c')) == dump(outer)
+    assert b'[' + b','.join(await log.context_payloads('c')) + b']' == dump(outer)
+    assert [seq for b in [b async for b in log.iter_context_messages('c')] for seq, _ in b] == seqs
+    assert dump(await log.context('own')) == dump(exchange(4))
+    runs = await log.list_runs(conversation_id='c')
+    assert [r.run_id for r in runs] == ['p', 's1', 's2', 's4']
+    assert [r.run_id for r in top_level_runs(runs)] == ['p']
+    assert [r.run_id for r in top_level_runs(await log.list_runs())] == ['p', 's3']
+    assert [r.run_id for r in await log.list_runs(parent_run_id='p')] == ['s1', 's3', 's4']
+    # Every original message once, in the order recorded: the sub-agents' inside the tool call.
+    transcript = outer[:2] + exchange(2) + exchange(3) + outer[2:] + exchange(5)
+    assert await log.transcript_json('c') == dump(transcript)
+    # A fork by default takes the main line's last message; a top-level run continuing from it
+    # becomes the context.
+    forked = await log.fork('c')
+    assert dump(await log.context(forked)) == dump(outer)
+    await add_run(log, 'c', 'p2', exchange(6), parent=seqs[-1])
+    assert dump(await log.context('c')) == dump(outer + exchange(6))
+    assert (await log.verify()).ok
 
 
 async def test_closed_log_refuses_calls(log: EventLogBase) -> None:
