@@ -675,9 +675,10 @@ async def _replay(store: str, run_id: str | None, as_json: bool, *, conversation
         else:
             run_id = await resolve_run(log, run_id)
         record = await views.run_record(log, run_id)
-        outline = await conversation_outline(log, record.conversation_id)
+        runs = await log.list_runs(conversation_id=record.conversation_id)
+        outline = await conversation_outline(log, record.conversation_id, runs)
         branch = outline.branches.get(run_id)
-        children = await log.list_runs(parent_run_id=run_id)
+        children = [r for r in runs if r.parent_run_id == run_id]  # its sub-agents in the conversation
         if as_json:
             head = {'run': render.run_json(record), 'branch': None if branch is None else branch.json()}
             writer = render.JsonListWriter(head, 'entries')

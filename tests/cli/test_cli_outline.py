@@ -135,3 +135,28 @@ def test_context_shows_the_instructions_once(store: OutlineStore) -> None:
         '#31     User: in the fork',
         '#32     Assistant: answer to in the fork',
     ]
+
+
+def test_a_run_without_history_in_a_used_conversation_branches_from_the_start(tmp_path: Path) -> None:
+    from pydantic_ai import Agent
+    from pydantic_ai.models.test import TestModel
+
+    from capability.persistence import EventLogPersistence
+    from eventlog import LmdbEventLog
+
+    path = tmp_path / 'store.lmdb'
+    log = LmdbEventLog(path)
+    try:
+        agent = Agent(TestModel(custom_output_text='ok'), capabilities=[EventLogPersistence(log)])
+        agent.run_sync('first', conversation_id='c3')
+        again = agent.run_sync('second', conversation_id='c3')  # no message_history: a new line
+    finally:
+        log.close()
+    assert _skeleton(_ok('show', 'c3', store=path)) == [
+        f'        ↰ branch left: run {again.run_id} went on from the start instead (edited)',
+        '#2      User: first',
+        '#3      Assistant: ok',
+        f'        ↳ branch from the start: edited, run {again.run_id}; the branch from #2 on is left',
+        '#6      User: second',
+        '#7      Assistant: ok',
+    ]
