@@ -71,8 +71,8 @@ test-ref: install browser
 LATEST_TESTS ?= tests/capability tests/search tests/docs \
 	tests/log/test_log_conformance.py tests/log/test_log_migration.py tests/log/test_log_streaming.py \
 	tests/cli/test_cli_browse.py tests/cli/test_cli_demo.py tests/cli/test_cli_durable.py tests/cli/test_cli_entries.py \
-	tests/cli/test_cli_search.py tests/cli/test_cli_rerun.py tests/cli/test_cli_deep_json.py \
-	tests/web/test_web_app.py tests/web/test_web_verify.py tests/web/test_web_deep_json.py
+	tests/cli/test_cli_search.py tests/cli/test_cli_rerun.py tests/cli/test_cli_deep_json.py tests/cli/test_cli_outline.py \
+	tests/web/test_web_app.py tests/web/test_web_verify.py tests/web/test_web_deep_json.py tests/web/test_web_outline.py
 test-latest: install-latest browser
 	$(PY_LATEST) -c 'import importlib.metadata as m; print("pydantic-ai-slim", m.version("pydantic-ai-slim"))'
 	$(PY_LATEST) -m pytest -q $(LATEST_TESTS) $(PYTEST_ARGS)

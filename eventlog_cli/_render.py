@@ -36,7 +36,7 @@ from eventlog_cli._text import (
     to_builtins,
     tokens,
 )
-from eventlog_cli.entries import message_view, summary_keeps
+from eventlog_cli.entries import INSTRUCTIONS_KIND, message_view, summary_keeps
 from search.analyzers import WORD_RE, Analyzer, LocatingAnalyzer
 
 if TYPE_CHECKING:
@@ -86,9 +86,12 @@ _LABEL_STYLES = (
     ('File', 'cyan'),
     ('Retry', 'bold red'),
     ('Summary', 'bold yellow'),
-    ('System', 'dim'),
+    ('System', 'bold cyan'),
+    ('Instructions', 'bold cyan'),
     ('Speech', 'cyan'),
 )
+_BODY_STYLES = {'system-prompt': 'cyan', INSTRUCTIONS_KIND: 'cyan'}
+"""What the agent was told (system prompts, instructions) is coloured apart from what users and models said."""
 _WIDE = 160
 """Output width when stdout is not a terminal (pipes, files): wide enough not to cut ids."""
 
@@ -171,7 +174,7 @@ def message_text(message: MessageView | Entry | bytes, *, limit: int | None = No
             out.append('\n')
         body = part.body() if limit is None else clip(part.body(), limit)
         out.append(clean(part.head() + ': '), style=_label_style(part.label))
-        out.append(clean(body, multiline=True).replace('\n', '\n  '))
+        out.append(clean(body, multiline=True).replace('\n', '\n  '), style=_BODY_STYLES.get(part.kind, ''))
     return out
 
 

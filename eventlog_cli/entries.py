@@ -31,9 +31,11 @@ from eventlog.errors import CorruptEntryError
 from eventlog.nesting import CLIPPED, DEPTH_LIMIT, decode_clipped
 
 __all__ = [
+    'INSTRUCTIONS_KIND',
     'LABELS',
     'PAYLOAD_LIMIT',
     'FileItem',
+    'InstructionsShown',
     'MessageView',
     'Part',
     'binary_item',
@@ -155,6 +157,10 @@ class MessageView(msgspec.Struct, kw_only=True):
     """The payload's size when it was over the caller's `max_bytes` and so not decoded."""
     preview: str = ''
     """For an omitted payload, the start of its JSON as a reader may show it (`web.messages.payload_preview`)."""
+    instructions: str | None = None
+    """A request's `instructions` as stored (pydantic-ai's `ModelRequest.instructions`: the agent's
+    `instructions`, a capability's such as `ConversationSearch`'s, joined). Views show them through
+    `InstructionsShown`, once per run and where they change, not on every request."""
 
     def lines(self) -> list[str]:
         """Each part's `Part.line`."""
@@ -180,6 +186,7 @@ class _StoredMessage(msgspec.Struct, forbid_unknown_fields=False):
     parts: list[msgspec.Raw]
     model_name: Any = None
     usage: Any = None
+    instructions: Any = None
 
 
 _decode_any = msgspec.json.Decoder().decode
@@ -361,6 +368,7 @@ def _message(data: bytes) -> MessageView:
         parts=parts,
         model_name=stored.model_name if isinstance(stored.model_name, str) else None,
         usage=usage,
+        instructions=stored.instructions if isinstance(stored.instructions, str) else None,
     )
 
 
@@ -410,6 +418,54 @@ def summary_keeps(original: bytes, summary: bytes) -> bool:
         return False
     kept_parts, all_parts = cast(list[object], kept), cast(list[object], parts)
     return 0 < len(kept_parts) < len(all_parts) and all_parts[-len(kept_parts) :] == kept_parts
+
+
+INSTRUCTIONS_KIND: Final = 'instructions'
+"""The kind of the part `InstructionsShown` adds to a request: the request's `instructions`, which
+pydantic-ai stores beside the parts rather than as one."""
+
+
+class InstructionsShown:
+    """Shows each run's instructions once, and again where they change.
+
+    A request carries its run's whole `instructions` every time it is sent; a view feeds each
+    message it shows, in order, to `show`, which puts an `Instructions` part first in the run's
+    first request that has instructions, an `Instructions (changed)` part in a later request whose
+    instructions differ from the run's previous ones (`(none)` when they were dropped), and nothing
+    in the others. Instructions this view has shown whole already are not repeated: the part says
+    `(as at #N)`, naming the entry that showed them. Runs are told apart by the key a view gives
+    (the entry's run id).
+    """
+
+    def __init__(self) -> None:
+        """Nothing shown yet."""
+        self._last: dict[str | None, str | None] = {}
+        self._shown: dict[str, int] = {}
+
+    def show(self, key: str | None, message: MessageView, seq: int) -> MessageView:
+        """`message`, entry `seq`, with its run's instructions as its first part where they are due
+        (see the class); the view is changed in place and returned."""
+        if message.role != 'request' or message.omitted:
+            return message
+        text = message.instructions
+        if key not in self._last:
+            if text is None:
+                return message
+            label = 'Instructions'
+        elif self._last[key] == text:
+            return message
+        else:
+            label = 'Instructions (changed)'
+        self._last[key] = text
+        if text is None:
+            shown = '(none)'
+        elif text in self._shown:
+            shown = f'(as at #{self._shown[text]})'
+        else:
+            shown = text
+            self._shown[text] = seq
+        message.parts.insert(0, Part(kind=INSTRUCTIONS_KIND, label=label, text=shown))
+        return message
 
 
 def clip_body(text: str, limit: int | None) -> tuple[str, int]:

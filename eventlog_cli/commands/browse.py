@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from eventlog_cli import _render as render
     from eventlog_cli import _tables as tables
     from eventlog_cli._ids import ShortIds
+    from eventlog_cli.entries import InstructionsShown
+    from eventlog_cli.outline import Mark, Outline
 
 __all__ = ['register']
 
@@ -428,29 +430,87 @@ _TRANSCRIPT_KINDS = ['message', 'compaction', 'recall']
 `AutoRecall` added stored messages to a request (docs/recall.md)."""
 
 
-def _entry_rows(rows: render.Rows, entries: Sequence[Entry], notes: dict[int, _Replaced] | None = None) -> None:
-    from rich.text import Text
+_MARK_STYLES = {'branch': 'bold yellow', 'left': 'yellow', 'sub-agent': 'bold cyan', 'fork': 'bold yellow'}
+"""How each kind of `eventlog_cli.outline.Mark` is styled on a terminal."""
 
+
+def _mark_text(mark: Mark) -> Text:
     from eventlog_cli import _render as render
 
-    for entry in entries:
-        if entry.kind == 'compaction':
-            body = _compaction_body(entry, (notes or {}).get(entry.seq))
-        elif entry.kind == 'recall':
-            body = Text('recalled into the request: ', style='green')
-            body.append(render.entry_headline(entry, limit=400), style='dim')
+    return render.clean_text(mark.text(), _MARK_STYLES.get(mark.kind, 'bold'))
+
+
+class _Transcript:
+    """Rows of a transcript (`show`, `show --run`): each entry under its entry number, with the
+    marks of the conversation's outline before the entries they concern, a sub-agent run's
+    messages nested under a `│` per level, and each run's instructions once (`InstructionsShown`)."""
+
+    def __init__(self, out: Console, outline: Outline | None = None) -> None:
+        from eventlog_cli.entries import InstructionsShown
+        from eventlog_cli.outline import Outline
+
+        self._out = out
+        self._outline = outline if outline is not None else Outline()
+        self._rows: render.Rows | None = None
+        self._depth = 0
+        self.instructions = InstructionsShown()
+        """What the transcript has shown of each run's instructions."""
+
+    def _at(self, depth: int) -> render.Rows:
+        from eventlog_cli import _render as render
+
+        if self._rows is None or depth != self._depth:
+            self.flush()
+            self._rows = render.Rows(self._out, 7) if depth == 0 else render.Rows(self._out, 7, 2 * depth - 1)
+            self._depth = depth
+        return self._rows
+
+    def _add(self, depth: int, seq: int | None, body: Text) -> None:
+        from rich.text import Text
+
+        label = _label('' if seq is None else f'#{seq}')
+        if depth == 0:
+            self._at(0).add(label, body)
         else:
-            body = render.message_text(entry)
-        rows.add(_label(f'#{entry.seq}'), body)
+            self._at(depth).add(label, Text(' '.join(['│'] * depth), style='dim'), body)
 
+    def messages(self, messages: Sequence[tuple[int, Entry | bytes]]) -> int:
+        """Add a row per `(seq, message entry or payload)`; return how many."""
+        from eventlog.entries import Entry
+        from eventlog_cli import _render as render
+        from eventlog_cli.entries import payload_view
 
-def _message_rows(rows: render.Rows, messages: Sequence[tuple[int, Entry | bytes]]) -> int:
-    """Add a row per `(seq, message entry or payload)`, labelled with its entry number `#seq`; return how many."""
-    from eventlog_cli import _render as render
+        for seq, message in messages:
+            if isinstance(message, Entry):
+                view, key = render.message_view(message), message.run_id
+            else:
+                view, key = payload_view(message, where=f'entry {seq}'), None
+            self._add(0, seq, render.message_text(self.instructions.show(key, view, seq)))
+        return len(messages)
 
-    for seq, message in messages:
-        rows.add(_label(f'#{seq}'), render.message_text(message))
-    return len(messages)
+    def entries(self, entries: Sequence[Entry], notes: dict[int, _Replaced] | None = None) -> None:
+        """Add the rows of `entries` (messages, compactions, recalls), each after its marks."""
+        from rich.text import Text
+
+        from eventlog_cli import _render as render
+
+        for entry in entries:
+            depth = self._outline.depth_of(entry.run_id)
+            for mark in self._outline.before(entry.seq):
+                self._add(depth - 1 if mark.kind == 'sub-agent' else depth, None, _mark_text(mark))
+            if entry.kind == 'compaction':
+                body = _compaction_body(entry, (notes or {}).get(entry.seq))
+            elif entry.kind == 'recall':
+                body = Text('recalled into the request: ', style='green')
+                body.append(render.entry_headline(entry, limit=400), style='dim')
+            else:
+                body = render.message_text(self.instructions.show(entry.run_id, render.message_view(entry), entry.seq))
+            self._add(depth, entry.seq, body)
+
+    def flush(self) -> None:
+        """Print the rows added so far."""
+        if self._rows is not None:
+            self._rows.flush()
 
 
 _READ_BATCH = 500
@@ -501,6 +561,7 @@ async def _show(store: str, conversation_id: str | None, run_id: str | None, ful
     from eventlog_cli import _render as render
     from eventlog_cli import _views as views
     from eventlog_cli._ids import resolve_conversation, resolve_run
+    from eventlog_cli.outline import conversation_outline, fork_mark
 
     async with views.open_store(store) as log:
         if run_id is not None:
@@ -514,21 +575,24 @@ async def _show(store: str, conversation_id: str | None, run_id: str | None, ful
             await _write_json_list(_transcript_payloads(log, conversation_id, origin))
             return
         inherited = await _count_messages(log, origin)
+        outline = await conversation_outline(log, conversation_id)
         out = render.console()
         title = f' · {record.title}' if record.title else ''
         _heading(out, render.clean_text(f'{conversation_id}{title} · {record.message_count} messages'))
+        fork = fork_mark(record)
+        if fork is not None:
+            out.print(_mark_text(fork))
+        transcript = _Transcript(out, outline)
         if inherited > 0:
             source = record.forked_from.conversation_id if record.forked_from else 'another conversation'
             out.print(render.clean_text(f'{inherited} messages inherited from {source}, by reference:', 'dim italic'))
-            rows = render.Rows(out, 7)
             async for batch in log.iter_branch(origin, kinds=['message'], batch=_READ_BATCH):
-                _message_rows(rows, [(entry.seq, entry) for entry in batch])
-            rows.flush()
+                transcript.messages([(entry.seq, entry) for entry in batch])
+            transcript.flush()
             out.print(Text('then this conversation:', style='dim italic'))
-        rows = render.Rows(out, 7)
         async for batch in _entry_batches(log, conversation_id=conversation_id, kinds=_TRANSCRIPT_KINDS):
-            _entry_rows(rows, batch, await _replaced_notes(log, batch))
-        rows.flush()
+            transcript.entries(batch, await _replaced_notes(log, batch))
+        transcript.flush()
 
 
 async def _transcript_payloads(
@@ -546,6 +610,7 @@ async def _show_run(log: EventLogBase, run_id: str, full: bool, as_json: bool) -
 
     from eventlog_cli import _render as render
     from eventlog_cli import _views as views
+    from eventlog_cli.outline import conversation_outline
 
     record = await views.run_record(log, run_id)
     if as_json:
@@ -553,18 +618,21 @@ async def _show_run(log: EventLogBase, run_id: str, full: bool, as_json: bool) -
         return
     out = render.console()
     _heading(out, render.clean_text(f'run {run_id} · conversation {record.conversation_id}'))
-    rows = render.Rows(out, 7)
+    transcript = _Transcript(out)
     if full:
         async for batch in log.iter_branch(record.last_seq, kinds=['message'], batch=_READ_BATCH):
-            _message_rows(rows, [(entry.seq, entry) for entry in batch])
-        rows.flush()
+            transcript.messages([(entry.seq, entry) for entry in batch])
+        transcript.flush()
         return
+    branch = (await conversation_outline(log, record.conversation_id)).branches.get(run_id)
+    if branch is not None:
+        out.print(_mark_text(branch))
     earlier = await _count_messages(log, record.branch_parent)
     if earlier > 0:
         out.print(Text(f'(continues {earlier} earlier messages; --full shows them)', style='dim italic'))
     async for batch in _entry_batches(log, run_id=run_id, kinds=_TRANSCRIPT_KINDS):
-        _entry_rows(rows, batch, await _replaced_notes(log, batch))
-    rows.flush()
+        transcript.entries(batch, await _replaced_notes(log, batch))
+    transcript.flush()
 
 
 def _replay_command(args: argparse.Namespace) -> None:
@@ -596,6 +664,8 @@ async def _replay(store: str, run_id: str | None, as_json: bool, *, conversation
     from eventlog_cli import _render as render
     from eventlog_cli import _views as views
     from eventlog_cli._ids import resolve_conversation, resolve_run
+    from eventlog_cli.entries import InstructionsShown
+    from eventlog_cli.outline import conversation_outline
 
     async with views.open_store(store) as log:
         if run_id is None:
@@ -605,35 +675,65 @@ async def _replay(store: str, run_id: str | None, as_json: bool, *, conversation
         else:
             run_id = await resolve_run(log, run_id)
         record = await views.run_record(log, run_id)
+        runs = await log.list_runs(conversation_id=record.conversation_id)
+        outline = await conversation_outline(log, record.conversation_id, runs)
+        branch = outline.branches.get(run_id)
+        children = [r for r in runs if r.parent_run_id == run_id]  # its sub-agents in the conversation
         if as_json:
-            writer = render.JsonListWriter({'run': render.run_json(record)}, 'entries')
+            head = {'run': render.run_json(record), 'branch': None if branch is None else branch.json()}
+            writer = render.JsonListWriter(head, 'entries')
             async for batch in _entry_batches(log, run_id=run_id):
                 for entry in batch:
                     writer.add(render.entry_json(entry))
             writer.close()
             return
         out = render.console()
-        out.print(_run_header(record))
+        out.print(_run_header(record, branch))
         out.print(Rule(style='dim'))
         start: datetime | None = None
         tool_started: dict[str, datetime] = {}
+        instructions = InstructionsShown()
         rows = render.Rows(out, 7, 11, 12)
         count = 0
         async for batch in _entry_batches(log, run_id=run_id):
             notes = await _replaced_notes(log, batch)
             for entry in batch:
+                while children and children[0].start_seq < entry.seq:
+                    rows.add(*_sub_agent_row(children.pop(0), outline))
                 start = entry.timestamp if start is None else start
-                rows.add(*_replay_row(entry, start, tool_started, notes.get(entry.seq)))
+                rows.add(*_replay_row(entry, start, tool_started, notes.get(entry.seq), instructions))
             count += len(batch)
+        for child in children:
+            rows.add(*_sub_agent_row(child, outline))
         rows.flush()
     out.print(Text(f'{count} entries', style='dim'))
 
 
+def _sub_agent_row(child: RunRecord, outline: Outline) -> tuple[Text, Text, Text, Text]:
+    """`replay`'s row for a sub-agent run started inside the replayed run, where it started: its
+    mark and the entries it spans (which `replay` of that run shows)."""
+    from rich.text import Text
+
+    from eventlog_cli.outline import Mark
+
+    mark = outline.sub_agents.get(child.run_id) or Mark(
+        kind='sub-agent', run_id=child.run_id, agent=child.agent_name, status=child.status
+    )
+    body = _mark_text(mark)
+    body.append(f' · its entries #{child.start_seq} to #{child.last_seq} (replay that run for them)', style='dim')
+    return _label(''), Text(''), Text('sub-agent', style=_MARK_STYLES['sub-agent']), body
+
+
 def _replay_row(
-    entry: Entry, start: datetime, tool_started: dict[str, datetime], note: _Replaced | None = None
+    entry: Entry,
+    start: datetime,
+    tool_started: dict[str, datetime],
+    note: _Replaced | None = None,
+    instructions: InstructionsShown | None = None,
 ) -> tuple[Text, Text, Text, Text]:
     """One entry of `replay`: its number, its time since the run's first entry, its kind, what it says
-    (for a compaction, `note` says what it replaced)."""
+    (for a compaction, `note` says what it replaced; a request shows the run's instructions where
+    `instructions` says they are due)."""
     from rich.text import Text
 
     from eventlog_cli import _render as render
@@ -643,6 +743,8 @@ def _replay_row(
     body = Text()
     if entry.kind == 'message':
         message = render.message_view(entry)
+        if instructions is not None:
+            instructions.show(entry.run_id, message, entry.seq)
         body.append(message.role + (' (inherited)' if entry.inherited else ''), style='dim')
         body.append('\n')
         body.append_text(render.message_text(message))
@@ -660,7 +762,7 @@ def _replay_row(
     return _label(f'#{entry.seq}'), Text(offset, style='dim', justify='right'), kind, body
 
 
-def _run_header(record: RunRecord) -> Table:
+def _run_header(record: RunRecord, branch: Mark | None = None) -> Table:
     from rich.table import Table
 
     from eventlog_cli import _render as render
@@ -680,6 +782,8 @@ def _run_header(record: RunRecord) -> Table:
     head.add_row('duration', render.duration(record.started_at, record.finished_at) or '(not finished)')
     if record.branch_parent is not None:
         head.add_row('history', f'continues from entry #{record.branch_parent} (by reference, not copied)')
+    if branch is not None:
+        head.add_row('branch', _mark_text(branch))
     if record.usage:
         head.add_row('usage', render.clean_text(', '.join(f'{k} {v}' for k, v in record.usage.items())))
     if record.error:
@@ -707,11 +811,11 @@ async def _context(store: str, conversation_id: str, as_json: bool) -> None:
             return
         out = render.console()
         _heading(out, render.clean_text(f'context of {conversation_id}'))
-        rows = render.Rows(out, 7)
+        transcript = _Transcript(out)
         count = 0
         async for batch in log.iter_context_messages(conversation_id, batch=_READ_BATCH):
-            count += _message_rows(rows, batch)
-        rows.flush()
+            count += transcript.messages(batch)
+        transcript.flush()
     out.print(Text(f'{views.plural(count, "message", "messages")}', style='dim'))
 
 

@@ -55,6 +55,8 @@ from eventlog_cli._render import duration
 from eventlog_cli._store import StoreLog
 from eventlog_cli._text import clean, clip, size, timestamp, tokens
 from eventlog_cli._views import RUN_STATUS_FILTERS, CliError, read_stats, read_verify, stats_rows, verify_ok_line
+from eventlog_cli.entries import InstructionsShown
+from eventlog_cli.outline import Outline, conversation_outline, fork_mark
 from eventlog_cli.web import reads
 from eventlog_cli.web.messages import PAYLOAD_LIMIT, binary_item, part_body, pretty_json
 
@@ -98,6 +100,9 @@ Verified = tuple[int, VerifyReport, int, int]
 VERIFY_INTERVAL = 60.0
 """Least seconds between the starts of two background `verify` runs of one viewer."""
 
+OUTLINES = 64
+"""Conversations whose outlines a viewer keeps between requests."""
+
 
 @dataclass
 class Viewer:
@@ -123,7 +128,22 @@ class Viewer:
     _error: Exception | None = None
     runs: reads.RunIndex = field(default_factory=reads.RunIndex)
     """Every run's key, kept between requests for the runs page."""
+    outlines: dict[str, tuple[int, Outline]] = field(default_factory=dict[str, tuple[int, Outline]])
+    """The latest conversations' outlines (`outline`), each with the conversation's last entry then."""
     _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    async def outline(self, conversation_id: str) -> Outline:
+        """The conversation's outline (`eventlog_cli.outline`): kept until the conversation gains an
+        entry, for the `OUTLINES` conversations opened last, since it takes a few reads per run."""
+        record = await self.log.get_conversation(conversation_id)
+        last = -1 if record is None else record.last_seq
+        kept = self.outlines.pop(conversation_id, None)
+        if kept is None or kept[0] != last:
+            kept = (last, await conversation_outline(self.log, conversation_id))
+        self.outlines[conversation_id] = kept
+        while len(self.outlines) > OUTLINES:
+            del self.outlines[next(iter(self.outlines))]
+        return kept[1]
 
     @property
     def checking(self) -> bool:
@@ -401,7 +421,7 @@ class _Pages:
         at = request.query_params.get('at')
         if at is not None:
             after = max(0, _int_param(request, 'at', 1, 1) - 1)
-        page = await reads.transcript_page(log, conversation_id, after)
+        page = await reads.transcript_page(log, conversation_id, after, await self.viewer.outline(conversation_id))
         origin = await log.history_origin(conversation_id)
         runs = await log.list_runs(conversation_id=conversation_id)
         verified = self._findings(await log.last_seq())
@@ -411,6 +431,7 @@ class _Pages:
             title=f'Conversation {conversation_id}',
             record=record,
             page=page,
+            fork=fork_mark(record),
             origin=origin,
             runs=runs[-_RECENT_RUNS:][::-1],
             run_total=len(runs),
@@ -448,12 +469,15 @@ class _Pages:
             return await self._by_prefix(request, 'run', run_id, '/r/')
         after = _int_param(request, 'after', 0)
         page = await reads.run_page(log, record, after)
+        outline = await self.viewer.outline(record.conversation_id)
         verified = self._findings(await log.last_seq())
         return self.render(
             'run.html',
             title=f'Run {run_id}',
             run=record,
             page=page,
+            branch=outline.branches.get(record.run_id),
+            sub_agent=outline.sub_agents.get(record.run_id),
             children=await reads.child_runs(log, record, self.viewer.runs),
             verified_at=None if verified is None else verified[0],
             findings=None if verified is None else await reads.run_findings(log, verified[1], record),
@@ -473,6 +497,8 @@ class _Pages:
             raise _NotFound(f'no entry #{seq} in this store')
         entry, size = await reads.whole_unless_message(self.viewer.log, *head)
         view = reads.entry_view(entry, size)
+        if view.message is not None:  # one message alone: its instructions shown whole
+            InstructionsShown().show(entry.run_id, view.message, entry.seq)
         run = await self.viewer.log.get_run(entry.run_id) if entry.run_id else None
         if run is not None and entry.run_id is not None:
             view.offset_ms = (entry.timestamp - run.started_at).total_seconds() * 1000

@@ -20,6 +20,8 @@ from eventlog.errors import EventLogError
 from eventlog_cli._ids import ShortIds
 from eventlog_cli._text import clip, entry_headline
 from eventlog_cli._views import latest_start, run_status_filter
+from eventlog_cli.entries import InstructionsShown
+from eventlog_cli.outline import Mark, Outline, conversation_outline
 from eventlog_cli.web.messages import (
     PAYLOAD_LIMIT,
     MessageView,
@@ -116,6 +118,11 @@ class EntryView:
     """For a tool effect that ends a call started on the same page: the call's duration in ms."""
     problem: str | None = None
     """Why the entry could not be shown (a damaged payload), if it could not."""
+    marks: list[Mark] = field(default_factory=list[Mark])
+    """In a transcript: the conversation's marks before this entry (a branch, a branch left, a
+    sub-agent run; `eventlog_cli.outline`)."""
+    depth: int = 0
+    """In a transcript: how deep the entry's run is nested (a sub-agent run's: 1 and more)."""
 
 
 def entry_view(entry: Entry, size: int | None = None) -> EntryView:
@@ -201,15 +208,33 @@ async def entry_page(
     )
 
 
-async def transcript_page(log: EventLogBase, conversation_id: str, after: int) -> Page:
-    """A page of a conversation's transcript: its messages and compaction markers in order."""
-    return await entry_page(log, after=after, conversation_id=conversation_id, kinds=_TRANSCRIPT_KINDS)
+def _show_instructions(items: Sequence[EntryView]) -> None:
+    """Put each run's instructions in the page's messages where `InstructionsShown` says they are
+    due: in each run's first request on the page, and where they change."""
+    shown = InstructionsShown()
+    for view in items:
+        if view.message is not None:
+            shown.show(view.entry.run_id, view.message, view.entry.seq)
+
+
+async def transcript_page(log: EventLogBase, conversation_id: str, after: int, outline: Outline | None = None) -> Page:
+    """A page of a conversation's transcript: its messages and compaction markers in order, each
+    with the marks of the conversation's `outline` (read when not given) before it, and its depth."""
+    page = await entry_page(log, after=after, conversation_id=conversation_id, kinds=_TRANSCRIPT_KINDS)
+    if outline is None:
+        outline = await conversation_outline(log, conversation_id)
+    for view in page.items:
+        view.marks = outline.before(view.entry.seq)
+        view.depth = outline.depth_of(view.entry.run_id)
+    _show_instructions(page.items)
+    return page
 
 
 async def run_page(log: EventLogBase, run: RunRecord, after: int) -> Page:
     """A page of a run's timeline: every entry of the run, with its time since the run started,
     and the duration of each tool call whose start is on the same page."""
     page = await entry_page(log, after=after, run_id=run.run_id)
+    _show_instructions(page.items)
     started: dict[str, datetime] = {}
     from eventlog_cli._render import tool_effect
 
@@ -267,8 +292,10 @@ async def context_page(
             conversation_id=conversation_id, kinds=['compaction'], after_seq=items[0].seq - 1, payload_limit=0
         )
         compactions = {e.seq for e, _ in found if e.seq <= items[-1].seq}
+    shown = InstructionsShown()
     for item in items:
         item.summary = item.seq in compactions
+        shown.show(None, item.message, item.seq)
     return items, index, more
 
 
