@@ -29,6 +29,7 @@ from eventlog._append import append_entries
 from eventlog._checks import check_id, decode_info
 from eventlog._keys import (
     STORE_LIST_PREFIX,
+    StoredBody,
     StoreLinkValue,
     Table,
     ck,
@@ -39,7 +40,7 @@ from eventlog._keys import (
     store_fork_prefix,
     store_scope_prefix,
 )
-from eventlog._read import get_body, get_conversation, get_run, run_bodies
+from eventlog._read import get_bodies, get_body, get_conversation, get_run, run_bodies
 from eventlog._storage import ReadTxn, WriteTxn
 from eventlog._store_index import link_of, place_of, record_ref
 from eventlog.entries import (
@@ -119,7 +120,10 @@ def read_record(txn: ReadTxn, conversation_id: str) -> tuple[int, SavedInfo] | N
 
 
 def _saved_at(txn: ReadTxn, seq: int) -> SavedInfo:
-    body = get_body(txn, seq)
+    return _saved_in(seq, get_body(txn, seq))
+
+
+def _saved_in(seq: int, body: StoredBody | None) -> SavedInfo:
     if body is None or body.kind != 'saved':
         raise CorruptStoreError(f'the conversation store names entry {seq} as a record, which it is not; run verify')
     return decode_info(_SAVED, body.payload, 'saved')
@@ -128,14 +132,17 @@ def _saved_at(txn: ReadTxn, seq: int) -> SavedInfo:
 def read_records(txn: ReadTxn, *, scope: str | None = None, limit: int | None = None) -> list[tuple[str, SavedInfo]]:
     """Records newest first (by their latest `saved` entry), of one `scope` when given, at most `limit`."""
     prefix = STORE_LIST_PREFIX if scope is None else store_scope_prefix(scope)
-    found: list[tuple[str, SavedInfo]] = []
+    listed: list[tuple[str, int]] = []
     if limit == 0:
-        return found
+        return []
     for key, value in txn.scan(Table.STORE, prefix=prefix, reverse=True):
-        found.append((value.decode(), _saved_at(txn, key_seq(key))))
-        if limit is not None and len(found) >= limit:
+        listed.append((value.decode(), key_seq(key)))
+        if limit is not None and len(listed) >= limit:
             break
-    return found
+    bodies = get_bodies(txn, [seq for _, seq in listed])
+    return [
+        (conversation_id, _saved_in(seq, body)) for (conversation_id, seq), body in zip(listed, bodies, strict=True)
+    ]
 
 
 def read_entry(txn: ReadTxn, entry_id: str) -> HistoryEntry:
@@ -175,11 +182,18 @@ def read_history(txn: ReadTxn, head: str | None, *, limit: int | None = None) ->
             ids.append((current, link))
             current = link.parent
     ids.reverse()
-    return [HistoryEntry(entry_id, link.parent, link.seq, _payload(txn, link.seq)) for entry_id, link in ids]
+    bodies = get_bodies(txn, [link.seq for _, link in ids])
+    return [
+        HistoryEntry(entry_id, link.parent, link.seq, _message_in(link.seq, body))
+        for (entry_id, link), body in zip(ids, bodies, strict=True)
+    ]
 
 
 def _payload(txn: ReadTxn, seq: int) -> bytes:
-    body = get_body(txn, seq)
+    return _message_in(seq, get_body(txn, seq))
+
+
+def _message_in(seq: int, body: StoredBody | None) -> bytes:
     if body is None or body.kind != 'message':
         raise CorruptStoreError(f'a conversation store entry names entry {seq}, which holds no message; run verify')
     return body.payload

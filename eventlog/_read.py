@@ -98,6 +98,20 @@ def get_body(txn: ReadTxn, seq: int) -> StoredBody | None:
     return None if value is None else shown(decode_body(seq, value), value)
 
 
+def get_bodies(txn: ReadTxn, seqs: Sequence[int]) -> list[StoredBody | None]:
+    """The stored bodies at `seqs`, in order (`None` for one absent), in one round trip where the
+    store can read several keys at once (PostgreSQL's `get_many`)."""
+    keys = [seq_key(seq) for seq in seqs]
+    many = getattr(txn, 'get_many', None)
+    values: list[bytes | None] = (
+        many(Table.ENTRIES, keys) if many is not None else [txn.get(Table.ENTRIES, key) for key in keys]
+    )
+    return [
+        None if value is None else shown(decode_body(seq, value), value)
+        for seq, value in zip(seqs, values, strict=True)
+    ]
+
+
 def get_run(txn: ReadTxn, run_id: str) -> RunRecord | None:
     """A run's record, or None."""
     raw = txn.get(Table.RUNS, run_key(run_id))
