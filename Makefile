@@ -100,11 +100,14 @@ demo: install-demo
 # (bench_commit_cost breaks this project's overhead per agent run down instead);
 # drop --quick for the full sizes (bench_search: about 15 minutes; bench_capability: the
 # reference alone takes hours at 1,600 exchanges, so its full run is best given --no-reference).
-bench: install
+# bench_conversation_store (about 2 minutes; --postgres adds PostgreSQL) needs pydantic-ai-slim 2.66+,
+# so it runs on .venv-latest.
+bench: install install-latest
 	$(PY) bench/bench_log.py --quick
 	$(PY) bench/bench_capability.py --quick
 	$(PY) bench/bench_commit_cost.py --reps 1
 	$(PY) bench/bench_search.py --quick
+	$(PY_LATEST) bench/bench_conversation_store.py
 
 clean:
 	rm -rf $(VENV) $(VENV_LATEST) $(VENV_DEMO) .pytest_cache .ruff_cache .hypothesis
