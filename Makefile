@@ -42,7 +42,7 @@ $(CHROMIUM):
 
 browser: $(CHROMIUM)
 
-LINTED := $(wildcard eventlog search capability eventlog_cli tests bench)
+LINTED := $(wildcard eventlog search capability eventlog_cli tests bench examples)
 
 lint: install
 	$(VENV)/bin/ruff check $(LINTED)
@@ -61,7 +61,8 @@ test-ref: install browser
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 # The newest pydantic-ai-slim, on the tests whose outcome depends on pydantic-ai (the rest use
-# it at most to build a message, and run in test-ref): the capabilities (tests/capability),
+# it at most to build a message, and run in test-ref): the capabilities (tests/capability, the
+# chat app example's HTTP tests included: they need 2.68+ and skip on the reference's pin),
 # search and recall (tests/search), the README's and docs/guide.md's blocks and the tour
 # (tests/docs), messages stored and read back byte for byte and replayed (the conformance,
 # migration and streaming tests of tests/log), the CLI's views of recorded and durable runs (every
