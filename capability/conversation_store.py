@@ -14,12 +14,14 @@ with `EventLogPersistence` is linked when it is saved, not stored a second time.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, Final
 
+from capability._equivalence import canonical, same_message
 from eventlog import EventLogBase, InvalidArgumentError, RevisionConflict, SavedInfo, decode_messages, encode_message
 from eventlog._convstore import NewStoreEntry
 
@@ -122,6 +124,7 @@ class EventLogConversationStore(ConversationStore):
             NewStoreEntry(entry.id, entry.parent_id, encode_message(entry.message), entry.message.run_id)
             for entry in new_entries
         ]
+        new = await self._copies_of_resumed(new)
         try:
             await self.log.store_save(record.conversation_id, info, new)
         except RevisionConflict:
@@ -156,6 +159,32 @@ class EventLogConversationStore(ConversationStore):
             ConversationEntry(id=entry.id, parent_id=entry.parent, message=message)
             for entry, message in zip(found, messages, strict=True)
         ]
+
+    async def _copies_of_resumed(self, new: list[NewStoreEntry]) -> list[NewStoreEntry]:
+        """`new`, with the first request of each run that resumed from a recorded request (a UI
+        client's regenerate) marked as standing for it when it is that request's copy.
+
+        `EventLogPersistence` records the original only, for the copy pydantic-ai sends again
+        (docs/persistence.md); the save then links the original instead of storing the copy.
+        """
+        seen: set[str] = set()
+        marked = list(new)
+        for index, entry in enumerate(new):
+            run_id = entry.run_id
+            if run_id is None or run_id in seen:
+                continue
+            seen.add(run_id)
+            run = await self.log.get_run(run_id)
+            if run is None or run.branch_parent is None or not entry.payload.startswith(b'{"parts":'):
+                continue
+            origin = await self.log.get_entry(run.branch_parent)
+            if origin is None or origin.kind != 'message' or origin.erased or origin.run_id == run_id:
+                continue
+            if b'"kind":"request"' in entry.payload and same_message(
+                canonical(entry.payload), canonical(origin.payload)
+            ):
+                marked[index] = dataclasses.replace(entry, stands_for=origin.seq)
+        return marked
 
     # -- records ---------------------------------------------------------------------------------
 

@@ -89,6 +89,10 @@ class NewStoreEntry:
     """The message as pydantic-ai's JSON (`encode_message`)."""
     run_id: str | None
     """The run the message says produced it (`ModelRequest.run_id` / `ModelResponse.run_id`)."""
+    stands_for: int | None = None
+    """A `message` entry of this conversation the message is a client's copy of, to link when the
+    run it names holds no byte-identical message: the request a run resumed from when a UI client
+    sent it again (`EventLogPersistence` records the original only, docs/persistence.md)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,6 +299,10 @@ def _link_messages(
                     seqs[index] = seq
                     del candidates[: position + 1]
                     break
+        if seqs[index] is None and entry.stands_for is not None:
+            body = get_body(txn, entry.stands_for)
+            if body is not None and body.kind == 'message' and body.conversation_id == conversation_id:
+                seqs[index] = entry.stands_for
     known: dict[str, int] = {}
     index = 0
     runs = 0

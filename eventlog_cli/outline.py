@@ -12,7 +12,8 @@ viewer's conversation and run pages all take their marks from here, and their wo
 - A **branch**: a run of the conversation's own (not a sub-agent) whose branch point (its
   `run_started` entry's `parent`) is not the tip of the line the conversation was on, the tip of
   the latest earlier run with messages. It is `regenerated` when its first message asks what the
-  first message it replaces asked (the same parts), `edited` otherwise, `branched` when there is
+  first message it replaces asked (the same parts), or both are answers (the branch continues from
+  the request itself), `edited` otherwise, `branched` when there is
   nothing to compare (no message of the old line follows the branch point). Its mark goes before
   its first message.
 - A **branch left**: the old line's first message after the point where the branch turned away;
@@ -156,8 +157,9 @@ class _Reader:
         return found[0][0].seq if found else None
 
     async def same_turn(self, old: int | None, new: int | None) -> str:
-        """`regenerated` when the messages `old` and `new` are requests with the same parts,
-        `edited` when they differ, `branched` when either is missing or too large to compare."""
+        """`regenerated` when the messages `old` and `new` are requests with the same parts, or
+        both responses (a new answer to the request the branch continues from), `edited` when they
+        differ, `branched` when either is missing or too large to compare."""
         if old is None or new is None:
             return 'branched'
         views: list[MessageView] = []
@@ -170,7 +172,9 @@ class _Reader:
             except ValueError:
                 return 'branched'
         first, second = views
-        same = first.role == second.role == 'request' and first.lines() == second.lines()
+        same = first.role == second.role == 'response' or (
+            first.role == second.role == 'request' and first.lines() == second.lines()
+        )
         return 'regenerated' if same else 'edited'
 
     async def tool_calls(self, parent: RunRecord) -> list[tuple[int, str, str, str]]:

@@ -201,13 +201,15 @@ def _text(message: ModelMessage) -> str:
 
 
 def _run_paths(paths: list[list[ModelMessage]]) -> dict[str, list[ModelMessage]]:
-    """For each run on these histories, the history it saw followed by the messages it added."""
+    """For each run on these histories, the history it saw followed by the messages it added (the
+    longest such stretch: a regenerate's history ends with the request of the run it replaced)."""
     seen: dict[str, list[ModelMessage]] = {}
     for path in paths:
         for index, message in enumerate(path):
             assert message.run_id is not None, message
             if index + 1 == len(path) or path[index + 1].run_id != message.run_id:
-                seen.setdefault(message.run_id, path[: index + 1])
+                if len(seen.get(message.run_id, [])) < index + 1:
+                    seen[message.run_id] = path[: index + 1]
     for run_id, messages in seen.items():
         first = next(i for i, m in enumerate(messages) if m.run_id == run_id)
         assert all(m.run_id == run_id for m in messages[first:]), f'run {run_id} is not contiguous'
@@ -347,17 +349,17 @@ async def test_vercel_ai_chat_three_turns_a_regenerate_and_another_user(chat_ser
         log.close()
     _cli_verify(chat_server.store)
 
-    # The viewer shows the regenerated turn's two answers.
-    # TODO(issue 41, integrator): the viewer is being changed (in parallel) to mark branches. When that
-    # lands, assert here that the page marks `third.text` as the answer a regenerate left (a branch),
-    # with the marker that change uses, and `regenerated.text` as the current one; today only that
-    # both answers appear.
+    # The viewer shows the regenerated turn's two answers, the old one marked as the branch left
+    # and the new one as the branch the regenerate made.
     with _viewer(chat_server.store) as base:
         async with httpx.AsyncClient(timeout=60) as viewer:
             page = await viewer.get(f'{base}/c/{chat_id}')
         assert page.status_code == 200
         shown = html.unescape(page.text)
         assert third.text in shown and regenerated.text in shown and first.text in shown
+        left, made = shown.index('↰ branch left'), shown.index('↳ branch from')
+        assert 'regenerated' in shown[left : left + 400] and 'regenerated' in shown[made : made + 400]
+        assert shown.index(third.text) < made < shown.index(regenerated.text)
 
     # The store branches back to the old answer, and the log stays sound.
     log = LmdbEventLog(chat_server.store)
