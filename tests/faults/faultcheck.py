@@ -302,9 +302,11 @@ class Checker:
         for entry in await log.entries(kinds=['message']):
             for found in set(SAVER_RE.findall(entry.payload.decode(errors='replace'))) & marks:
                 held[found].append(entry.seq)
+        save_of = {m: (w, r) for w, r in intents if r['kind'] == 'save' for m in (r['token'], reply_to(r['token']))}
         for mark, seqs in held.items():
             if len(seqs) > 1:
-                self.violate('each message once', None, {'mark': mark}, f'in the message entries at seqs {seqs}')
+                worker, record = save_of[mark]
+                self.violate('each message once', worker, record, f'{mark} in the message entries at seqs {seqs}')
 
         for conv in sorted(convs):
             worker = worker_of[conv]
