@@ -67,13 +67,16 @@ test-ref: install browser
 # (tests/docs), messages stored and read back byte for byte and replayed (the conformance,
 # migration and streaming tests of tests/log), the CLI's views of recorded and durable runs (every
 # part kind of every message included), its search and re-execution, the demo, and the viewer's
-# message pages and validator. Tests that need the reference skip.
+# message pages and validator, and the fault-injection mix (tests/faults/test_faults.py), whose
+# saver role keeps conversations with EventLogConversationStore only there. Tests that need the
+# reference skip.
 # `make test-latest LATEST_TESTS=tests` runs the whole suite on it.
 LATEST_TESTS ?= tests/capability tests/search tests/docs \
 	tests/log/test_log_conformance.py tests/log/test_log_migration.py tests/log/test_log_streaming.py \
 	tests/cli/test_cli_browse.py tests/cli/test_cli_demo.py tests/cli/test_cli_durable.py tests/cli/test_cli_entries.py \
 	tests/cli/test_cli_search.py tests/cli/test_cli_rerun.py tests/cli/test_cli_deep_json.py tests/cli/test_cli_outline.py \
-	tests/web/test_web_app.py tests/web/test_web_verify.py tests/web/test_web_deep_json.py tests/web/test_web_outline.py
+	tests/web/test_web_app.py tests/web/test_web_verify.py tests/web/test_web_deep_json.py tests/web/test_web_outline.py \
+	tests/faults/test_faults.py
 test-latest: install-latest browser
 	$(PY_LATEST) -c 'import importlib.metadata as m; print("pydantic-ai-slim", m.version("pydantic-ai-slim"))'
 	$(PY_LATEST) -m pytest -q $(LATEST_TESTS) $(PYTEST_ARGS)

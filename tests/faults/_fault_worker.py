@@ -5,8 +5,16 @@ Usage: _fault_worker.py WORKDIR NAME ROLE INCARNATION SEED OPTIONS lmdb
 
 ROLE is one of `ROLES`. OPTIONS is a comma-separated list of flags (`-` for none): `idem` (give
 every append an idempotency key), `compact` (also compact now and then, as an application that
-appends and compacts would), `tight` (a compactor that does not pause between attempts; an appender that compacts after every append), `reopen` (close the store between operations and open it again, as
-short-lived processes do).
+appends and compacts would), `tight` (a compactor that does not pause between attempts; an
+appender that compacts after every append), `reopen` (close the store between operations and
+open it again, as short-lived processes do).
+
+The saver (pydantic-ai 2.66+) keeps conversations of its own with `EventLogConversationStore`
+as an app does: each turn loads (or starts) the conversation, adds a request holding a fresh
+token and its reply, and saves it, through a run `EventLogPersistence` records or built by hand;
+a `ConversationConflict` loads again, a storage error sends the same save again. Some
+conversations are forked at their first turn and the fork saves turns of its own; some are
+deleted: the fork, the source, both (in either order) or neither.
 
 A worker imports what it needs, writes `ready-NAME-INCARNATION` in WORKDIR and waits for the
 file `go`, which holds the deadline (a `time.time()`) after which it starts no new operation and
@@ -17,6 +25,8 @@ Every worker writes, to `acks/NAME.jsonl` in WORKDIR, one JSON line per operatio
 happened), and acknowledgement records after the call returned success, flushed and fsynced
 before the next operation starts, so an acknowledgement on file implies the call returned.
 A worker killed and started again (INCARNATION + 1) reads its own file to pick up where it was.
+The saver's records: `intent` kind `save` (conv, token) / `saved`, `fork` (conv, source, shared:
+the tokens the fork keeps) / `forked`, `store_delete` (conv) / `store_deleted`.
 
 Durable runs write one line per tool execution (`exec`) and one per committed tool unit
 (`committed`, written after the journal append returned) to `effects/<run>.jsonl`, fsynced.
@@ -25,6 +35,7 @@ Durable runs write one line per tool execution (`exec`) and one per committed to
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import os
 import random
@@ -42,7 +53,7 @@ from eventlog import NewEntry, message_entry, run_finished_entry, run_started_en
 from eventlog.errors import EventLogError, RunLeaseError, StoreBusyError, StoreConnectionError
 from eventlog.log import EventLogBase
 
-ROLES = ('appender', 'compactor', 'eraser', 'deleter', 'retainer', 'durable', 'resumer', 'attacker')
+ROLES = ('appender', 'compactor', 'eraser', 'deleter', 'retainer', 'durable', 'resumer', 'attacker', 'saver')
 TOOL_CALLS = 3
 """Tool units each durable run executes (one per model response), before its final answer."""
 LEASE_SECONDS = 1.5
@@ -53,6 +64,10 @@ DEEP = 600
 DEEP_WORD = 'wolverine'
 """The word at the bottom of every deep call: the checker's search must find it."""
 ATTACKED = 'attacked-'
+REPLY = 're:'
+"""A saver's response to a request holding `tk-<hex>` is `re:<hex>`: the checker finds its copies too."""
+FORK_AT = 2
+"""How many messages of its conversation a saver's fork keeps: the first turn."""
 """What `attacked` leaves in WORKDIR: a process ran code a store named (it must never exist)."""
 
 
@@ -73,6 +88,11 @@ def deep_call(depth: int) -> Any:
 def token() -> str:
     """A unique payload token; the checker finds every copy of it in the log."""
     return f'tk-{uuid.uuid4().hex}'
+
+
+def reply_to(tok: str) -> str:
+    """A saver's response text to the request holding `tok`."""
+    return REPLY + tok.removeprefix('tk-')
 
 
 def answer_for(run_id: str) -> str:
@@ -456,12 +476,113 @@ class Worker:
             await self.pause(0.3)
             await self.between()
 
+    async def saver(self) -> None:
+        """What an app does with `EventLogConversationStore`, on conversations of its own: turns
+        loaded and saved (through a run `EventLogPersistence` records, or built by hand), a fork
+        at the first turn with turns of its own, deletes of either, both or neither."""
+        while self.left() > 0:
+            assert self.log is not None
+            store, agent = saver_tools(self.log)
+            conv = self.fresh_id('sav')
+            recorded = self.rng.random() < 0.5
+            acked = await self.save_turns(store, agent if recorded else None, conv, self.rng.randint(2, 4))
+            if len(acked) < 2 or self.left() < 0:
+                continue
+            fork = None
+            if self.rng.random() < 0.5:
+                fork = self.fresh_id('fork')
+                self.acks.intent(kind='fork', conv=fork, source=conv, shared=acked[:1])
+                try:
+                    forked = await store.fork(conv, at=FORK_AT, new_conversation_id=fork)
+                except EventLogError as error:
+                    self.note_error('fork', error)
+                    continue  # the fork may or may not exist: the checker allows both
+                self.acks.ack(op='forked', conv=fork, source=conv, shared=tokens_in(forked.messages))
+                # A recorded run on a fork of turns saved by hand stores the shared ones again
+                # (tests/capability/test_conversation_store_fork_recorded.py): not mixed here.
+                recorded_fork = recorded and self.rng.random() < 0.5
+                await self.save_turns(store, agent if recorded_fork else None, fork, self.rng.randint(1, 2))
+            doomed = self.rng.choice([[], [conv], [conv], *([[fork], [conv, fork], [fork, conv]] if fork else [])])
+            for target in doomed:
+                if not await self.delete_saved(store, target):
+                    break
+            await self.between()
+
+    async def save_turns(self, store: Any, agent: Any, conv: str, turns: int) -> list[str]:
+        """Save up to `turns` turns to `conv` (stopping at the first whose outcome stays unknown);
+        the tokens acknowledged, in order."""
+        acked: list[str] = []
+        for _ in range(turns):
+            if self.left() < 0:
+                break
+            tok = token()
+            self.acks.intent(kind='save', conv=conv, token=tok, recorded=agent is not None)
+            if not await self.save_turn(store, agent, conv, tok):
+                break
+            self.acks.ack(op='saved', conv=conv, token=tok)
+            acked.append(tok)
+            await self.pause()
+        return acked
+
+    async def save_turn(self, store: Any, agent: Any, conv: str, tok: str) -> bool:
+        """Load `conv` (or start it), add a turn holding `tok`, save it; on a conflict load again
+        and retry, on a storage error send the same save again. Whether the turn was saved."""
+        from pydantic_ai.conversation import Conversation
+        from pydantic_ai.conversation_store import ConversationConflict
+        from pydantic_ai.messages import ModelResponse, TextPart
+
+        attempt: Any = None
+        """The save being made: a conversation, or a recorded run's result (sent again after an error)."""
+        while True:
+            try:
+                if attempt is None:
+                    conversation = await store.load(conv) or Conversation(conversation_id=conv)
+                    if tok in tokens_in(conversation.messages):
+                        return True  # the save an error left unknown took: the conflict said so
+                    if agent is None:
+                        conversation.messages.extend(
+                            [user_message(tok), ModelResponse(parts=[TextPart(reply_to(tok))])]
+                        )
+                        attempt = conversation
+                    else:
+                        try:
+                            attempt = await agent.run(tok, conversation=conversation)
+                        except Exception as error:  # the run may have recorded its request: never run it again
+                            self.note_error('saver run', error)
+                            return False
+                await store.save(attempt)
+                return True
+            except ConversationConflict:
+                attempt = None
+            except EventLogError as error:
+                self.note_error('save', error)
+                if self.left() < 0.5:
+                    return False
+                await asyncio.sleep(0.1 + self.rng.random() * 0.3)
+
+    async def delete_saved(self, store: Any, conv: str) -> bool:
+        """Delete `conv` from the store, retrying after a storage error; whether it was acknowledged."""
+        self.acks.intent(kind='store_delete', conv=conv)
+        while True:
+            try:
+                await store.delete(conv)
+            except EventLogError as error:
+                self.note_error('store delete', error)
+                if self.left() < 0.5:
+                    return False
+                await asyncio.sleep(0.1 + self.rng.random() * 0.3)
+                continue
+            self.acks.ack(op='store_deleted', conv=conv)
+            return True
+
     async def main(self) -> None:
         user_message('warm up')  # the imports, before the clock starts
-        if self.role in ('durable', 'resumer'):
+        if self.role in ('durable', 'resumer', 'saver'):
             import pydantic_ai.models.function  # noqa: F401
 
             import capability  # noqa: F401
+        if self.role == 'saver':
+            importlib.import_module('capability.conversation_store')
         (self.workdir / f'ready-{self.name}-{self.incarnation}').touch()
         go = self.workdir / 'go'
         while not go.exists():
@@ -485,6 +606,40 @@ class Worker:
             if self.log is not None:
                 self.log.close()
         self.acks.ack(op='exit')
+
+
+TOKEN_TEXT_RE = re.compile(r'tk-[0-9a-f]{32}')
+
+
+def tokens_in(messages: Sequence[Any]) -> list[str]:
+    """The tokens of the requests in `messages`, in order (a saver's turns)."""
+    from pydantic_ai.messages import ModelRequest, UserPromptPart
+
+    return [
+        found
+        for message in messages
+        if isinstance(message, ModelRequest)
+        for part in message.parts
+        if isinstance(part, UserPromptPart) and isinstance(part.content, str)
+        for found in TOKEN_TEXT_RE.findall(part.content)
+    ]
+
+
+def saver_tools(log: EventLogBase) -> tuple[Any, Any]:
+    """A saver's `EventLogConversationStore` on `log`, and an agent whose runs `EventLogPersistence`
+    records there, answering each request `tk-<hex>` with `re:<hex>`."""
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    from capability import EventLogPersistence
+    from capability.conversation_store import EventLogConversationStore
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=[TextPart(reply_to(tokens_in(messages)[-1]))])
+
+    agent = Agent(FunctionModel(model), name='fault_saver', capabilities=[EventLogPersistence(log)])
+    return EventLogConversationStore(log), agent
 
 
 def durable_log_class(base: type[EventLogBase], workdir: Path) -> type[EventLogBase]:

@@ -21,6 +21,14 @@ The invariants:
   saw its journal entry committed; the journal's result is one of the unit's executions.
 - `interrupted run resumes`: every durable run still running resumes to completion here.
 - `run messages consistent`: a completed durable run replays each tool return once, and its answer.
+- The savers' conversations (loaded through a fresh `EventLogConversationStore`), unless a delete
+  of them was attempted: `acknowledged save loads once` (each acknowledged save's token once in
+  its conversation's `load()`), `history is what was saved` (the acknowledged tokens in order,
+  besides saves whose outcome is unknown, each request followed by its reply), `fork loads its
+  shared history` (the source's first turn, then its own turns).
+- `deleted conversation does not load`, and `deleted conversation erased`: no token (or reply)
+  any save of it tried is in a `message` entry of the log, but what a fork that may survive shares.
+- `each message once`: no saver's token or reply is in two `message` entries of the log.
 """
 
 from __future__ import annotations
@@ -38,11 +46,23 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _fault_worker import ATTACKED, DEEP_WORD, LEASE_SECONDS, Acks, answer_for, build_agent, durable_log_class
+from _fault_worker import (
+    ATTACKED,
+    DEEP_WORD,
+    LEASE_SECONDS,
+    Acks,
+    answer_for,
+    build_agent,
+    durable_log_class,
+    reply_to,
+    tokens_in,
+)
 
 from eventlog.log import EventLogBase
 
 TOKEN_RE = re.compile(rb'tk-[0-9a-f]{32}')
+SAVER_RE = re.compile(r'(?:tk-|re:)[0-9a-f]{32}')
+"""A request's token or a saver's reply to one."""
 
 
 class Checker:
@@ -82,11 +102,14 @@ class Checker:
             for record in records:
                 op = record.get('op')
                 self.counts[f'intent:{record.get("kind")}' if op == 'intent' else str(op)] += 1
+                if op == 'error':
+                    self.counts[f'error:{record.get("what")}'] += 1
         log = self.open()
         try:
             await self.check_log(log)
             await self.check_durable(log)
             await self.check_attacks(log)
+            await self.check_saves(log)
             report = await log.verify()
             if not report.ok:
                 self.violate('verify', None, None, '; '.join(str(p) for p in report.problems[:10]))
@@ -244,6 +267,112 @@ class Checker:
         ]
         if texts != [answer_for(run_id)]:
             self.violate('run messages consistent', None, {'run': run_id}, f'answers {texts}')
+
+    async def check_saves(self, log: EventLogBase) -> None:
+        """The savers' conversations, loaded through a fresh `EventLogConversationStore` and read
+        from the log's message entries (see the module docstring)."""
+        intents = [(w, r) for w, r in self.records('intent') if r.get('kind') in ('save', 'fork', 'store_delete')]
+        if not intents:
+            return
+        from pydantic_ai.messages import TextPart
+
+        from capability.conversation_store import EventLogConversationStore
+
+        store = EventLogConversationStore(log)
+        convs = {r['conv'] for _, r in intents}
+        worker_of = {r['conv']: w for w, r in intents}
+        deleted = {r['conv'] for _, r in self.records('store_deleted')}
+        maybe_deleted = {r['conv'] for _, r in intents if r['kind'] == 'store_delete'}
+        tried: dict[str, list[str]] = collections.defaultdict(list)  # every token a save of conv was about to store
+        for _, r in intents:
+            if r['kind'] == 'save':
+                tried[r['conv']].append(r['token'])
+        acked: dict[str, list[str]] = collections.defaultdict(list)
+        for _, r in self.records('saved'):
+            acked[r['conv']].append(r['token'])
+        shared: dict[str, list[str]] = {}  # fork -> what it shares with its source (when it may exist)
+        source_of: dict[str, str] = {}
+        for _, r in intents:
+            if r['kind'] == 'fork':
+                shared[r['conv']], source_of[r['conv']] = r['shared'], r['source']
+        forked = {r['conv']: r for _, r in self.records('forked')}
+
+        marks = {m for toks in tried.values() for t in toks for m in (t, reply_to(t))}
+        held: dict[str, list[int]] = collections.defaultdict(list)  # a saver's token or reply -> message seqs
+        for entry in await log.entries(kinds=['message']):
+            for found in set(SAVER_RE.findall(entry.payload.decode(errors='replace'))) & marks:
+                held[found].append(entry.seq)
+        save_of = {m: (w, r) for w, r in intents if r['kind'] == 'save' for m in (r['token'], reply_to(r['token']))}
+        for mark, seqs in held.items():
+            if len(seqs) > 1:
+                worker, record = save_of[mark]
+                self.violate('each message once', worker, record, f'{mark} in the message entries at seqs {seqs}')
+
+        for conv in sorted(convs):
+            worker = worker_of[conv]
+            loaded = await store.load(conv)
+            if conv in deleted:
+                if loaded is not None:
+                    self.violate('deleted conversation does not load', worker, {'conv': conv}, 'it loads')
+                continue
+            if conv in maybe_deleted:
+                continue
+            record = forked.get(conv)
+            if record is not None and record['shared'] != shared[conv]:
+                self.violate(
+                    'fork loads its shared history',
+                    worker,
+                    record,
+                    f'forked with {record["shared"]}, not the first turn',
+                )
+            if loaded is None:
+                if acked[conv] or record is not None:
+                    self.violate(
+                        'acknowledged save loads once', worker, {'conv': conv}, 'the conversation does not load'
+                    )
+                continue
+            self.counts['saver conversations loaded'] += 1
+            got = tokens_in(loaded.messages)
+            prefix = shared.get(conv, []) if conv in source_of else []
+            own = got[len(prefix) :]
+            if got[: len(prefix)] != prefix:
+                self.violate('fork loads its shared history', worker, {'conv': conv}, f'loads {got}, shares {prefix}')
+            for tok in acked[conv]:
+                if own.count(tok) != 1:
+                    self.violate(
+                        'acknowledged save loads once',
+                        worker,
+                        {'conv': conv, 'token': tok},
+                        f'{own.count(tok)} times in {got}',
+                    )
+            unknown = set(tried[conv]) - set(acked[conv])
+            if [t for t in own if t not in unknown] != acked[conv] or not set(own) <= set(tried[conv]):
+                self.violate(
+                    'history is what was saved', worker, {'conv': conv}, f'loads {own}, acknowledged {acked[conv]}'
+                )
+            texts = [p.content for m in loaded.messages for p in m.parts if isinstance(p, TextPart)]
+            replies = [reply_to(t) for t in got]
+            if texts != replies:
+                self.violate(
+                    'history is what was saved', worker, {'conv': conv}, f'replies {texts}, expected {replies}'
+                )
+
+        # What a fork that may still exist shares stays in the log; everything else of a deleted
+        # conversation is gone from every message entry.
+        kept = {t for fork, toks in shared.items() if fork not in deleted for t in toks}
+        for conv in sorted(deleted):
+            for tok in tried[conv]:
+                if tok in kept:
+                    continue
+                for mark in (tok, reply_to(tok)):
+                    if held.get(mark):
+                        self.violate(
+                            'deleted conversation erased',
+                            worker_of[conv],
+                            {'conv': conv, 'token': tok},
+                            f'{mark} still in the message entries at seqs {held[mark]}',
+                        )
+        self.counts['saver tokens in the log'] = sum(m.startswith('tk-') for m in held)
 
     @staticmethod
     def tool_calls() -> int:

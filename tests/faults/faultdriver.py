@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import importlib.util
 import json
 import os
 import random
@@ -334,8 +335,17 @@ def py_stack(pid: int) -> str:
         return '?'
 
 
+def has_conversation_store() -> bool:
+    """Whether this interpreter's pydantic-ai has `ConversationStore` (2.66+), which the saver role needs."""
+    try:
+        return importlib.util.find_spec('pydantic_ai.conversation_store') is not None
+    except ImportError:
+        return False
+
+
 def random_specs(rng: random.Random, backend: str) -> list[Spec]:
-    """A seeded mix of roles: every role at least once, some twice, appenders with and without keys."""
+    """A seeded mix of roles: every role at least once (the saver only on pydantic-ai 2.66+), some
+    twice, appenders with and without keys."""
     specs = [
         Spec('a0', 'appender', ['idem']),
         Spec('a1', 'appender', []),
@@ -347,15 +357,19 @@ def random_specs(rng: random.Random, backend: str) -> list[Spec]:
         Spec('s0', 'resumer'),
         Spec('h0', 'attacker'),
     ]
+    if has_conversation_store():
+        specs.append(Spec('v0', 'saver'))
     if backend == 'lmdb':
         for spec in specs:
             if spec.role == 'appender' and rng.random() < 0.5:
                 spec.options.append('compact')
             if spec.role == 'compactor' and rng.random() < 0.5:
                 spec.options.append('tight')
-            if spec.role in ('eraser', 'deleter', 'retainer', 'appender') and rng.random() < 0.4:
+            if spec.role in ('eraser', 'deleter', 'retainer', 'appender', 'saver') and rng.random() < 0.4:
                 spec.options.append('reopen')
-    extra = rng.choice(['appender', 'durable', 'compactor', 'eraser', None])
+    extra = rng.choice(
+        ['appender', 'durable', 'compactor', 'eraser', None, *(['saver'] if has_conversation_store() else [])]
+    )
     if extra is not None:
         specs.append(Spec('x0', extra, ['idem'] if extra == 'appender' and rng.random() < 0.5 else []))
     return specs

@@ -2,8 +2,10 @@
 
 A seeded mix of worker processes (`_fault_worker.py`) shares one store, each doing one role in a
 loop: appenders (with and without idempotency keys), compactors, erasers, deleters, retainers,
-durable runs, resumers and an attacker (catalogue entries naming code, tool calls nested 600 deep:
-no process may run that code, and a search of the whole store must find every deep call). The driver (`faultdriver.py`) sends SIGKILL and SIGSTOP/SIGCONT to
+durable runs, resumers, an attacker (catalogue entries naming code, tool calls nested 600 deep:
+no process may run that code, and a search of the whole store must find every deep call) and,
+on pydantic-ai 2.66+, a saver (conversations kept with `EventLogConversationStore`: turns saved
+with and without `EventLogPersistence`, forks, deletes). The driver (`faultdriver.py`) sends SIGKILL and SIGSTOP/SIGCONT to
 random workers at random moments (and, on PostgreSQL, kills the server with SIGKILL and starts
 it again); killed workers start again and pick up from their acknowledgement files. Once
 everything has stopped, a fresh process (`faultcheck.py`) checks the store against what the
@@ -22,7 +24,7 @@ from pathlib import Path
 
 import pytest
 from _fault_worker import Acks
-from faultdriver import Spec, run_mix, seed_from_env
+from faultdriver import Spec, has_conversation_store, run_mix, seed_from_env
 
 LONG = bool(os.environ.get('EVENTLOG_LONG'))
 MIX_SECONDS = 240.0 if LONG else 30.0
@@ -36,13 +38,17 @@ def test_random_mix_under_kills_and_stops_loses_nothing_acknowledged(backend: st
     print(result.summary())
     assert not result.violations, result.failure()
     assert result.counts.get('append', 0) > 0, result.summary()
+    if has_conversation_store():
+        assert result.counts.get('saved', 0) > 0, result.summary()
+        assert result.counts.get('saver conversations loaded', 0) > 0, result.summary()
 
 
 @pytest.mark.timeout(3600 if LONG else 180)
 def test_many_lmdb_processes_racing_keep_every_acknowledged_append() -> None:
     """No faults: appenders that also compact, compactors (one that never pauses), an eraser, a
     retainer and a deleter (these close the store between operations, as short-lived processes
-    do) on one LMDB store; every acknowledged append is there, once, in a fresh process afterwards."""
+    do) on one LMDB store, and on pydantic-ai 2.66+ a saver (forks, deletes); every acknowledged
+    append and save is there, once, in a fresh process afterwards."""
     specs = [
         Spec('a0', 'appender', ['compact', 'tight']),
         Spec('a1', 'appender', ['compact', 'idem', 'reopen']),
@@ -52,10 +58,14 @@ def test_many_lmdb_processes_racing_keep_every_acknowledged_append() -> None:
         Spec('r0', 'retainer', ['reopen']),
         Spec('d0', 'deleter', ['reopen']),
     ]
+    if has_conversation_store():
+        specs.append(Spec('v0', 'saver'))
     result = run_mix('racing LMDB processes', 'lmdb', specs, RACE_SECONDS, seed=seed_from_env(), faults=False)
     print(result.summary())
     assert not result.violations, result.failure()
     assert result.counts.get('append', 0) > 0, result.summary()
+    if has_conversation_store():
+        assert result.counts.get('saved', 0) > 0 and result.counts.get('store_deleted', 0) > 0, result.summary()
 
 
 def test_a_line_cut_by_a_kill_hides_no_later_record(tmp_path: Path) -> None:
