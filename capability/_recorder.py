@@ -14,6 +14,7 @@ without reading the log.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import warnings
 from collections import OrderedDict
@@ -634,6 +635,10 @@ class RunRecorder:
             matches.append(match)
             if match.length == len(history) and resumed is None:
                 break
+        if not latest and max((m.length for m in matches), default=0) < len(history):
+            fork = await self._fork_match(payloads)
+            if fork is not None:
+                matches.append(fork)
         exact = max((m.length for m in matches), default=0)
         copies = exact < len(history)
         if copies:
@@ -677,6 +682,21 @@ class RunRecorder:
         tip = self.resumed.seq if self.resumed is not None else best.tip
         layout = Layout(history[: best.length], best.anchors, best.groups, tip)
         return layout, history[best.length :]
+
+    async def _fork_match(self, payloads: list[bytes]) -> BranchMatch | None:
+        """The match of a history against what a fork of this conversation inherited, when the
+        conversation is a fork no run has continued yet (a fork a conversation store made of
+        messages no run of the source names): the run then continues from the `forked_from`
+        entry rather than storing the shared history again."""
+        conv = await self.log.get_conversation(self.conversation_id)
+        if conv is None or conv.forked_from is None:
+            return None
+        match = match_branch(await self.log.branch(conv.first_seq), payloads)
+        if match.length == 0:
+            return None
+        if match.tip == conv.forked_from.seq:
+            return dataclasses.replace(match, tip=conv.first_seq)
+        return match
 
 
 def digest(payload: bytes) -> str:

@@ -207,9 +207,9 @@ def _run_paths(paths: list[list[ModelMessage]]) -> dict[str, list[ModelMessage]]
     for path in paths:
         for index, message in enumerate(path):
             assert message.run_id is not None, message
-            if index + 1 == len(path) or path[index + 1].run_id != message.run_id:
-                if len(seen.get(message.run_id, [])) < index + 1:
-                    seen[message.run_id] = path[: index + 1]
+            ends = index + 1 == len(path) or path[index + 1].run_id != message.run_id
+            if ends and len(seen.get(message.run_id, [])) < index + 1:
+                seen[message.run_id] = path[: index + 1]
     for run_id, messages in seen.items():
         first = next(i for i, m in enumerate(messages) if m.run_id == run_id)
         assert all(m.run_id == run_id for m in messages[first:]), f'run {run_id} is not contiguous'

@@ -2,9 +2,9 @@
 stored again (docs/conversations.md, "Each message once").
 
 Found by the fault suite's saver (tests/faults, issue 41): when the turns the fork shares were
-saved by hand (the store appended them, without a run id), the fork's first recorded run records
-them again in the fork's conversation, so the log holds each of them twice. When they came from
-a recorded run, they are stored once.
+saved by hand (the store appended them, without a run id naming the run), the fork's first
+recorded run recorded them again in the fork's conversation. It now continues from the fork's
+`forked_from` entry, as a run of a fork whose messages name their runs does.
 """
 
 from __future__ import annotations
@@ -28,18 +28,7 @@ def echo(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
     return ModelResponse(parts=[TextPart(f'reply {prompt.content}')])
 
 
-@pytest.mark.parametrize(
-    'first_turn',
-    [
-        'recorded',
-        pytest.param(
-            'by hand',
-            marks=pytest.mark.xfail(
-                strict=True, reason='the shared turn saved by hand is recorded again in the fork (issue 41)'
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize('first_turn', ['recorded', 'by hand'])
 async def test_a_recorded_run_on_a_fork_stores_the_shared_history_once(first_turn: str) -> None:
     log = InMemoryEventLog()
     store = EventLogConversationStore(log)

@@ -498,9 +498,9 @@ class Worker:
                     self.note_error('fork', error)
                     continue  # the fork may or may not exist: the checker allows both
                 self.acks.ack(op='forked', conv=fork, source=conv, shared=tokens_in(forked.messages))
-                # A recorded run on a fork of turns saved by hand stores the shared ones again
-                # (tests/capability/test_conversation_store_fork_recorded.py): not mixed here.
-                recorded_fork = recorded and self.rng.random() < 0.5
+                # Recorded or by hand, whatever the source's turns were
+                # (tests/capability/test_conversation_store_fork_recorded.py).
+                recorded_fork = self.rng.random() < 0.5
                 await self.save_turns(store, agent if recorded_fork else None, fork, self.rng.randint(1, 2))
             doomed = self.rng.choice([[], [conv], [conv], *([[fork], [conv, fork], [fork, conv]] if fork else [])])
             for target in doomed:
