@@ -36,7 +36,7 @@ try:
     )
     from pydantic_ai.messages import ModelResponse, ToolCallPart
     from pydantic_ai.usage import RunUsage
-except ImportError:  # pragma: no cover - exercised by tests/capability/test_conversation_store_old.py
+except ImportError:  # pragma: no cover - exercised by tests/capability/test_conversation_store_version.py
     _installed = importlib.metadata.version('pydantic-ai-slim')
     raise ImportError(
         f'EventLogConversationStore needs pydantic-ai-slim 2.66 or newer (installed: {_installed}); '
