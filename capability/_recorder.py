@@ -295,6 +295,12 @@ class RunRecorder:
             await self._rebase()
             await self.sync(live, upto=upto, closing=closing, unwinding=unwinding)
             return
+        except EventLogPersistenceError:
+            # The write's outcome is unknown (a commit whose answer was lost): the next sync, the
+            # failing run's last record, plans the same messages under the same keys, so what did
+            # commit is found by its key rather than appended again.
+            self._unplan(items)
+            raise
         if seqs is None or unwinding:
             return
         compaction = None
