@@ -87,6 +87,17 @@ class EventLogConversationStore(ConversationStore):
         self.log = log
         """The log the conversations are kept in."""
 
+    async def delete(self, conversation_id: str, *, scope: str | None = None) -> None:
+        """Delete a conversation, so it no longer loads or lists, and erase its messages.
+
+        In the transaction that drops the record, the content of every entry of the conversation
+        that no other record reaches is erased (the log's erasure: each entry keeps its place in
+        the hash chain, holding a placeholder), then scrubbed from the store's files and
+        projections. A fork keeps the entries it shares; they are erased when it is deleted too.
+        With `scope`, a conversation saved with another scope is left as it is.
+        """
+        await super().delete(conversation_id, scope=scope)
+
     # -- the five primitives, and a history read in one transaction ------------------------------
 
     async def read_record(self, conversation_id: str) -> ConversationRecord | None:
