@@ -29,9 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from pydantic_ai import CallToolsNode, ModelRequestNode
-from pydantic_ai.capabilities import AbstractCapability, durable_operation
+from pydantic_ai.capabilities import AbstractCapability, ReinjectSystemPrompt, durable_operation
 from pydantic_ai.capabilities.abstract import (
     AgentNode,
+    CapabilityOrdering,
     NodeResult,
     ValidatedToolArgs,
     WrapRunHandler,
@@ -162,6 +163,11 @@ class EventLogPersistence(AbstractCapability[AgentDepsT]):
     def get_serialization_name(cls) -> str | None:
         """Not buildable from a spec: it needs a live log."""
         return None
+
+    def get_ordering(self) -> CapabilityOrdering:
+        """Inside `ReinjectSystemPrompt` (which the UI adapters add to every run): the request is
+        recorded with the system prompt the model is sent, not as it was before the prompt went in."""
+        return CapabilityOrdering(wrapped_by=[ReinjectSystemPrompt])
 
     def _new_recorder(self, ctx: RunContext[AgentDepsT]) -> RunRecorder:
         """The `RunRecorder` of the run `ctx` starts; the log and the memory of recent runs are shared.

@@ -84,6 +84,9 @@ class Server:
     def __init__(self, log: EventLogBase) -> None:
         self.log = log
         self.answers = itertools.count(1)
+        # The first request as the model received it: whether a history-driven run adds the system
+        # prompt to it differs between pydantic-ai releases, and the log must hold what was sent.
+        self.opening: str | None = None
         agent = Agent(
             FunctionModel(self._answer, stream_function=self._stream),
             capabilities=[EventLogPersistence(log)],
@@ -106,6 +109,8 @@ class Server:
         self.client = TestClient(app)
 
     def _answer(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if self.opening is None:
+            self.opening = message_text(messages[0])
         last = messages[-1]
         if isinstance(last, ModelRequest) and any(isinstance(p, ToolReturnPart) for p in last.parts):
             return ModelResponse(parts=[TextPart(f'answer {next(self.answers)}: the tool answered')])
@@ -288,7 +293,11 @@ def runs_of(log: EventLogBase, conversation_id: str) -> list[str]:
 
 def text_of(entry: Entry) -> str:
     """The user prompt or text a message entry holds, for readable assertions."""
-    message = entry.message()
+    return message_text(entry.message())
+
+
+def message_text(message: ModelMessage) -> str:
+    """The prompts, texts, tool calls and returns of `message`, joined by `|`."""
     out: list[str] = []
     for part in message.parts:
         if isinstance(part, (SystemPromptPart, UserPromptPart, TextPart)) and isinstance(part.content, str):
@@ -321,8 +330,9 @@ def test_three_turns_store_each_message_once(server: Server, adapter: str) -> No
     chat.send('call x')
     chat.send('bye')
     entries = messages_of(server.log, 'chat-1')
+    assert server.opening in ('Be brief. | hello', 'hello')
     assert [text_of(e) for e in entries] == [
-        'Be brief. | hello',
+        server.opening,
         'answer 1 to: hello',
         'call x',
         'call lookup',
@@ -348,7 +358,7 @@ def test_regenerate_branches_from_the_prompt(server: Server, adapter: str) -> No
     chat.regenerate()
     entries = messages_of(server.log, 'chat-r')
     assert [text_of(e) for e in entries] == [
-        'Be brief. | hello',
+        server.opening,
         'answer 1 to: hello',
         'bye',
         'answer 2 to: bye',
@@ -373,7 +383,7 @@ def test_regenerating_the_first_answer(server: Server, adapter: str) -> None:
     chat.send('hello')
     chat.regenerate()
     entries = messages_of(server.log, 'chat-f')
-    assert [text_of(e) for e in entries] == ['Be brief. | hello', 'answer 1 to: hello', 'answer 2 to: hello']
+    assert [text_of(e) for e in entries] == [server.opening, 'answer 1 to: hello', 'answer 2 to: hello']
     assert_replays(server.log, runs_of(server.log, 'chat-f')[-1], [entries[0], entries[2]])
 
 
@@ -450,7 +460,7 @@ def test_a_client_resending_the_same_history_twice_matches_both_times(server: Se
     chat.messages = history
     chat.send('bye')
     texts = [text_of(e) for e in messages_of(server.log, 'chat-2')]
-    assert texts == ['Be brief. | hello', 'answer 1 to: hello', 'bye', 'answer 2 to: bye', 'answer 3 to: bye']
+    assert texts == [server.opening, 'answer 1 to: hello', 'bye', 'answer 2 to: bye', 'answer 3 to: bye']
 
 
 # --- the matching rule -----------------------------------------------------------------------
